@@ -1,0 +1,201 @@
+// dspark: lossless speculative decoding with DSpark drafters, in C.
+//
+// Public API. All handles are opaque. Every function that can fail returns a ds_status and leaves
+// a one-line message (naming the file and the problem) that ds_last_error() returns; library code
+// never prints.
+//
+// Central objects (see docs/architecture.md):
+//   ds_model      a loaded target: mapped weights, config, tokenizer. Immutable after load and
+//                 shareable across threads and sequences.
+//   ds_kv         one sequence's target KV cache (mutable; append rows, truncate to roll back).
+//   ds_workspace  scratch buffers for forward passes, sized once and reused (no per-token malloc).
+//   ds_tokenizer  owned by the model; encode text, decode tokens as a valid UTF-8 stream.
+#ifndef DSPARK_H
+#define DSPARK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+typedef enum {
+    DS_OK = 0,
+    DS_ERR_IO,          // cannot open / read / write a file
+    DS_ERR_FORMAT,      // a file is malformed (truncated, bad magic, offsets out of range, ...)
+    DS_ERR_UNSUPPORTED, // well-formed but not something we implement (tensor type, architecture)
+    DS_ERR_INVALID,     // a bad argument (wrong shape, out-of-range value, invalid UTF-8, ...)
+    DS_ERR_NOMEM,       // allocation failed
+    DS_ERR_MISMATCH,    // two inputs that must agree do not (drafter vs target, ...)
+    DS_ERR_INTERRUPTED, // the user pressed Ctrl-C
+} ds_status;
+
+const char *ds_last_error(void);
+void ds_clear_error(void);
+const char *ds_status_name(ds_status st);
+
+// ---------------------------------------------------------------------------------------------
+// Tensor element types (values match GGUF's ggml_type where one exists).
+
+typedef enum {
+    DS_F32 = 0,
+    DS_F16 = 1,
+    DS_Q8_0 = 8,
+    DS_BF16 = 30,
+    DS_U32 = 1000, // safetensors only
+    DS_I32 = 1001, // safetensors only
+} ds_dtype;
+
+const char *ds_dtype_name(ds_dtype t);
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+typedef struct ds_model ds_model;
+typedef struct ds_kv ds_kv;
+typedef struct ds_workspace ds_workspace;
+typedef struct ds_tokenizer ds_tokenizer;
+
+// How the two halves of each rotated pair are laid out inside a head.
+typedef enum {
+    DS_ROPE_INTERLEAVED = 0, // pairs (2i, 2i+1): GGUF `llama` tensors (llama.cpp's permuted Q/K)
+    DS_ROPE_HALVES = 1,      // pairs (i, i + d/2): Hugging Face checkpoints
+} ds_rope_layout;
+
+typedef struct {
+    const char *arch;     // "llama", "qwen3", ...
+    const char *name;     // model name from metadata, or the file name
+    int n_layers;
+    int dim;              // hidden size
+    int ffn_dim;          // intermediate size
+    int n_heads;          // query heads
+    int n_kv_heads;       // key/value heads (GQA when < n_heads)
+    int head_dim;
+    int vocab_size;
+    int max_ctx;          // context length the model was configured for
+    float norm_eps;       // RMSNorm epsilon
+    float rope_theta;
+    ds_rope_layout rope_layout;
+    ds_dtype weight_type; // dominant weight type (of the matrices)
+    size_t weight_bytes;  // bytes of all weights that one decoded token reads
+    int bos_id, eos_id;   // -1 when unknown
+} ds_model_info;
+
+typedef struct {
+    int n_threads; // 0 = all cores
+} ds_model_params;
+
+// Load a target model: `path` is a .gguf file or a Hugging Face directory (config.json +
+// model.safetensors or sharded model-*.safetensors with model.safetensors.index.json).
+ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out);
+void ds_model_free(ds_model *m);
+const ds_model_info *ds_model_get_info(const ds_model *m);
+// The model's tokenizer, or NULL when the checkpoint has none we support.
+const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
+// Set the number of threads used by forward passes (OpenMP and OpenBLAS). 0 = all cores.
+void ds_set_threads(int n_threads);
+
+// KV cache of one sequence. Grows as rows are appended (amortized doubling) up to max_ctx.
+ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out);
+void ds_kv_free(ds_kv *kv);
+int ds_kv_len(const ds_kv *kv);
+// Roll back to an earlier length: afterwards the state is exactly as if the rows past `len` had
+// never been fed.
+ds_status ds_kv_truncate(ds_kv *kv, int len);
+
+ds_status ds_workspace_init(const ds_model *m, ds_workspace **out);
+void ds_workspace_free(ds_workspace *ws);
+
+// The new rows of one sequence in a forward pass. Rows are appended to `kv` at positions
+// kv_len .. kv_len + n_tokens - 1 and attend causally to everything before them.
+typedef struct {
+    ds_kv *kv;
+    const int32_t *tokens; // (n_tokens)
+    int n_tokens;
+    // Logits of the last `n_logits` rows (0 = none; n_tokens = every row).
+    int n_logits;
+    float *logits;         // (n_logits, vocab_size)
+    // Hidden-state taps: for each id in tap_layers (in order; -1 = embedding output, L = residual
+    // stream after decoder layer L, before the final norm), every new row. Concatenated per row,
+    // the layout drafters consume.
+    const int *tap_layers; // (n_taps)
+    int n_taps;
+    float *taps;           // (n_tokens, n_taps * dim), or NULL
+    float *hidden;         // (n_tokens, dim) final normed hidden state, or NULL
+} ds_forward_seq;
+
+// One forward pass over a ragged batch of sequences (prefill, single-token decode and multi-token
+// verification are all this call). Matrix products run over the rows of all sequences at once.
+ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int n_seqs);
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer
+
+// Encode UTF-8 text. `add_bos` prepends BOS. Writes up to `cap` ids to `out` and the total count
+// to *n_out (if *n_out > cap, call again with a larger buffer). Invalid UTF-8 is an error.
+ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
+                      int cap, int *n_out);
+int ds_tokenizer_vocab_size(const ds_tokenizer *t);
+int ds_tokenizer_bos(const ds_tokenizer *t);
+int ds_tokenizer_eos(const ds_tokenizer *t);
+// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space;
+// control tokens give nothing). Returns the length; writes up to `cap` bytes.
+int ds_token_bytes(const ds_tokenizer *t, int32_t id, char *buf, int cap);
+
+// Streaming detokenizer: push ids, receive only complete, valid UTF-8 (never half a character;
+// invalid byte sequences become U+FFFD).
+typedef struct {
+    const ds_tokenizer *tok;
+    unsigned char pending[8]; // bytes of an incomplete UTF-8 character
+    int n_pending;
+    int at_start;             // strip the leading space of the first piece (SentencePiece)
+} ds_detok;
+
+void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space);
+// Append the text of `id` to out (capacity cap, >= 64 recommended); returns bytes written.
+int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap);
+// Flush any incomplete character at the end of the stream (as U+FFFD).
+int ds_detok_flush(ds_detok *d, char *out, int cap);
+
+// ---------------------------------------------------------------------------------------------
+// Sampling
+
+typedef struct {
+    float temperature; // 0 = greedy (argmax, lowest id on ties)
+    int top_k;         // 0 = off
+    float top_p;       // 1 = off
+    float min_p;       // 0 = off
+} ds_sampler_params;
+
+ds_sampler_params ds_sampler_default(void);
+
+// A counter-based random stream: draw i of a stream is a pure function of (seed, stream id, i), so
+// results never depend on thread count or on which code draws. Drafting and verification share one.
+typedef struct {
+    uint64_t seed;
+    uint64_t stream;
+    uint64_t counter;
+} ds_rng;
+
+ds_rng ds_rng_init(uint64_t seed, uint64_t stream);
+double ds_rng_uniform(ds_rng *r); // in [0, 1)
+
+// The processed distribution (the one function drafting and verification both use):
+// temperature -> top-k -> top-p and min-p -> renormalize. Writes probabilities over the whole
+// vocabulary to `probs` (zeros for filtered tokens). At temperature 0 it is one-hot at the argmax.
+// `scratch` must hold `n` ints (ds_sampler_scratch_size(n) bytes), or be NULL to allocate.
+size_t ds_sampler_scratch_size(int n);
+ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch);
+// Draw from a probability vector (sums to 1 up to rounding).
+int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng);
+int32_t ds_argmax(const float *x, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,69 @@
+#include "base/status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char g_msg[1024];
+
+const char *ds_last_error(void) { return g_msg[0] ? g_msg : "no error"; }
+
+void ds_clear_error(void) { g_msg[0] = '\0'; }
+
+ds_status ds_fail(ds_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+ds_status ds_fail_prefix(ds_status code, const char *fmt, ...) {
+    char prefix[512], old[sizeof g_msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, g_msg, sizeof old);
+    snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old);
+    return code;
+}
+
+void *ds_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ds_fail(DS_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *ds_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) ds_fail(DS_ERR_NOMEM, "out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+const char *ds_status_name(ds_status st) {
+    switch (st) {
+    case DS_OK: return "ok";
+    case DS_ERR_IO: return "I/O error";
+    case DS_ERR_FORMAT: return "malformed file";
+    case DS_ERR_UNSUPPORTED: return "unsupported";
+    case DS_ERR_INVALID: return "invalid argument";
+    case DS_ERR_NOMEM: return "out of memory";
+    case DS_ERR_MISMATCH: return "mismatch";
+    case DS_ERR_INTERRUPTED: return "interrupted";
+    }
+    return "unknown error";
+}
+
+const char *ds_dtype_name(ds_dtype t) {
+    switch (t) {
+    case DS_F32: return "F32";
+    case DS_F16: return "F16";
+    case DS_BF16: return "BF16";
+    case DS_Q8_0: return "Q8_0";
+    case DS_U32: return "U32";
+    case DS_I32: return "I32";
+    }
+    return "unknown";
+}

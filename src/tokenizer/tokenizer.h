@@ -1,0 +1,29 @@
+// SentencePiece-style ("llama") tokenizer, built from plain arrays (the GGUF loader passes
+// tokenizer.ggml.* metadata). Encoding follows llama.cpp's SPM algorithm exactly; the public
+// encode/decode functions are declared in dspark.h.
+#ifndef DS_TOKENIZER_TOKENIZER_H
+#define DS_TOKENIZER_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+// Token types as GGUF's tokenizer.ggml.token_type stores them.
+enum {
+    DS_TOKTYPE_NORMAL = 1,
+    DS_TOKTYPE_UNKNOWN = 2,
+    DS_TOKTYPE_CONTROL = 3,
+    DS_TOKTYPE_USER_DEFINED = 4,
+    DS_TOKTYPE_UNUSED = 5,
+    DS_TOKTYPE_BYTE = 6,
+};
+
+// Copies everything it is given. `types` may be NULL (all normal, "<0xXX>" pieces taken as bytes).
+// `bos`, `eos`, `unk` may be -1. Fails with a clear message on duplicate or invalid input.
+ds_status ds_tokenizer_init_spm(int n_vocab, const char *const *pieces, const size_t *piece_lens,
+                                const float *scores, const int32_t *types, int bos, int eos, int unk,
+                                int add_space_prefix, ds_tokenizer **out);
+void ds_tokenizer_free(ds_tokenizer *t);
+
+#endif
