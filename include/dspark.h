@@ -187,7 +187,7 @@ double ds_rng_uniform(ds_rng *r); // in [0, 1)
 // The processed distribution (the one function drafting and verification both use):
 // temperature -> top-k -> top-p and min-p -> renormalize. Writes probabilities over the whole
 // vocabulary to `probs` (zeros for filtered tokens). At temperature 0 it is one-hot at the argmax.
-// `scratch` must hold `n` ints (ds_sampler_scratch_size(n) bytes), or be NULL to allocate.
+// `scratch` must hold ds_sampler_scratch_size(n) bytes, or be NULL to allocate per call.
 size_t ds_sampler_scratch_size(int n);
 ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch);
 // Draw from a probability vector (sums to 1 up to rounding).

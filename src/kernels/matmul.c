@@ -1,0 +1,240 @@
+// y = x · Wᵀ for f32 activations and F32/F16/BF16/Q8_0 weights. See matmul.h.
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels/half.h"
+
+// ---- AVX-512 ---------------------------------------------------------------------------------
+#define ISA avx512
+#define ISA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define VLEN 16
+#define VEC __m512
+#define VZERO _mm512_setzero_ps()
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#define VLOAD_F32(p) _mm512_loadu_ps(p)
+#define VLOAD_BF16(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#include "kernels/matmul_isa.inc"
+#undef ISA
+#undef ISA_TARGET
+#undef VLEN
+#undef VEC
+#undef VZERO
+#undef VFMA
+#undef VSUM
+#undef VLOAD_F32
+#undef VLOAD_BF16
+#undef VLOAD_F16
+
+// ---- AVX2 + FMA + F16C -----------------------------------------------------------------------
+__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#define ISA avx2
+#define ISA_TARGET __attribute__((target("avx2,fma,f16c")))
+#define VLEN 8
+#define VEC __m256
+#define VZERO _mm256_setzero_ps()
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VSUM(v) hsum256(v)
+#define VLOAD_F32(p) _mm256_loadu_ps(p)
+#define VLOAD_BF16(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#include "kernels/matmul_isa.inc"
+#undef ISA
+#undef ISA_TARGET
+#undef VLEN
+#undef VEC
+#undef VZERO
+#undef VFMA
+#undef VSUM
+#undef VLOAD_F32
+#undef VLOAD_BF16
+#undef VLOAD_F16
+
+// ---- Scalar fallback (one "vector" = one float) ----------------------------------------------
+#define ISA scalar
+#define ISA_TARGET
+#define VLEN 1
+#define VEC float
+#define VZERO 0.0f
+#define VFMA(a, b, c) ((a) * (b) + (c))
+#define VSUM(v) (v)
+#define VLOAD_F32(p) (*(p))
+#define VLOAD_BF16(p) ds_bf16_to_f32(*(p))
+#define VLOAD_F16(p) ds_f16_to_f32(*(p))
+#include "kernels/matmul_isa.inc"
+
+// ---- Q8_0: blocks of 32 int8 with one f16 scale (GGUF's layout) --------------------------------
+typedef struct {
+    uint16_t d;     // scale (f16)
+    int8_t qs[32];  // quants
+} ds_block_q8_0;
+
+static void rows_q8_0(float *y, int ldy, const float *x, int nb, const ds_block_q8_0 *W, int cols, int r0, int r1) {
+    const int nblk = cols / 32;
+    for (int r = r0; r < r1; r++) {
+        const ds_block_q8_0 *w = W + (size_t)r * nblk;
+        for (int i = 0; i < nb; i++) {
+            const float *xi = x + (size_t)i * cols;
+            float s = 0;
+            for (int b = 0; b < nblk; b++) {
+                float acc = 0;
+                for (int j = 0; j < 32; j++) acc += (float)w[b].qs[j] * xi[b * 32 + j];
+                s += acc * ds_f16_to_f32(w[b].d);
+            }
+            y[(size_t)i * ldy + r] = s;
+        }
+    }
+}
+
+// ---- Dispatch ------------------------------------------------------------------------------------
+typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int);
+typedef struct {
+    const char *name;
+    rows_fn f32, bf16, f16;
+} isa_table;
+
+#define ISA_ENTRY(name)                                                                  \
+    {                                                                                    \
+#name, (rows_fn)rows_f32_##name, (rows_fn)rows_bf16_##name, (rows_fn)rows_f16_##name \
+    }
+static const isa_table g_isas[] = {ISA_ENTRY(avx512), ISA_ENTRY(avx2), ISA_ENTRY(scalar)};
+static const isa_table *g_isa;
+
+static int isa_supported(const isa_table *t) {
+    __builtin_cpu_init();
+    if (t == &g_isas[0])
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    if (t == &g_isas[1])
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return 1;
+}
+
+static const isa_table *isa_get(void) {
+    if (!g_isa) {
+        for (size_t i = 0; i < sizeof g_isas / sizeof g_isas[0]; i++)
+            if (isa_supported(&g_isas[i])) {
+                g_isa = &g_isas[i];
+                break;
+            }
+    }
+    return g_isa;
+}
+
+const char *ds_matmul_isa(void) { return isa_get()->name; }
+
+int ds_matmul_force_isa(const char *isa) {
+    for (size_t i = 0; i < sizeof g_isas / sizeof g_isas[0]; i++)
+        if (strcmp(g_isas[i].name, isa) == 0 && isa_supported(&g_isas[i])) {
+            g_isa = &g_isas[i];
+            return 1;
+        }
+    return 0;
+}
+
+size_t ds_weight_bytes(const ds_weight *w) {
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    switch (w->type) {
+    case DS_F32: return n * 4;
+    case DS_F16:
+    case DS_BF16: return n * 2;
+    case DS_Q8_0: return n / 32 * sizeof(ds_block_q8_0);
+    default: return 0;
+    }
+}
+
+static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1) {
+    const isa_table *t = isa_get();
+    switch (w->type) {
+    case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    case DS_Q8_0: rows_q8_0(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    default: break;
+    }
+}
+
+void ds_weight_rows_f32(const ds_weight *w, int first, int n, float *out) {
+    for (int i = 0; i < n; i++) ds_weight_row_f32(w, first + i, out + (size_t)i * w->cols);
+}
+
+void ds_weight_row_f32(const ds_weight *w, int r, float *out) {
+    const size_t c = (size_t)w->cols, off = (size_t)r * c;
+    switch (w->type) {
+    case DS_F32: memcpy(out, (const float *)w->data + off, c * 4); break;
+    case DS_BF16:
+        for (size_t j = 0; j < c; j++) out[j] = ds_bf16_to_f32(((const uint16_t *)w->data)[off + j]);
+        break;
+    case DS_F16:
+        for (size_t j = 0; j < c; j++) out[j] = ds_f16_to_f32(((const uint16_t *)w->data)[off + j]);
+        break;
+    case DS_Q8_0: {
+        const ds_block_q8_0 *b = (const ds_block_q8_0 *)w->data + off / 32;
+        for (size_t j = 0; j < c; j++) out[j] = ds_f16_to_f32(b[j / 32].d) * (float)b[j / 32].qs[j % 32];
+        break;
+    }
+    default: memset(out, 0, c * 4);
+    }
+}
+
+// Rows of W widened per sgemm tile: ~1 MiB of f32, so a tile stays in L2 while sgemm streams x.
+static int gemm_tile_rows(const ds_weight *w) {
+    int t = (int)((1u << 18) / (unsigned)(w->cols > 0 ? w->cols : 1));
+    if (t < 16) t = 16;
+    return t < w->rows ? t : w->rows;
+}
+
+size_t ds_matmul_scratch_floats(const ds_weight *w) {
+    return w->type == DS_F32 ? 0 : (size_t)gemm_tile_rows(w) * (size_t)w->cols;
+}
+
+// Below this many rows, the hand-written kernel (each weight row read once for all input rows)
+// beats sgemm; measured with bench/bench_matmul.
+#define DS_GEMM_MIN_ROWS 8
+// Below this many multiply-adds a product runs on the calling thread (fork/join costs more).
+#define DS_PARALLEL_MIN_MACS (1 << 18)
+
+void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
+    const int rows = w->rows, cols = w->cols;
+    if (n >= DS_GEMM_MIN_ROWS && w->type != DS_Q8_0) {
+        if (w->type == DS_F32) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, w->data, cols,
+                        0.0f, y, rows);
+            return;
+        }
+        const int tile = gemm_tile_rows(w);
+        for (int r0 = 0; r0 < rows; r0 += tile) {
+            const int nr = rows - r0 < tile ? rows - r0 : tile;
+#pragma omp parallel for schedule(static) if ((size_t)nr * cols > DS_PARALLEL_MIN_MACS)
+            for (int r = 0; r < nr; r++) ds_weight_row_f32(w, r0 + r, scratch + (size_t)r * cols);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nr, cols, 1.0f, x, cols, scratch, cols, 0.0f,
+                        y + r0, rows);
+        }
+        return;
+    }
+    const size_t macs = (size_t)rows * cols * (size_t)n;
+    if (macs < DS_PARALLEL_MIN_MACS || omp_get_max_threads() == 1) {
+        rows_dispatch(y, rows, x, n, w, 0, rows);
+        return;
+    }
+#pragma omp parallel
+    {
+        // Contiguous slices of output rows, 16-aligned so threads never share a cache line of y.
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int per = ((rows + nt - 1) / nt + 15) & ~15;
+        const int r0 = t * per, r1 = r0 + per < rows ? r0 + per : rows;
+        if (r0 < r1) rows_dispatch(y, rows, x, n, w, r0, r1);
+    }
+}

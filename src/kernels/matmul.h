@@ -1,0 +1,39 @@
+// Matrix products against stored weights: y = x · Wᵀ, the one operation that dominates inference.
+// Weights stay in their file's type (mapped); activations are f32.
+#ifndef DS_KERNELS_MATMUL_H
+#define DS_KERNELS_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+// A 2-D weight matrix in PyTorch layout: `rows` output features, each a contiguous row of `cols`
+// input features.
+typedef struct {
+    ds_dtype type;    // F32, F16, BF16 or Q8_0
+    int rows, cols;
+    const void *data; // (rows, cols) elements of `type` (Q8_0: rows * cols/32 blocks)
+} ds_weight;
+
+// Bytes one weight occupies (what a decode step reads).
+size_t ds_weight_bytes(const ds_weight *w);
+
+// y (n, w->rows) = x (n, w->cols) · Wᵀ. Few rows run a hand-vectorized kernel that reads each
+// weight row once for all rows (memory-bound decode/verify); many rows go to OpenBLAS sgemm (BF16/F16
+// weights are widened tile by tile into `scratch`, which must hold ds_matmul_scratch_floats(w)).
+// Threads: OpenMP over output rows; OpenBLAS's own threads for sgemm.
+void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch);
+size_t ds_matmul_scratch_floats(const ds_weight *w);
+
+// Rows `first .. first+n-1` of w as f32 (embedding lookup): out (n, cols).
+void ds_weight_rows_f32(const ds_weight *w, int first, int n, float *out);
+// Row `r` of w as f32.
+void ds_weight_row_f32(const ds_weight *w, int r, float *out);
+
+// Which SIMD path ds_matmul uses on this machine ("avx512", "avx2", "scalar").
+const char *ds_matmul_isa(void);
+// Force a path (for tests comparing implementations); returns 0 if the CPU lacks it.
+int ds_matmul_force_isa(const char *isa);
+
+#endif

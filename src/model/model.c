@@ -1,0 +1,430 @@
+// The Llama-family target: model lifetime, KV caches, workspaces and the one forward pass.
+//
+// Per layer (pre-norm decoder):  h = x + Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n),  n = RMSNorm(x)
+//                                x = h + Wdown · (silu(Wgate·m) ⊙ Wup·m),         m = RMSNorm(h)
+// logits = Wout · RMSNorm(x). Attention is causal over the sequence's KV cache, with GQA.
+#include "model/model.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+#include "kernels/ops.h"
+#include "tokenizer/tokenizer.h"
+
+// ---- lifetime ------------------------------------------------------------------------------------
+
+ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out) {
+    *out = NULL;
+    if (!path) return ds_fail(DS_ERR_INVALID, "no model path given");
+    struct stat st;
+    if (stat(path, &st) != 0) return ds_fail(DS_ERR_IO, "%s: no such file or directory", path);
+    if (params) ds_set_threads(params->n_threads);
+    return S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
+}
+
+void ds_model_free(ds_model *m) {
+    if (!m) return;
+    if (m->tok) ds_tokenizer_free(m->tok);
+    if (m->backing_free) m->backing_free(m->backing);
+    free(m->layers);
+    free(m->owned);
+    free(m);
+}
+
+const ds_model_info *ds_model_get_info(const ds_model *m) { return &m->info; }
+const ds_tokenizer *ds_model_tokenizer(const ds_model *m) { return m->tok; }
+
+void ds_set_threads(int n) {
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+float *ds_model_own(ds_model *m, size_t n) {
+    if (m->owned_used + n > m->owned_cap) return NULL;
+    float *p = m->owned + m->owned_used;
+    m->owned_used += n;
+    return p;
+}
+
+static ds_status check_weight(const char *path, const char *what, const ds_weight *w, int rows, int cols) {
+    if (!w->data) return ds_fail(DS_ERR_FORMAT, "%s: missing tensor %s", path, what);
+    if (w->rows != rows || w->cols != cols)
+        return ds_fail(DS_ERR_FORMAT, "%s: tensor %s has shape (%d, %d), expected (%d, %d)", path, what, w->rows,
+                       w->cols, rows, cols);
+    if (w->type == DS_Q8_0 && cols % 32)
+        return ds_fail(DS_ERR_FORMAT, "%s: Q8_0 tensor %s has rows of %d (not a multiple of 32)", path, what, cols);
+    return DS_OK;
+}
+
+ds_status ds_model_finish(ds_model *m, const char *path) {
+    ds_model_info *in = &m->info;
+    in->arch = m->arch;
+    in->name = m->name;
+    if (in->n_layers <= 0 || in->n_layers > 4096 || in->dim <= 0 || in->dim > (1 << 16) || in->n_heads <= 0 ||
+        in->n_kv_heads <= 0 || in->n_heads % in->n_kv_heads || in->head_dim <= 0 || in->head_dim % 2 ||
+        in->head_dim > 4096 || in->ffn_dim <= 0 || in->ffn_dim > (1 << 20) || in->vocab_size <= 0 ||
+        in->vocab_size > (1 << 24) || in->max_ctx <= 0)
+        return ds_fail(DS_ERR_FORMAT,
+                       "%s: implausible model shape (layers %d, dim %d, heads %d/%d, head_dim %d, ffn %d, vocab %d, ctx %d)",
+                       path, in->n_layers, in->dim, in->n_heads, in->n_kv_heads, in->head_dim, in->ffn_dim,
+                       in->vocab_size, in->max_ctx);
+    if (!(in->norm_eps > 0) || !(in->rope_theta > 0))
+        return ds_fail(DS_ERR_FORMAT, "%s: norm epsilon and rope theta must be positive", path);
+    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
+    ds_status st;
+    if ((st = check_weight(path, "token embedding", &m->tok_embd, in->vocab_size, in->dim)) ||
+        (st = check_weight(path, "output", &m->output, in->vocab_size, in->dim)))
+        return st;
+    size_t bytes = ds_weight_bytes(&m->output);
+    for (int l = 0; l < in->n_layers; l++) {
+        ds_layer *L = &m->layers[l];
+        char what[64];
+#define CHECK(field, r, c)                                              \
+    snprintf(what, sizeof what, "layer %d " #field, l);                 \
+    if ((st = check_weight(path, what, &L->field, r, c))) return st;    \
+    bytes += ds_weight_bytes(&L->field);
+        CHECK(wq, qd, in->dim)
+        CHECK(wk, kvd, in->dim)
+        CHECK(wv, kvd, in->dim)
+        CHECK(wo, in->dim, qd)
+        CHECK(w_gate, in->ffn_dim, in->dim)
+        CHECK(w_up, in->ffn_dim, in->dim)
+        CHECK(w_down, in->dim, in->ffn_dim)
+#undef CHECK
+        if (!L->attn_norm || !L->ffn_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
+        bytes += (size_t)2 * in->dim * 4;
+    }
+    in->weight_bytes = bytes + (size_t)in->dim * 4 * 2; // + one embedding row and the final norm
+    in->weight_type = m->layers[0].wq.type;
+    if (!(m->inv_freq = ds_model_own(m, (size_t)in->head_dim / 2)))
+        return ds_fail(DS_ERR_NOMEM, "%s: internal: vector storage too small", path);
+    for (int i = 0; i < in->head_dim / 2; i++)
+        m->inv_freq[i] = (float)pow((double)in->rope_theta, -2.0 * i / in->head_dim);
+    return DS_OK;
+}
+
+// ---- KV cache ------------------------------------------------------------------------------------
+
+ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out) {
+    *out = NULL;
+    if (max_ctx <= 0) max_ctx = m->info.max_ctx;
+    ds_kv *kv = ds_calloc(1, sizeof *kv);
+    if (!kv) return DS_ERR_NOMEM;
+    kv->model = m;
+    kv->max_ctx = max_ctx;
+    kv->k = ds_calloc((size_t)m->info.n_layers, sizeof(float *));
+    kv->v = ds_calloc((size_t)m->info.n_layers, sizeof(float *));
+    if (!kv->k || !kv->v) {
+        ds_kv_free(kv);
+        return DS_ERR_NOMEM;
+    }
+    *out = kv;
+    return DS_OK;
+}
+
+void ds_kv_free(ds_kv *kv) {
+    if (!kv) return;
+    for (int l = 0; kv->k && l < kv->model->info.n_layers; l++) free(kv->k[l]);
+    for (int l = 0; kv->v && l < kv->model->info.n_layers; l++) free(kv->v[l]);
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+int ds_kv_len(const ds_kv *kv) { return kv->len; }
+
+ds_status ds_kv_truncate(ds_kv *kv, int len) {
+    if (len < 0 || len > kv->len)
+        return ds_fail(DS_ERR_INVALID, "cannot truncate a KV cache of %d rows to %d", kv->len, len);
+    kv->len = len; // rows past len are overwritten by the next forward before anything reads them
+    return DS_OK;
+}
+
+ds_status ds_kv_reserve(ds_kv *kv, int need) {
+    if (need > kv->max_ctx)
+        return ds_fail(DS_ERR_INVALID, "context of %d tokens exceeds the KV cache limit of %d", need, kv->max_ctx);
+    if (need <= kv->cap) return DS_OK;
+    int cap = kv->cap ? kv->cap : 256;
+    while (cap < need) cap *= 2;
+    if (cap > kv->max_ctx) cap = kv->max_ctx;
+    const size_t row = (size_t)kv->model->info.n_kv_heads * kv->model->info.head_dim;
+    for (int l = 0; l < kv->model->info.n_layers; l++) {
+        float *k = realloc(kv->k[l], (size_t)cap * row * sizeof(float));
+        if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+        kv->k[l] = k;
+        float *v = realloc(kv->v[l], (size_t)cap * row * sizeof(float));
+        if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+        kv->v[l] = v;
+    }
+    kv->cap = cap;
+    return DS_OK;
+}
+
+// ---- workspace -----------------------------------------------------------------------------------
+
+struct ds_workspace {
+    const ds_model *m;
+    int cap_rows;    // rows the buffers below hold
+    float *x;        // (cap_rows, dim) residual stream
+    float *xb;       // (cap_rows, dim) normed input of a sub-layer / sub-layer output
+    float *q;        // (cap_rows, n_heads * head_dim)
+    float *k;        // (cap_rows, n_kv_heads * head_dim)
+    float *v;        // (cap_rows, n_kv_heads * head_dim)
+    float *att;      // (cap_rows, n_heads * head_dim) attention output
+    float *hb;       // (cap_rows, ffn_dim) gate
+    float *hb2;      // (cap_rows, ffn_dim) up
+    float *rcos;     // (cap_rows, head_dim / 2) RoPE cos per row
+    float *rsin;     // (cap_rows, head_dim / 2)
+    float *logit_in; // (cap_rows, dim) gathered rows whose logits are wanted
+    float *logits;   // (cap_rows, vocab)
+    int *row_seq;    // (cap_rows) which sequence a row belongs to
+    int *row_pos;    // (cap_rows) absolute position
+    int cap_ctx, n_thr;
+    float *scores;   // (n_thr, cap_ctx) attention scores per thread
+    float *scratch;  // matmul tile widening
+};
+
+ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
+    *out = NULL;
+    ds_workspace *ws = ds_calloc(1, sizeof *ws);
+    if (!ws) return DS_ERR_NOMEM;
+    ws->m = m;
+    size_t s = 0;
+    const ds_weight *ws_list[] = {&m->output, &m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wo,
+                                  &m->layers[0].w_gate, &m->layers[0].w_down};
+    for (size_t i = 0; i < sizeof ws_list / sizeof ws_list[0]; i++) {
+        size_t n = ds_matmul_scratch_floats(ws_list[i]);
+        s = n > s ? n : s;
+    }
+    if (s && !(ws->scratch = ds_malloc(s * sizeof(float)))) {
+        free(ws);
+        return DS_ERR_NOMEM;
+    }
+    *out = ws;
+    return DS_OK;
+}
+
+static void ws_release(ds_workspace *ws) {
+    float **bufs[] = {&ws->x, &ws->xb, &ws->q, &ws->k, &ws->v, &ws->att, &ws->hb, &ws->hb2, &ws->rcos, &ws->rsin,
+                      &ws->logit_in, &ws->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(ws->row_seq);
+    free(ws->row_pos);
+    ws->row_seq = ws->row_pos = NULL;
+    ws->cap_rows = 0;
+}
+
+void ds_workspace_free(ds_workspace *ws) {
+    if (!ws) return;
+    ws_release(ws);
+    free(ws->scores);
+    free(ws->scratch);
+    free(ws);
+}
+
+// Grow the row buffers to `rows` and the score buffers to `ctx` (only when a batch is bigger than
+// any before: steady-state decoding never allocates).
+static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
+    const ds_model_info *in = &ws->m->info;
+    if (rows > ws->cap_rows) {
+        ws_release(ws);
+        const size_t r = (size_t)rows, qd = (size_t)in->n_heads * in->head_dim,
+                     kvd = (size_t)in->n_kv_heads * in->head_dim;
+        ws->x = malloc(r * in->dim * 4);
+        ws->xb = malloc(r * in->dim * 4);
+        ws->q = malloc(r * qd * 4);
+        ws->k = malloc(r * kvd * 4);
+        ws->v = malloc(r * kvd * 4);
+        ws->att = malloc(r * qd * 4);
+        ws->hb = malloc(r * in->ffn_dim * 4);
+        ws->hb2 = malloc(r * in->ffn_dim * 4);
+        ws->rcos = malloc(r * in->head_dim / 2 * 4);
+        ws->rsin = malloc(r * in->head_dim / 2 * 4);
+        ws->logit_in = malloc(r * in->dim * 4);
+        ws->logits = malloc(r * in->vocab_size * 4);
+        ws->row_seq = malloc(r * sizeof(int));
+        ws->row_pos = malloc(r * sizeof(int));
+        if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->att || !ws->hb || !ws->hb2 || !ws->rcos ||
+            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos) {
+            ws_release(ws);
+            return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
+        }
+        ws->cap_rows = rows;
+    }
+    const int nthr = omp_get_max_threads();
+    if (ctx > ws->cap_ctx || nthr > ws->n_thr) {
+        int cap = ws->cap_ctx > ctx ? ws->cap_ctx : ctx;
+        if (cap < 256) cap = 256;
+        while (cap < ctx) cap *= 2;
+        const int t = nthr > ws->n_thr ? nthr : ws->n_thr;
+        float *s = realloc(ws->scores, (size_t)t * cap * 4);
+        if (!s) return ds_fail(DS_ERR_NOMEM, "out of memory for attention over %d positions", ctx);
+        ws->scores = s;
+        ws->cap_ctx = cap;
+        ws->n_thr = t;
+    }
+    return DS_OK;
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+static ds_status check_seq(const ds_model *m, const ds_forward_seq *s, int idx) {
+    const ds_model_info *in = &m->info;
+    if (!s->kv || s->kv->model != m) return ds_fail(DS_ERR_INVALID, "sequence %d: KV cache of another model", idx);
+    if (s->n_tokens <= 0 || !s->tokens) return ds_fail(DS_ERR_INVALID, "sequence %d: no tokens", idx);
+    if (s->n_logits < 0 || s->n_logits > s->n_tokens || (s->n_logits && !s->logits))
+        return ds_fail(DS_ERR_INVALID, "sequence %d: n_logits %d for %d tokens", idx, s->n_logits, s->n_tokens);
+    for (int i = 0; i < s->n_tokens; i++)
+        if (s->tokens[i] < 0 || s->tokens[i] >= in->vocab_size)
+            return ds_fail(DS_ERR_INVALID, "sequence %d: token id %d is outside the vocabulary (0..%d)", idx,
+                           s->tokens[i], in->vocab_size - 1);
+    if (s->n_taps < 0 || (s->n_taps && (!s->tap_layers || !s->taps)))
+        return ds_fail(DS_ERR_INVALID, "sequence %d: taps requested without layers or output", idx);
+    for (int t = 0; t < s->n_taps; t++)
+        if (s->tap_layers[t] < -1 || s->tap_layers[t] >= in->n_layers)
+            return ds_fail(DS_ERR_INVALID, "sequence %d: tap layer %d outside -1..%d", idx, s->tap_layers[t],
+                           in->n_layers - 1);
+    for (int j = 0; j < idx; j++)
+        if ((s - idx + j)->kv == s->kv) return ds_fail(DS_ERR_INVALID, "sequence %d shares a KV cache with %d", idx, j);
+    return ds_kv_reserve(s->kv, s->kv->len + s->n_tokens);
+}
+
+// Copy the residual stream x (rows of all sequences) into the taps requested at layer `layer`.
+static void copy_taps(const ds_model *m, ds_forward_seq *seqs, int n_seqs, const float *x, int layer) {
+    const int dim = m->info.dim;
+    int row0 = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        ds_forward_seq *q = &seqs[s];
+        for (int t = 0; t < q->n_taps; t++) {
+            if (q->tap_layers[t] != layer) continue;
+            for (int i = 0; i < q->n_tokens; i++)
+                memcpy(q->taps + ((size_t)i * q->n_taps + t) * dim, x + (size_t)(row0 + i) * dim, (size_t)dim * 4);
+        }
+        row0 += q->n_tokens;
+    }
+}
+
+// Causal GQA attention of every new row against its sequence's cache (which already holds the
+// new rows' K and V). att (R, n_heads * head_dim).
+static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int R, int layer) {
+    const ds_model_info *in = &m->info;
+    const int hd = in->head_dim, nh = in->n_heads, group = in->n_heads / in->n_kv_heads;
+    const int kvd = in->n_kv_heads * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const long total = (long)R * nh;
+    long work = 0;
+    for (int r = 0; r < R; r++) work += (long)(ws->row_pos[r] + 1) * nh * hd;
+#pragma omp parallel for schedule(dynamic, 4) if (work > (1L << 16))
+    for (long job = 0; job < total; job++) {
+        const int r = (int)(job / nh), h = (int)(job % nh);
+        const ds_kv *kv = seqs[ws->row_seq[r]].kv;
+        const int n_ctx = ws->row_pos[r] + 1;
+        const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
+        const float *K = kv->k[layer] + (size_t)(h / group) * hd;
+        const float *V = kv->v[layer] + (size_t)(h / group) * hd;
+        float *sc = ws->scores + (size_t)omp_get_thread_num() * ws->cap_ctx;
+        for (int j = 0; j < n_ctx; j++) sc[j] = ds_dot(q, K + (size_t)j * kvd, hd) * scale;
+        ds_softmax(sc, n_ctx);
+        float *o = ws->att + (size_t)r * nh * hd + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * 4);
+        for (int j = 0; j < n_ctx; j++) ds_axpy(o, sc[j], V + (size_t)j * kvd, hd);
+    }
+}
+
+ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int n_seqs) {
+    const ds_model_info *in = &m->info;
+    if (!ws || ws->m != m) return ds_fail(DS_ERR_INVALID, "workspace belongs to another model");
+    if (n_seqs <= 0) return ds_fail(DS_ERR_INVALID, "forward with no sequences");
+    int R = 0, max_ctx = 0, n_logit_rows = 0;
+    ds_status st;
+    for (int s = 0; s < n_seqs; s++) {
+        if ((st = check_seq(m, &seqs[s], s))) return st;
+        R += seqs[s].n_tokens;
+        n_logit_rows += seqs[s].n_logits;
+        const int end = seqs[s].kv->len + seqs[s].n_tokens;
+        max_ctx = end > max_ctx ? end : max_ctx;
+    }
+    if ((st = ws_reserve(ws, R, max_ctx))) return st;
+
+    const int dim = in->dim, hd = in->head_dim, half = hd / 2;
+    const int qd = in->n_heads * hd, kvd = in->n_kv_heads * hd, ffn = in->ffn_dim;
+    // Rows: positions, owners, RoPE angles, embeddings.
+    for (int s = 0, r = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
+            ws->row_seq[r] = s;
+            ws->row_pos[r] = seqs[s].kv->len + i;
+            ds_rope_angles(ws->rcos + (size_t)r * half, ws->rsin + (size_t)r * half, m->inv_freq, half, ws->row_pos[r]);
+            ds_weight_row_f32(&m->tok_embd, seqs[s].tokens[i], ws->x + (size_t)r * dim);
+        }
+    copy_taps(m, seqs, n_seqs, ws->x, -1);
+
+    for (int l = 0; l < in->n_layers; l++) {
+        const ds_layer *L = &m->layers[l];
+        // Attention block.
+        for (int r = 0; r < R; r++)
+            ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->attn_norm, dim, in->norm_eps);
+        ds_matmul(ws->q, ws->xb, &L->wq, R, ws->scratch);
+        ds_matmul(ws->k, ws->xb, &L->wk, R, ws->scratch);
+        ds_matmul(ws->v, ws->xb, &L->wv, R, ws->scratch);
+        for (int r = 0; r < R; r++) {
+            float *q = ws->q + (size_t)r * qd, *k = ws->k + (size_t)r * kvd;
+            if (L->q_norm)
+                for (int h = 0; h < in->n_heads; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
+            if (L->k_norm)
+                for (int h = 0; h < in->n_kv_heads; h++) ds_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, in->norm_eps);
+            const float *c = ws->rcos + (size_t)r * half, *sn = ws->rsin + (size_t)r * half;
+            ds_rope(q, in->n_heads, hd, c, sn, in->rope_layout);
+            ds_rope(k, in->n_kv_heads, hd, c, sn, in->rope_layout);
+            ds_kv *kv = seqs[ws->row_seq[r]].kv;
+            memcpy(kv->k[l] + (size_t)ws->row_pos[r] * kvd, k, (size_t)kvd * 4);
+            memcpy(kv->v[l] + (size_t)ws->row_pos[r] * kvd, ws->v + (size_t)r * kvd, (size_t)kvd * 4);
+        }
+        attention(m, ws, seqs, R, l);
+        ds_matmul(ws->xb, ws->att, &L->wo, R, ws->scratch);
+        ds_add(ws->x, ws->xb, R * dim);
+        // MLP block (SwiGLU).
+        for (int r = 0; r < R; r++)
+            ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->ffn_norm, dim, in->norm_eps);
+        ds_matmul(ws->hb, ws->xb, &L->w_gate, R, ws->scratch);
+        ds_matmul(ws->hb2, ws->xb, &L->w_up, R, ws->scratch);
+        ds_swiglu(ws->hb, ws->hb2, R * ffn);
+        ds_matmul(ws->xb, ws->hb, &L->w_down, R, ws->scratch);
+        ds_add(ws->x, ws->xb, R * dim);
+        copy_taps(m, seqs, n_seqs, ws->x, l);
+    }
+
+    // Final norm, hidden states, logits for the requested trailing rows.
+    for (int r = 0; r < R; r++)
+        ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, m->out_norm, dim, in->norm_eps);
+    for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++)
+        if (seqs[s].hidden) memcpy(seqs[s].hidden, ws->xb + (size_t)r0 * dim, (size_t)seqs[s].n_tokens * dim * 4);
+    if (n_seqs == 1 && n_logit_rows) {
+        const int first = seqs[0].n_tokens - seqs[0].n_logits;
+        ds_matmul(seqs[0].logits, ws->xb + (size_t)first * dim, &m->output, n_logit_rows, ws->scratch);
+    } else if (n_logit_rows) {
+        int g = 0;
+        for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++) {
+            const int first = r0 + seqs[s].n_tokens - seqs[s].n_logits;
+            memcpy(ws->logit_in + (size_t)g * dim, ws->xb + (size_t)first * dim, (size_t)seqs[s].n_logits * dim * 4);
+            g += seqs[s].n_logits;
+        }
+        ds_matmul(ws->logits, ws->logit_in, &m->output, n_logit_rows, ws->scratch);
+        g = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            memcpy(seqs[s].logits, ws->logits + (size_t)g * in->vocab_size,
+                   (size_t)seqs[s].n_logits * in->vocab_size * 4);
+            g += seqs[s].n_logits;
+        }
+    }
+    for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n_tokens;
+    return DS_OK;
+}
