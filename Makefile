@@ -1,0 +1,36 @@
+# dspark: the two commands a fresh machine needs, and a few more.
+#   make demo    install what is missing, build, and generate from the default stories260K model
+#   make test    install what is missing, build (normal and ASan+UBSan), and run every test
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+
+.PHONY: all setup build demo test test-asan unit bench clean
+
+all: build
+
+setup:
+	@./scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/bin/dspark generate -p "Once upon a time" -n 64 --temp 0
+
+# The whole suite on the optimized build, then the unit tests under AddressSanitizer and
+# UndefinedBehaviorSanitizer.
+test: build test-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: setup
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDS_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L "unit|cli"
+
+bench: build
+	./scripts/bench.sh
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
