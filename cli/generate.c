@@ -173,7 +173,7 @@ int cmd_generate(int argc, char **argv) {
     cli_catch_interrupt();
     ds_rng rng = ds_rng_init((uint64_t)a.seed, 0);
     ds_detok dt;
-    ds_detok_init(&dt, tok, 1);
+    ds_detok_init(&dt, tok, 0); // a continuation keeps its leading space
     char piece[256];
     // Prefill: the whole prompt in one forward, logits of the last row only.
     double t0 = cli_now();
@@ -188,14 +188,18 @@ int cmd_generate(int argc, char **argv) {
                                                    : ds_sample_probs(g.probs, info->vocab_size, &rng);
         if (next == info->eos_id) break;
         g.out_ids[n_gen++] = next;
-        const int n = ds_detok_push(&dt, next, piece, sizeof piece);
+        char *buf = piece;
+        int n = ds_detok_push(&dt, next, piece, sizeof piece);
+        if (n < 0 && (buf = malloc((size_t)-n))) n = ds_detok_push(&dt, next, buf, -n); // an unusually long piece
+        if (!buf) goto oom;
         if (n > 0) {
-            if (!append_text(&g, piece, n)) goto oom;
+            if (!append_text(&g, buf, n)) goto oom;
             if (!a.json) {
-                fwrite(piece, 1, (size_t)n, stdout);
+                fwrite(buf, 1, (size_t)n, stdout);
                 fflush(stdout);
             }
         }
+        if (buf != piece) free(buf);
         if (n_gen == a.n_predict) break; // the last token needs no forward pass
         ds_forward_seq step = {.kv = g.kv, .tokens = &next, .n_tokens = 1, .n_logits = 1, .logits = g.logits};
         if ((st = ds_model_forward(g.model, g.ws, &step, 1))) goto fail;

@@ -143,7 +143,8 @@ int ds_tokenizer_vocab_size(const ds_tokenizer *t);
 int ds_tokenizer_bos(const ds_tokenizer *t);
 int ds_tokenizer_eos(const ds_tokenizer *t);
 // The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space;
-// control tokens give nothing). Returns the length; writes up to `cap` bytes.
+// control, unknown and unused tokens give nothing). Returns the full length but writes at most
+// `cap` bytes; an out-of-range id gives 0.
 int ds_token_bytes(const ds_tokenizer *t, int32_t id, char *buf, int cap);
 
 // Streaming detokenizer: push ids, receive only complete, valid UTF-8 (never half a character;
@@ -156,9 +157,11 @@ typedef struct {
 } ds_detok;
 
 void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space);
-// Append the text of `id` to out (capacity cap, >= 64 recommended); returns bytes written.
+// Append the text of `id` to out; returns bytes written, or -(bytes needed) when they do not fit in
+// `cap` (then nothing is consumed: call again with a larger buffer). 64 bytes fit every piece of up
+// to 61 bytes. The leading space is stripped from the first non-empty piece when asked.
 int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap);
-// Flush any incomplete character at the end of the stream (as U+FFFD).
+// Flush an incomplete character at the end of the stream as U+FFFD: returns 3, 0, or -3 if cap < 3.
 int ds_detok_flush(ds_detok *d, char *out, int cap);
 
 // ---------------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@
 typedef struct {
     const uint8_t *p, *end;
     const char *path;
+    const uint8_t *start; // the file's first byte, for positions in messages
 } cursor;
 
 static ds_status truncated(const cursor *c, const char *what) {
     return ds_fail(DS_ERR_FORMAT, "%s: truncated file (reading %s at byte %zu)", c->path, what,
-                   (size_t)(c->end - c->p));
+                   (size_t)(c->p - c->start));
 }
 
 static ds_status rd(cursor *c, void *out, size_t n, const char *what) {
@@ -240,7 +241,7 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 static ds_status gguf_parse(ds_gguf *g) {
-    cursor c = {g->map.data, g->map.data + g->map.size, g->map.path};
+    cursor c = {g->map.data, g->map.data + g->map.size, g->map.path, g->map.data};
     ds_status st;
     if (g->map.size < 4 || memcmp(g->map.data, "GGUF", 4) != 0)
         return ds_fail(DS_ERR_FORMAT, "%s: not a GGUF file (bad magic)", c.path);

@@ -124,6 +124,7 @@ static int isa_supported(const isa_table *t) {
 
 static const isa_table *isa_get(void) {
     if (!g_isa) {
+        openblas_set_num_threads(1); // one thread pool: OpenMP splits the work, sgemm runs per thread
         for (size_t i = 0; i < sizeof g_isas / sizeof g_isas[0]; i++)
             if (isa_supported(&g_isas[i])) {
                 g_isa = &g_isas[i];
@@ -206,27 +207,30 @@ size_t ds_matmul_scratch_floats(const ds_weight *w) {
 // Below this many multiply-adds a product runs on the calling thread (fork/join costs more).
 #define DS_PARALLEL_MIN_MACS (1 << 18)
 
-void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
+// Rows [r0, r1) of the output through OpenBLAS (single-threaded: OpenMP owns the threads).
+static void gemm_slice(float *y, const float *x, const ds_weight *w, int n, int r0, int r1, float *scratch) {
     const int rows = w->rows, cols = w->cols;
-    if (n >= DS_GEMM_MIN_ROWS && w->type != DS_Q8_0) {
-        if (w->type == DS_F32) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, w->data, cols,
-                        0.0f, y, rows);
-            return;
-        }
-        const int tile = gemm_tile_rows(w);
-        for (int r0 = 0; r0 < rows; r0 += tile) {
-            const int nr = rows - r0 < tile ? rows - r0 : tile;
-#pragma omp parallel for schedule(static) if ((size_t)nr * cols > DS_PARALLEL_MIN_MACS)
-            for (int r = 0; r < nr; r++) ds_weight_row_f32(w, r0 + r, scratch + (size_t)r * cols);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nr, cols, 1.0f, x, cols, scratch, cols, 0.0f,
-                        y + r0, rows);
-        }
+    if (w->type == DS_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1 - r0, cols, 1.0f, x, cols,
+                    (const float *)w->data + (size_t)r0 * cols, cols, 0.0f, y + r0, rows);
         return;
     }
-    const size_t macs = (size_t)rows * cols * (size_t)n;
+    const int tile = gemm_tile_rows(w);
+    for (int t0 = r0; t0 < r1; t0 += tile) {
+        const int nr = r1 - t0 < tile ? r1 - t0 : tile;
+        ds_weight_rows_f32(w, t0, nr, scratch);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nr, cols, 1.0f, x, cols, scratch, cols, 0.0f,
+                    y + t0, rows);
+    }
+}
+
+void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
+    const int rows = w->rows;
+    const int gemm = n >= DS_GEMM_MIN_ROWS && w->type != DS_Q8_0;
+    const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
     if (macs < DS_PARALLEL_MIN_MACS || omp_get_max_threads() == 1) {
-        rows_dispatch(y, rows, x, n, w, 0, rows);
+        if (gemm) gemm_slice(y, x, w, n, 0, rows, scratch);
+        else rows_dispatch(y, rows, x, n, w, 0, rows);
         return;
     }
 #pragma omp parallel
@@ -235,6 +239,9 @@ void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scrat
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         const int per = ((rows + nt - 1) / nt + 15) & ~15;
         const int r0 = t * per, r1 = r0 + per < rows ? r0 + per : rows;
-        if (r0 < r1) rows_dispatch(y, rows, x, n, w, r0, r1);
+        if (r0 < r1) {
+            if (gemm) gemm_slice(y, x, w, n, r0, r1, scratch + (size_t)t * ds_matmul_scratch_floats(w));
+            else rows_dispatch(y, rows, x, n, w, r0, r1);
+        }
     }
 }

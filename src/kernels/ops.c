@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+DS_MULTIVERSION
 void ds_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
@@ -45,12 +46,14 @@ void ds_rope(float *x, int n_heads, int head_dim, const float *cos_, const float
     }
 }
 
+DS_MULTIVERSION
 void ds_softmax(float *x, int n) {
     float mx = x[0];
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
+        x[i] = ds_expf(x[i] - mx);
         sum += x[i];
     }
     const float inv = 1.0f / sum;
@@ -58,24 +61,34 @@ void ds_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+DS_MULTIVERSION
 void ds_swiglu(float *a, const float *b, int n) {
 #pragma omp simd
-    for (int i = 0; i < n; i++) a[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+    for (int i = 0; i < n; i++) a[i] = a[i] / (1.0f + ds_expf(-a[i])) * b[i];
 }
 
+DS_MULTIVERSION
 void ds_add(float *y, const float *x, int n) {
 #pragma omp simd
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
-float ds_dot(const float *a, const float *b, int n) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-void ds_axpy(float *y, float alpha, const float *x, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+DS_MULTIVERSION
+void ds_attend(float *out, const float *q, const float *K, const float *V, int n_ctx, int stride, int head_dim,
+               float scale, float *scores) {
+    // scores = scale · Σ_d q[d] K[d][:]   (axpys along positions)
+    for (int j = 0; j < n_ctx; j++) scores[j] = 0;
+    for (int d = 0; d < head_dim; d++) ds_axpy(scores, q[d] * scale, K + (size_t)d * stride, n_ctx);
+    // softmax
+    float mx = -INFINITY;
+    for (int j = 0; j < n_ctx; j++) mx = scores[j] > mx ? scores[j] : mx;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n_ctx; j++) {
+        scores[j] = ds_expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    // out[d] = (scores · V[d][:]) / sum
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < head_dim; d++) out[d] = ds_dot(scores, V + (size_t)d * stride, n_ctx) * inv;
 }

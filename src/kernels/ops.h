@@ -2,6 +2,8 @@
 #ifndef DS_KERNELS_OPS_H
 #define DS_KERNELS_OPS_H
 
+#include <stdint.h>
+
 #include "dspark.h"
 
 // out (n) = x / sqrt(mean(x²) + eps) * w   (Llama RMSNorm; w may be NULL for a weightless norm)
@@ -23,9 +25,46 @@ void ds_swiglu(float *a, const float *b, int n);
 // y (n) += x (n)
 void ds_add(float *y, const float *x, int n);
 
-// dot(a, b) over n (vectorized)
-float ds_dot(const float *a, const float *b, int n);
+// Build one function for several instruction sets, picked at load time (GCC function
+// multi-versioning), so plain loops vectorize for AVX-512 / AVX2 without -march=native.
+#define DS_MULTIVERSION __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+
+// exp(x) for x <= 88, vectorizable: 2^n · p(r) with n = round(x / ln 2), r = x - n ln 2 (Cody-Waite
+// split), p a degree-6 minimax polynomial (Cephes expf); relative error < 2e-7. Inputs below -87
+// give ~1e-38 instead of denormals.
+static inline float ds_expf(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float n = __builtin_rintf(x * 1.44269504088896341f);
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float e = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23};
+    return e * scale.f;
+}
+
+// dot(a, b) over n
+static inline float ds_dot(const float *a, const float *b, int n) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 // y (n) += alpha * x (n)
-void ds_axpy(float *y, float alpha, const float *x, int n);
+static inline void ds_axpy(float *y, float alpha, const float *x, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+// One attention head of one query row over n_ctx cached positions, with K and V stored transposed
+// (head_dim lines of `stride` floats, position j at column j):
+// out (head_dim) = Σ_j softmax_j(scale · Σ_d q[d] K[d][j]) V[:][j]. `scores` holds n_ctx floats.
+void ds_attend(float *out, const float *q, const float *K, const float *V, int n_ctx, int stride, int head_dim,
+               float scale, float *scores);
 
 #endif

@@ -83,9 +83,9 @@ static ds_status load_tokenizer(ds_model *m, const ds_gguf *g) {
         pieces[i] = toks->arr_strs[i].ptr;
         lens[i] = (size_t)toks->arr_strs[i].len;
         sc[i] = scores ? (float)ds_gguf_arr_f64(scores, i) : 0.0f;
-        ty[i] = types ? (int32_t)ds_gguf_arr_i64(types, i) : DS_TOKTYPE_NORMAL;
+        ty[i] = types ? (int32_t)ds_gguf_arr_i64(types, i) : 0;
     }
-    st = ds_tokenizer_init_spm((int)n, pieces, lens, sc, ty, (int)bos, (int)eos, (int)unk, space, &m->tok);
+    st = ds_tokenizer_init_spm((int)n, pieces, lens, sc, types ? ty : NULL, (int)bos, (int)eos, (int)unk, space, &m->tok);
     if (st) ds_fail_prefix(st, "%s", g->map.path);
     m->info.bos_id = (int)bos;
     m->info.eos_id = (int)eos;

@@ -5,9 +5,9 @@
 // logits = Wout · RMSNorm(x). Attention is causal over the sequence's KV cache, with GQA.
 #include "model/model.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,7 +42,6 @@ const ds_tokenizer *ds_model_tokenizer(const ds_model *m) { return m->tok; }
 void ds_set_threads(int n) {
     if (n <= 0) n = omp_get_num_procs();
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
 }
 
 float *ds_model_own(ds_model *m, size_t n) {
@@ -153,13 +152,23 @@ ds_status ds_kv_reserve(ds_kv *kv, int need) {
     int cap = kv->cap ? kv->cap : 256;
     while (cap < need) cap *= 2;
     if (cap > kv->max_ctx) cap = kv->max_ctx;
-    const size_t row = (size_t)kv->model->info.n_kv_heads * kv->model->info.head_dim;
+    // Re-lay each (head, dim) line from the old stride to the new one (amortized: doubling).
+    const size_t lines = (size_t)kv->model->info.n_kv_heads * kv->model->info.head_dim;
     for (int l = 0; l < kv->model->info.n_layers; l++) {
-        float *k = realloc(kv->k[l], (size_t)cap * row * sizeof(float));
-        if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+        float *k = malloc(lines * (size_t)cap * sizeof(float));
+        float *v = malloc(lines * (size_t)cap * sizeof(float));
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+        }
+        for (size_t i = 0; kv->cap && i < lines; i++) {
+            memcpy(k + i * cap, kv->k[l] + i * kv->cap, (size_t)kv->len * sizeof(float));
+            memcpy(v + i * cap, kv->v[l] + i * kv->cap, (size_t)kv->len * sizeof(float));
+        }
+        free(kv->k[l]);
+        free(kv->v[l]);
         kv->k[l] = k;
-        float *v = realloc(kv->v[l], (size_t)cap * row * sizeof(float));
-        if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
         kv->v[l] = v;
     }
     kv->cap = cap;
@@ -187,7 +196,8 @@ struct ds_workspace {
     int *row_pos;    // (cap_rows) absolute position
     int cap_ctx, n_thr;
     float *scores;   // (n_thr, cap_ctx) attention scores per thread
-    float *scratch;  // matmul tile widening
+    size_t scratch_per_thread;
+    float *scratch;  // (n_thr, scratch_per_thread) matmul tile widening
 };
 
 ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
@@ -202,10 +212,7 @@ ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
         size_t n = ds_matmul_scratch_floats(ws_list[i]);
         s = n > s ? n : s;
     }
-    if (s && !(ws->scratch = ds_malloc(s * sizeof(float)))) {
-        free(ws);
-        return DS_ERR_NOMEM;
-    }
+    ws->scratch_per_thread = s;
     *out = ws;
     return DS_OK;
 }
@@ -269,6 +276,11 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         float *s = realloc(ws->scores, (size_t)t * cap * 4);
         if (!s) return ds_fail(DS_ERR_NOMEM, "out of memory for attention over %d positions", ctx);
         ws->scores = s;
+        if (t > ws->n_thr && ws->scratch_per_thread) {
+            float *m = realloc(ws->scratch, (size_t)t * ws->scratch_per_thread * 4);
+            if (!m) return ds_fail(DS_ERR_NOMEM, "out of memory for matmul scratch");
+            ws->scratch = m;
+        }
         ws->cap_ctx = cap;
         ws->n_thr = t;
     }
@@ -318,7 +330,6 @@ static void copy_taps(const ds_model *m, ds_forward_seq *seqs, int n_seqs, const
 static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int R, int layer) {
     const ds_model_info *in = &m->info;
     const int hd = in->head_dim, nh = in->n_heads, group = in->n_heads / in->n_kv_heads;
-    const int kvd = in->n_kv_heads * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const long total = (long)R * nh;
     long work = 0;
@@ -329,14 +340,10 @@ static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs,
         const ds_kv *kv = seqs[ws->row_seq[r]].kv;
         const int n_ctx = ws->row_pos[r] + 1;
         const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = kv->k[layer] + (size_t)(h / group) * hd;
-        const float *V = kv->v[layer] + (size_t)(h / group) * hd;
+        const float *K = kv->k[layer] + (size_t)(h / group) * hd * kv->cap;
+        const float *V = kv->v[layer] + (size_t)(h / group) * hd * kv->cap;
         float *sc = ws->scores + (size_t)omp_get_thread_num() * ws->cap_ctx;
-        for (int j = 0; j < n_ctx; j++) sc[j] = ds_dot(q, K + (size_t)j * kvd, hd) * scale;
-        ds_softmax(sc, n_ctx);
-        float *o = ws->att + (size_t)r * nh * hd + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * 4);
-        for (int j = 0; j < n_ctx; j++) ds_axpy(o, sc[j], V + (size_t)j * kvd, hd);
+        ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, n_ctx, kv->cap, hd, scale, sc);
     }
 }
 
@@ -385,8 +392,12 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             ds_rope(q, in->n_heads, hd, c, sn, in->rope_layout);
             ds_rope(k, in->n_kv_heads, hd, c, sn, in->rope_layout);
             ds_kv *kv = seqs[ws->row_seq[r]].kv;
-            memcpy(kv->k[l] + (size_t)ws->row_pos[r] * kvd, k, (size_t)kvd * 4);
-            memcpy(kv->v[l] + (size_t)ws->row_pos[r] * kvd, ws->v + (size_t)r * kvd, (size_t)kvd * 4);
+            const float *v = ws->v + (size_t)r * kvd;
+            float *K = kv->k[l] + ws->row_pos[r], *V = kv->v[l] + ws->row_pos[r];
+            for (int i = 0; i < kvd; i++) {
+                K[(size_t)i * kv->cap] = k[i];
+                V[(size_t)i * kv->cap] = v[i];
+            }
         }
         attention(m, ws, seqs, R, l);
         ds_matmul(ws->xb, ws->att, &L->wo, R, ws->scratch);

@@ -49,8 +49,10 @@ struct ds_kv {
     int len;        // rows held
     int cap;        // rows allocated (grows by doubling up to max_ctx)
     int max_ctx;
-    float **k;      // (n_layers) each (cap, n_kv_heads * head_dim), K after RoPE
-    float **v;      // (n_layers) each (cap, n_kv_heads * head_dim)
+    // Transposed per head, so attention runs along positions with no horizontal reductions:
+    // scores = Σ_d q[d]·K[d][:] (axpys), out[d] = p·V[d][:] (one dot per d), for any head_dim.
+    float **k;      // (n_layers) each (n_kv_heads, head_dim, cap), K after RoPE
+    float **v;      // (n_layers) each (n_kv_heads, head_dim, cap)
 };
 
 // Make room for `need` rows (amortized doubling; no allocation once the cache has grown).
