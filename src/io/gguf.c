@@ -236,6 +236,25 @@ static ds_status check_layout(ds_gguf *g) {
     return st;
 }
 
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// As llama.cpp: a metadata key may appear only once (sorted copy: no quadratic scan on hostile files).
+static ds_status check_unique_keys(const ds_gguf *g) {
+    if (g->n_kv < 2) return DS_OK;
+    char **keys = ds_malloc(g->n_kv * sizeof *keys);
+    if (!keys) return DS_ERR_NOMEM;
+    for (uint64_t i = 0; i < g->n_kv; i++) keys[i] = g->kv[i].key;
+    qsort(keys, g->n_kv, sizeof *keys, cmp_key);
+    ds_status st = DS_OK;
+    for (uint64_t i = 1; i < g->n_kv && !st; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            st = ds_fail(DS_ERR_FORMAT, "%s: metadata key '%s' appears twice", g->map.path, keys[i]);
+    free(keys);
+    return st;
+}
+
 static int cmp_name(const void *a, const void *b) {
     return strcmp(((const ds_gguf_tensor *)a)->name, ((const ds_gguf_tensor *)b)->name);
 }
@@ -262,6 +281,7 @@ static ds_status gguf_parse(ds_gguf *g) {
     if (!(g->kv = ds_calloc(g->n_kv, sizeof *g->kv))) return DS_ERR_NOMEM;
     for (uint64_t i = 0; i < g->n_kv; i++)
         if ((st = read_kv(&c, &g->kv[i]))) return st;
+    if ((st = check_unique_keys(g))) return st;
     if (!(g->tensors = ds_calloc(g->n_tensors, sizeof *g->tensors))) return DS_ERR_NOMEM;
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if ((st = read_tensor_info(&c, &g->tensors[i]))) return st;
@@ -382,6 +402,7 @@ ds_status ds_gguf_get_str(const ds_gguf *g, const char *key, char *buf, size_t c
     const ds_gguf_kv *kv = ds_gguf_find_kv(g, key);
     if (!kv) return ds_fail(DS_ERR_FORMAT, "%s: missing metadata '%s'", g->map.path, key);
     if (kv->type != DS_GGUF_STRING) return ds_fail(DS_ERR_FORMAT, "%s: metadata '%s' is not a string", g->map.path, key);
+    if (cap == 0) return ds_fail(DS_ERR_INVALID, "no room to copy metadata '%s'", key);
     size_t n = kv->v.s.len < cap - 1 ? (size_t)kv->v.s.len : cap - 1;
     memcpy(buf, kv->v.s.ptr, n);
     buf[n] = 0;
