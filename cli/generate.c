@@ -150,7 +150,11 @@ int cmd_generate(int argc, char **argv) {
     }
     const size_t plen = strlen(a.prompt);
     int n_prompt = 0;
-    if ((st = ds_tokenize(tok, a.prompt, plen, 1, NULL, 0, &n_prompt))) goto fail;
+    if ((st = ds_tokenize(tok, a.prompt, plen, 1, NULL, 0, &n_prompt))) {
+        fprintf(stderr, "dspark: prompt: %s\n", ds_last_error());
+        gen_free(&g);
+        return 1;
+    }
     g.prompt_ids = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
     g.out_ids = malloc(sizeof(int32_t) * (size_t)(a.n_predict > 0 ? a.n_predict : 1));
     g.logits = malloc(sizeof(float) * (size_t)info->vocab_size);

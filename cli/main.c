@@ -1,8 +1,11 @@
 // dspark: the command-line tool. main only dispatches to one file per command.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "kernels/matmul.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -13,7 +16,17 @@ static void usage(FILE *f) {
             "  version    print the version\n");
 }
 
+// Give OpenBLAS the kernels this CPU deserves (see ds_openblas_core_hint): once, by re-executing
+// with OPENBLAS_CORETYPE set; an explicit OPENBLAS_CORETYPE from the user always wins.
+static void fix_openblas_core(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *hint = ds_openblas_core_hint();
+    if (!hint || setenv("OPENBLAS_CORETYPE", hint, 1) != 0) return;
+    execv("/proc/self/exe", argv); // returns only on failure: carry on with what we have
+}
+
 int main(int argc, char **argv) {
+    fix_openblas_core(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -11,6 +11,9 @@
 // Software prefetch distance in elements (4 KiB of 16-bit weights, 8 KiB of f32), measured with
 // bench_decode: 512 gave 88% of the BF16 bound, 1024 93%, 2048 98%.
 #define DS_PREFETCH_ELEMS 2048
+// Bytes of input rows a multi-row pass keeps in L1 (measured with bench_matmul, 2048 x 5632 F32,
+// n = 8: whole rows from L2 6.5 ms, 16 KiB chunks 5.6 ms, 24 KiB 4.9 ms, 32 KiB 4.5 ms; n = 1: 3.0).
+#define DS_X_BLOCK_BYTES 32768
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 #define ISA avx512
@@ -206,9 +209,17 @@ size_t ds_matmul_scratch_floats(const ds_weight *w) {
     return w->type == DS_F32 ? 0 : (size_t)gemm_tile_rows(w) * (size_t)w->cols;
 }
 
-// Below this many rows, the hand-written kernel (each weight row read once for all input rows)
-// beats sgemm; measured with bench/bench_matmul.
-#define DS_GEMM_MIN_ROWS 8
+// Below this many rows, the hand-written kernel (weights read once per 8 input rows) beats sgemm
+// (measured with bench/bench_matmul on 2048 x 5632: F32 crosses over at n = 10-12; BF16 still wins
+// at 16 because sgemm needs the weights widened first). 0 = these defaults.
+static int g_gemm_min_rows = 0;
+
+void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
+
+static int gemm_min_rows(ds_dtype t) {
+    if (g_gemm_min_rows) return g_gemm_min_rows;
+    return t == DS_F32 ? 10 : 24;
+}
 // Below this many multiply-adds a product runs on the calling thread (fork/join costs more).
 #define DS_PARALLEL_MIN_MACS (1 << 18)
 
@@ -232,7 +243,7 @@ static void gemm_slice(float *y, const float *x, const ds_weight *w, int n, int 
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int rows = w->rows;
-    const int gemm = n >= DS_GEMM_MIN_ROWS && w->type != DS_Q8_0;
+    const int gemm = n >= gemm_min_rows(w->type) && w->type != DS_Q8_0;
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
     if (macs < DS_PARALLEL_MIN_MACS || omp_get_max_threads() == 1) {
         if (gemm) gemm_slice(y, x, w, n, 0, rows, scratch);
@@ -250,4 +261,28 @@ void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scrat
             else rows_dispatch(y, rows, x, n, w, r0, r1);
         }
     }
+}
+
+const char *ds_openblas_core_hint(void) {
+    const char *core = openblas_get_corename();
+    if (!core) return NULL;
+    __builtin_cpu_init();
+    static const char *avx512_cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    static const char *avx2_cores[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    char lower[64];
+    size_t i = 0;
+    for (; core[i] && i + 1 < sizeof lower; i++) lower[i] = (char)(core[i] | 0x20);
+    lower[i] = 0;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd")) {
+        for (size_t k = 0; k < sizeof avx512_cores / sizeof *avx512_cores; k++)
+            if (strstr(lower, avx512_cores[k])) return NULL;
+        return "SkylakeX";
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        for (size_t k = 0; k < sizeof avx2_cores / sizeof *avx2_cores; k++)
+            if (strstr(lower, avx2_cores[k])) return NULL;
+        return "Haswell";
+    }
+    return NULL;
 }

@@ -27,6 +27,10 @@ size_t ds_weight_bytes(const ds_weight *w);
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch);
 size_t ds_matmul_scratch_floats(const ds_weight *w);
 
+// Products of at least this many rows go to sgemm (0 = the measured defaults per weight type;
+// benchmarks and tests change it).
+void ds_matmul_set_gemm_min_rows(int n);
+
 // Rows `first .. first+n-1` of w as f32 (embedding lookup): out (n, cols).
 void ds_weight_rows_f32(const ds_weight *w, int first, int n, float *out);
 // Row `r` of w as f32.
@@ -38,3 +42,10 @@ const char *ds_matmul_isa(void);
 int ds_matmul_force_isa(const char *isa);
 
 #endif
+
+// OpenBLAS picks its kernels from the CPU model at load time and falls back to generic SSE3
+// ("Prescott") kernels on CPUs newer than it knows (Debian 12's 0.3.21 on Sapphire/Emerald Rapids:
+// 4x slower sgemm). Returns the OPENBLAS_CORETYPE value that matches this CPU's instruction sets
+// ("SkylakeX", "Haswell") when OpenBLAS chose a weaker one, else NULL. Programs set it in the
+// environment and re-execute themselves (it is read only at load).
+const char *ds_openblas_core_hint(void);

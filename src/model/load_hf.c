@@ -93,7 +93,7 @@ static ds_status read_config(ds_model *m, const char *dir, int *tied, int *qk_no
     free(text);
     if (!cfg || !cJSON_IsObject(cfg)) {
         cJSON_Delete(cfg);
-        return ds_fail(DS_ERR_FORMAT, "%s: not a JSON object", path);
+        return ds_fail(DS_ERR_FORMAT, "%s: not valid JSON (or not a JSON object)", path);
     }
     ds_status st = DS_OK;
     ds_model_info *in = &m->info;

@@ -210,7 +210,10 @@ static void run_type(ds_dtype type, const int *cols_list, int n_cols) {
                 make_weight(&tw, type, k_rows[ri], cols_list[ci]);
                 for (size_t ni = 0; ni < sizeof k_ns / sizeof k_ns[0]; ni++) {
                     float *x = make_x(k_ns[ni], cols_list[ci]);
-                    check_matmul(&tw, x, k_ns[ni], "shapes");
+                    check_matmul(&tw, x, k_ns[ni], "shapes"); // the default path for this n
+                    ds_matmul_set_gemm_min_rows(k_ns[ni] > 1 ? 2 : 1 << 30); // and the other one
+                    check_matmul(&tw, x, k_ns[ni], "shapes, other path");
+                    ds_matmul_set_gemm_min_rows(0);
                     free(x);
                 }
                 free_weight(&tw);
@@ -232,6 +235,7 @@ static void test_matmul_q8_0(void **state) { run_type(DS_Q8_0, k_cols_q8, 4); }
 // The sgemm path with several tiles of widened BF16/F16 rows (the last one partial): tile rows are
 // max(16, 2^18 / cols), so 16385 columns give tiles of 16 rows over 40 rows.
 static void test_matmul_sgemm_tiles(void **state) {
+    ds_matmul_set_gemm_min_rows(2); // force the sgemm path
     const ds_dtype types[] = {DS_BF16, DS_F16, DS_F32};
     for (int t = 0; t < 3; t++) {
         test_weight tw;
@@ -250,6 +254,7 @@ static void test_matmul_sgemm_tiles(void **state) {
     make_weight(&tw, DS_F16, 1000, 1024);
     assert_int_equal(ds_matmul_scratch_floats(&tw.w), (size_t)256 * 1024);
     free_weight(&tw);
+    ds_matmul_set_gemm_min_rows(0);
 }
 
 static void test_weight_bytes(void **state) {
@@ -608,6 +613,7 @@ static void test_threads(void **state) {
 static void test_openblas_single_threaded_first(void **state) {
     omp_set_num_threads(2);
     assert_int_equal(ds_matmul_force_isa("scalar"), 1);
+    ds_matmul_set_gemm_min_rows(8);
     test_weight tw;
     make_weight(&tw, DS_BF16, 64, 64);
     float *x = make_x(8, 64); // 8 rows: the sgemm path
@@ -617,6 +623,7 @@ static void test_openblas_single_threaded_first(void **state) {
     if (openblas_get_num_threads() != 1)
         print_error("OpenBLAS runs %d threads after the first ds_matmul\n", openblas_get_num_threads());
     assert_int_equal(openblas_get_num_threads(), 1);
+    ds_matmul_set_gemm_min_rows(0);
     restore_isa();
     omp_set_num_threads(omp_get_num_procs());
 }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Benchmarks: machine-readable JSON lines on stdout, each comparing against a baseline measured in
+# the same run (the memory-bandwidth bound, the scalar kernels, sgemm). Progress goes to stderr.
+#   scripts/bench.sh [BUILD_DIR]     (make bench runs it on ./build)
+# Synthetic-weight models of realistic shape (dim 2048, 16 layers, GQA 32/8, FFN 5632, vocab 32000;
+# weights do not change cost) are written once to BUILD_DIR/bench-models (3.2 GB F32 + 1.6 GB BF16).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+BIN=$BUILD/bin
+MODELS=$BUILD/bench-models
+STORIES=${DSPARK_MODEL:-../shared/models/stories260K/stories260K.gguf}
+mkdir -p "$MODELS"
+
+echo "bench: stories260K decode (compute-bound: compared with our scalar kernels)" >&2
+"$BIN/bench_decode" --model "$STORIES" -n 256 --repeats 5 --threads 1,2
+for dtype in f32 bf16; do
+  echo "bench: synthetic 2048x16 $dtype decode (memory-bound: compared with the measured bandwidth bound)" >&2
+  "$BIN/bench_decode" --synthetic "$MODELS/llama2048x16-$dtype" --dtype "$dtype" -n 32 --repeats 3 --threads 1,2
+done
+echo "bench: multi-row kernel vs OpenBLAS sgemm, 2048 x 5632" >&2
+"$BIN/bench_matmul" 1
