@@ -167,9 +167,10 @@ int cmd_generate(int argc, char **argv) {
     }
     if ((st = ds_tokenize(tok, a.prompt, plen, 1, g.prompt_ids, n_prompt, &n_prompt))) goto fail;
     if (n_prompt + a.n_predict > info->max_ctx) {
-        gen_free(&g);
-        return cli_usage_error("prompt (%d tokens) + %ld new tokens exceed the model's context of %d", n_prompt,
-                               a.n_predict, info->max_ctx);
+        rc = cli_usage_error("prompt (%d tokens) + %ld new tokens exceed the model's context of %d", n_prompt,
+                             a.n_predict, info->max_ctx);
+        gen_free(&g); // info points into the model: report first
+        return rc;
     }
     if ((st = ds_kv_init(g.model, n_prompt + (int)a.n_predict, &g.kv)) || (st = ds_workspace_init(g.model, &g.ws)))
         goto fail;
