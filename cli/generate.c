@@ -8,10 +8,11 @@
 #include "cli.h"
 
 typedef struct {
-    const char *model, *prompt;
+    const char *model, *prompt, *drafter;
     long n_predict, threads, seed;
     ds_sampler_params sp;
-    int json;
+    ds_spec_params spec;
+    int spec_given, json, stats;
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -26,6 +27,12 @@ static void gen_usage(FILE *f) {
             "  --min-p M          drop tokens below M x the top probability (0 = off)\n"
             "  --seed S           random seed (default 0)\n"
             "  -t, --threads N    threads (default: all cores)\n"
+            "  -d, --drafter DIR  a DeepSpec drafter (DSpark or DFlash) paired with the model\n"
+            "  --spec KIND        none | dspark | ngram (default: dspark with -d, else none)\n"
+            "  --draft-max K      most drafted tokens verified per round (default: the block size; 7 for ngram)\n"
+            "  --conf-threshold C verify the slots before the first whose confidence is below C\n"
+            "  --ngram N          ngram match length (default 3)\n"
+            "  --stats            print speculation statistics to stderr\n"
             "  --json             print one JSON object instead of streaming text\n");
 }
 
@@ -42,6 +49,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             exit(0);
         } else if (!strcmp(o, "--json")) {
             a->json = 1;
+            continue;
+        } else if (!strcmp(o, "--stats")) {
+            a->stats = 1;
             continue;
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
@@ -67,35 +77,54 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         } else if (!strcmp(o, "--min-p")) {
             if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--min-p expects [0, 1], got '%s'", v);
             a->sp.min_p = (float)f;
+        } else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) {
+            a->drafter = v;
+        } else if (!strcmp(o, "--spec")) {
+            a->spec_given = 1;
+            if (!strcmp(v, "none")) a->spec.kind = DS_SPEC_NONE;
+            else if (!strcmp(v, "dspark")) a->spec.kind = DS_SPEC_DSPARK;
+            else if (!strcmp(v, "ngram")) a->spec.kind = DS_SPEC_NGRAM;
+            else return cli_usage_error("--spec expects none, dspark or ngram, got '%s'", v);
+        } else if (!strcmp(o, "--draft-max")) {
+            long k;
+            if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--draft-max expects 1..64, got '%s'", v);
+            a->spec.draft_max = (int)k;
+        } else if (!strcmp(o, "--conf-threshold")) {
+            if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
+            a->spec.conf_threshold = (float)f;
+        } else if (!strcmp(o, "--ngram")) {
+            long k;
+            if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--ngram expects 1..64, got '%s'", v);
+            a->spec.ngram_n = (int)k;
         } else {
             return cli_usage_error("unknown option '%s' (see dspark generate --help)", o);
         }
     }
     if (!a->prompt) return cli_usage_error("generate needs a prompt (-p TEXT)");
+    if (!a->spec_given) a->spec.kind = a->drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
+    if (a->spec.kind == DS_SPEC_DSPARK && !a->drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
+    if (a->spec.kind != DS_SPEC_DSPARK && a->drafter)
+        return cli_usage_error("-d is only used with --spec dspark");
     return 0;
 }
 
 // State of one generation, so that clean-up happens in one place.
 typedef struct {
     ds_model *model;
-    ds_kv *kv;
-    ds_workspace *ws;
-    int32_t *prompt_ids, *out_ids;
-    float *logits, *probs;
-    void *scratch;
+    ds_drafter *drafter;
+    ds_engine *engine;
+    int32_t *prompt_ids, *out_ids, *chunk;
     char *text;
     size_t text_len, text_cap;
 } gen_state;
 
 static void gen_free(gen_state *g) {
-    ds_kv_free(g->kv);
-    ds_workspace_free(g->ws);
+    ds_engine_free(g->engine);
+    ds_drafter_free(g->drafter);
     ds_model_free(g->model);
     free(g->prompt_ids);
     free(g->out_ids);
-    free(g->logits);
-    free(g->probs);
-    free(g->scratch);
+    free(g->chunk);
     free(g->text);
 }
 
@@ -113,22 +142,63 @@ static int append_text(gen_state *g, const char *s, int n) {
     return 1;
 }
 
-static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, double t_prompt, double t_gen) {
+static const char *spec_name(ds_spec_kind k) {
+    return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
+}
+
+static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "text", g->text ? g->text : "");
     cJSON *pi = cJSON_AddArrayToObject(o, "prompt_ids");
     for (int i = 0; i < n_prompt; i++) cJSON_AddItemToArray(pi, cJSON_CreateNumber(g->prompt_ids[i]));
     cJSON *ti = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < n_gen; i++) cJSON_AddItemToArray(ti, cJSON_CreateNumber(g->out_ids[i]));
+    const double t_gen = t->draft_s + t->verify_s;
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(o, "generated_tokens", n_gen);
-    cJSON_AddNumberToObject(o, "prompt_tok_per_s", t_prompt > 0 ? n_prompt / t_prompt : 0);
+    cJSON_AddNumberToObject(o, "prompt_tok_per_s", t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0);
     cJSON_AddNumberToObject(o, "gen_tok_per_s", t_gen > 0 ? n_gen / t_gen : 0);
+    cJSON_AddStringToObject(o, "spec", spec_name(a->spec.kind));
+    cJSON_AddNumberToObject(o, "rounds", t->rounds);
+    cJSON_AddNumberToObject(o, "tau", t->tau);
+    cJSON *acc = cJSON_AddArrayToObject(o, "acceptance_by_position");
+    for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)
+        cJSON_AddItemToArray(acc, cJSON_CreateNumber((double)t->accepted_by_pos[k] / t->tried_by_pos[k]));
+    cJSON_AddNumberToObject(o, "draft_ms", t->draft_s * 1e3);
+    cJSON_AddNumberToObject(o, "verify_ms", t->verify_s * 1e3);
     char *s = cJSON_PrintUnformatted(o);
     if (s) puts(s);
     free(s);
     cJSON_Delete(o);
-    (void)a;
+}
+
+static void print_stats(const gen_args *a, const ds_seq_stats *t) {
+    fprintf(stderr, "dspark: spec %s: %d rounds, tau %.3f, %d/%d drafts accepted; draft %.1f ms, verify %.1f ms\n",
+            spec_name(a->spec.kind), t->rounds, t->tau, t->accepted, t->drafted, t->draft_s * 1e3, t->verify_s * 1e3);
+    if (t->tried_by_pos[0]) {
+        fprintf(stderr, "dspark: acceptance by position:");
+        for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)
+            fprintf(stderr, " %.3f", (double)t->accepted_by_pos[k] / t->tried_by_pos[k]);
+        fprintf(stderr, "\n");
+    }
+}
+
+// Detokenize and emit (stdout unless --json) the tokens in chunk[0..n).
+static int emit(gen_state *g, ds_detok *dt, const int32_t *ids, int n, int to_stdout) {
+    char piece[256];
+    for (int i = 0; i < n; i++) {
+        char *buf = piece;
+        int m = ds_detok_push(dt, ids[i], piece, sizeof piece);
+        if (m < 0 && (buf = malloc((size_t)-m))) m = ds_detok_push(dt, ids[i], buf, -m); // a very long piece
+        if (!buf) return 0;
+        if (m > 0) {
+            if (!append_text(g, buf, m)) return 0;
+            if (to_stdout) fwrite(buf, 1, (size_t)m, stdout);
+        }
+        if (buf != piece) free(buf);
+    }
+    if (to_stdout) fflush(stdout);
+    return 1;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -144,9 +214,13 @@ int cmd_generate(int argc, char **argv) {
     const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
     if (!tok) {
-        gen_free(&g);
         fprintf(stderr, "dspark: %s has no tokenizer dspark supports, so it cannot take a text prompt\n", path);
+        gen_free(&g);
         return 1;
+    }
+    if (a.drafter) {
+        if ((st = ds_drafter_load(a.drafter, g.model, &g.drafter))) goto fail;
+        if (ds_drafter_warning(g.drafter)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(g.drafter));
     }
     const size_t plen = strlen(a.prompt);
     int n_prompt = 0;
@@ -157,14 +231,8 @@ int cmd_generate(int argc, char **argv) {
     }
     g.prompt_ids = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
     g.out_ids = malloc(sizeof(int32_t) * (size_t)(a.n_predict > 0 ? a.n_predict : 1));
-    g.logits = malloc(sizeof(float) * (size_t)info->vocab_size);
-    g.probs = malloc(sizeof(float) * (size_t)info->vocab_size);
-    g.scratch = malloc(ds_sampler_scratch_size(info->vocab_size));
-    if (!g.prompt_ids || !g.out_ids || !g.logits || !g.probs || !g.scratch) {
-        gen_free(&g);
-        fprintf(stderr, "dspark: out of memory\n");
-        return 1;
-    }
+    g.chunk = malloc(sizeof(int32_t) * 128);
+    if (!g.prompt_ids || !g.out_ids || !g.chunk) goto oom;
     if ((st = ds_tokenize(tok, a.prompt, plen, 1, g.prompt_ids, n_prompt, &n_prompt))) goto fail;
     if (n_prompt + a.n_predict > info->max_ctx) {
         rc = cli_usage_error("prompt (%d tokens) + %ld new tokens exceed the model's context of %d", n_prompt,
@@ -172,55 +240,39 @@ int cmd_generate(int argc, char **argv) {
         gen_free(&g); // info points into the model: report first
         return rc;
     }
-    if ((st = ds_kv_init(g.model, n_prompt + (int)a.n_predict, &g.kv)) || (st = ds_workspace_init(g.model, &g.ws)))
+    int id;
+    if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.engine)) ||
+        (st = ds_engine_add(g.engine, g.prompt_ids, n_prompt, (int)a.n_predict, &a.sp, (uint64_t)a.seed, &id)))
         goto fail;
 
     cli_catch_interrupt();
-    ds_rng rng = ds_rng_init((uint64_t)a.seed, 0);
     ds_detok dt;
     ds_detok_init(&dt, tok, 0); // a continuation keeps its leading space
-    char piece[256];
-    // Prefill: the whole prompt in one forward, logits of the last row only.
-    double t0 = cli_now();
-    ds_forward_seq fs = {.kv = g.kv, .tokens = g.prompt_ids, .n_tokens = n_prompt, .n_logits = 1, .logits = g.logits};
-    if ((st = ds_model_forward(g.model, g.ws, &fs, 1))) goto fail;
-    const double t_prompt = cli_now() - t0;
-    t0 = cli_now();
     int n_gen = 0;
-    while (n_gen < a.n_predict && !cli_interrupted) {
-        if ((st = ds_probs_process(&a.sp, g.logits, info->vocab_size, g.probs, g.scratch))) goto fail;
-        const int32_t next = a.sp.temperature == 0 ? ds_argmax(g.probs, info->vocab_size)
-                                                   : ds_sample_probs(g.probs, info->vocab_size, &rng);
-        if (next == info->eos_id) break;
-        g.out_ids[n_gen++] = next;
-        char *buf = piece;
-        int n = ds_detok_push(&dt, next, piece, sizeof piece);
-        if (n < 0 && (buf = malloc((size_t)-n))) n = ds_detok_push(&dt, next, buf, -n); // an unusually long piece
-        if (!buf) goto oom;
-        if (n > 0) {
-            if (!append_text(&g, buf, n)) goto oom;
-            if (!a.json) {
-                fwrite(buf, 1, (size_t)n, stdout);
-                fflush(stdout);
-            }
+    while (!ds_engine_finished(g.engine, id) && !cli_interrupted) {
+        if ((st = ds_engine_step(g.engine))) goto fail;
+        int n;
+        while ((n = ds_engine_take(g.engine, id, g.chunk, 128)) > 0) {
+            memcpy(g.out_ids + n_gen, g.chunk, sizeof(int32_t) * (size_t)n);
+            n_gen += n;
+            if (!emit(&g, &dt, g.chunk, n, !a.json)) goto oom;
         }
-        if (buf != piece) free(buf);
-        if (n_gen == a.n_predict) break; // the last token needs no forward pass
-        ds_forward_seq step = {.kv = g.kv, .tokens = &next, .n_tokens = 1, .n_logits = 1, .logits = g.logits};
-        if ((st = ds_model_forward(g.model, g.ws, &step, 1))) goto fail;
     }
-    const double t_gen = cli_now() - t0;
-    const int n = ds_detok_flush(&dt, piece, sizeof piece);
-    if (n > 0 && !append_text(&g, piece, n)) goto oom;
+    char tail[8];
+    const int nt = ds_detok_flush(&dt, tail, sizeof tail);
+    if (nt > 0 && !append_text(&g, tail, nt)) goto oom;
+    const ds_seq_stats *t = ds_engine_stats(g.engine, id);
     if (a.json) {
-        print_json(&a, &g, n_prompt, n_gen, t_prompt, t_gen);
+        print_json(&a, &g, n_prompt, n_gen, t);
     } else {
-        if (n > 0) fwrite(piece, 1, (size_t)n, stdout);
+        if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
         putchar('\n');
     }
+    const double t_gen = t->draft_s + t->verify_s;
     fprintf(stderr, "dspark: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n", n_prompt,
-            t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen > 0 ? n_gen / t_gen : 0.0,
+            t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0.0, n_gen, t_gen > 0 ? n_gen / t_gen : 0.0,
             cli_interrupted ? ", interrupted" : "");
+    if (a.stats) print_stats(&a, t);
     gen_free(&g);
     return cli_interrupted ? 130 : 0;
 oom:

@@ -197,6 +197,108 @@ ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int 
 int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng);
 int32_t ds_argmax(const float *x, int n);
 
+
+// ---------------------------------------------------------------------------------------------
+// Drafters (DeepSpec format: DSpark, and DFlash = markov_rank 0). See docs/drafter.md.
+
+typedef struct ds_drafter ds_drafter;
+typedef struct ds_draft_state ds_draft_state;
+
+typedef struct {
+    const char *arch;        // "Qwen3DSparkModel" or "Gemma4DSparkModel"
+    int n_layers;            // draft layers
+    int block_size;          // slots per block = maximum draft tokens per round
+    int markov_rank;         // 0 = DFlash (no Markov head)
+    const char *markov_head; // "vanilla", "gated", "rnn", or "" when rank is 0
+    int has_confidence, confidence_with_markov;
+    int n_taps;
+    const int *tap_layers;   // (n_taps) target layers whose residual rows feed the drafter
+    int mask_token_id;
+    int hidden, vocab;
+    const char *target_id;   // the target identity recorded in config.json, or ""
+} ds_drafter_info;
+
+// Load a DeepSpec directory and pair it with `target`: every tensor name and shape is checked,
+// and hidden size, vocabulary, num_target_layers, tap ids and the mask token must fit the target.
+ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **out);
+void ds_drafter_free(ds_drafter *d);
+const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d);
+// A warning from loading (the recorded target_id differs from this target's), or NULL.
+const char *ds_drafter_warning(const ds_drafter *d);
+// The identity of a target as drafters record it: "<name>:<16 hex digits>", a hash of the
+// architecture and a fixed sample of every tensor's bytes (fast on any model size).
+void ds_model_target_id(const ds_model *m, char *out, size_t cap);
+
+// One sequence's draft context: per draft layer, K and V of the projected target tap rows of every
+// committed position (a KV prefix). Blocks are drafted after it and dropped again.
+ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state **out);
+void ds_draft_state_free(ds_draft_state *s);
+int ds_draft_state_len(const ds_draft_state *s);
+ds_status ds_draft_state_truncate(ds_draft_state *s, int len);
+// Append n committed positions from their tap rows (n, n_taps * hidden), as ds_model_forward
+// writes them with the drafter's tap_layers.
+ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n);
+// Draft n_slots (<= block_size) tokens after `anchor` (the last committed token, at position
+// ds_draft_state_len): the block forward, then the Markov walk (greedy at temperature 0, else
+// sampled from the processed distribution with `rng`). Writes tokens (n_slots), the raw per-slot
+// logits (n_slots, vocab) that verification turns into q, and confidences (n_slots; NaN without
+// a confidence head).
+ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
+                           const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf);
+
+// ---------------------------------------------------------------------------------------------
+// Speculative decoding engine: rounds over a set of sequences (single-request generation is the
+// engine with one sequence). Each round: draft per sequence, ONE target forward over every
+// sequence's verification rows, verify (greedy: exact match; sampled: min(1, p/q) with residual
+// resampling and a bonus token), commit, roll the target KV cache back, feed taps to the drafter.
+
+typedef enum {
+    DS_SPEC_NONE = 0, // plain autoregressive decoding (every round verifies zero drafts)
+    DS_SPEC_DSPARK,   // a DeepSpec drafter (DSpark or DFlash)
+    DS_SPEC_NGRAM,    // prompt lookup: what followed the latest earlier occurrence of the last n tokens
+} ds_spec_kind;
+
+typedef struct {
+    ds_spec_kind kind;
+    int draft_max;        // most drafted tokens verified per round (0 = the block size; 7 for ngram)
+    float conf_threshold; // static truncation: verify slots before the first with c_k < threshold (<= 0: off)
+    int ngram_n;          // ngram match length (0 = 3); shorter matches are tried when it fails
+} ds_spec_params;
+
+typedef struct {
+    int rounds;              // verification rounds
+    int generated;           // tokens committed (EOS excluded)
+    int drafted;             // drafted tokens sent to verification
+    int accepted;            // of which accepted
+    double tau;              // mean tokens committed per round (accepted + 1)
+    int tried_by_pos[64];    // rounds in which slot k was verified with slots < k accepted
+    int accepted_by_pos[64]; // ... and slot k was accepted
+    double draft_s;          // time spent drafting (including context projection)
+    double verify_s;         // time in target forwards and verification
+    double prefill_s;
+} ds_seq_stats;
+
+typedef struct ds_engine ds_engine;
+
+// `drafter` is required for DS_SPEC_DSPARK and ignored otherwise.
+ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out);
+void ds_engine_free(ds_engine *e);
+// Start a sequence: prefills all prompt tokens but the last, which becomes the first round's
+// anchor (so every generated token goes through verification). Stops after max_new tokens or at
+// EOS (not included). Returns its id in *id.
+ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
+                        uint64_t seed, int *id);
+// One round for every unfinished sequence.
+ds_status ds_engine_step(ds_engine *e);
+// Sequences still generating.
+int ds_engine_active(const ds_engine *e);
+int ds_engine_finished(const ds_engine *e, int id);
+// Copy tokens committed since the last call (up to cap); returns how many.
+int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap);
+const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
+// Drop a sequence (finished or not) and free its state.
+ds_status ds_engine_remove(ds_engine *e, int id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,8 @@
 #include "kernels/ops.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 DS_MULTIVERSION
 void ds_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -91,4 +93,13 @@ void ds_attend(float *out, const float *q, const float *K, const float *V, int n
     // out[d] = (scores · V[d][:]) / sum
     const float inv = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] = ds_dot(scores, V + (size_t)d * stride, n_ctx) * inv;
+}
+
+float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap) {
+    float *p = malloc(lines * (size_t)new_cap * sizeof(float));
+    if (!p) return NULL;
+    for (size_t i = 0; old && i < lines; i++)
+        memcpy(p + i * (size_t)new_cap, old + i * (size_t)old_cap, (size_t)len * sizeof(float));
+    free(old);
+    return p;
 }

@@ -61,6 +61,11 @@ static inline void ds_axpy(float *y, float alpha, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+// Grow a transposed cache buffer of `lines` lines (one per (head, dim)) from old_cap to new_cap
+// columns, keeping the first `len` columns of each line. Frees `old`; NULL when out of memory (then
+// `old` is untouched).
+float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap);
+
 // One attention head of one query row over n_ctx cached positions, with K and V stored transposed
 // (head_dim lines of `stride` floats, position j at column j):
 // out (head_dim) = Σ_j softmax_j(scale · Σ_d q[d] K[d][j]) V[:][j]. `scores` holds n_ctx floats.

@@ -8,93 +8,29 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "model/st_weights.h"
 
 static void st_backing_free(void *p) { ds_st_close(p); }
 
-static char *read_text(const char *path, size_t max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ds_fail(DS_ERR_IO, "%s: cannot open", path);
-        return NULL;
-    }
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (!buf) {
-        ds_fail(DS_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    if (n > max) {
-        free(buf);
-        ds_fail(DS_ERR_FORMAT, "%s: larger than %zu bytes", path, max);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
-
-// Integer field of config.json; `def` < 0 means required.
-static ds_status cfg_int(const cJSON *cfg, const char *path, const char *key, int def, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (def < 0) return ds_fail(DS_ERR_FORMAT, "%s: missing \"%s\"", path, key);
-        *out = def;
-        return DS_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 0)
-        return ds_fail(DS_ERR_FORMAT, "%s: \"%s\" must be a non-negative integer", path, key);
-    *out = (int)v->valuedouble;
-    return DS_OK;
-}
-
-static double cfg_num(const cJSON *cfg, const char *key, double def) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
 static ds_status take_weight(const ds_safetensors *st, const char *dir, const char *name, ds_weight *w, int optional) {
-    const ds_st_tensor *t = ds_st_find(st, name);
-    memset(w, 0, sizeof *w);
-    if (!t) return optional ? DS_OK : ds_fail(DS_ERR_FORMAT, "%s: missing tensor '%s'", dir, name);
-    if (t->n_dims != 2 || t->shape[0] > INT32_MAX || t->shape[1] > INT32_MAX)
-        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' must be a 2-D matrix", dir, name);
-    if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
-        return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 supported)", dir, name,
-                       ds_dtype_name(t->dtype));
-    w->type = t->dtype;
-    w->rows = (int)t->shape[0];
-    w->cols = (int)t->shape[1];
-    w->data = t->data;
-    return DS_OK;
+    return ds_st_weight(st, dir, name, -1, -1, optional, w); // shapes are checked in ds_model_finish
 }
 
 static ds_status take_vector(ds_model *m, const ds_safetensors *st, const char *dir, const char *name, int n,
                              float **out) {
-    const ds_st_tensor *t = ds_st_find(st, name);
-    if (!t) return ds_fail(DS_ERR_FORMAT, "%s: missing tensor '%s'", dir, name);
-    if (t->n_dims != 1 || t->shape[0] != n)
-        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' must have shape [%d]", dir, name, n);
-    if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
-        return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s", dir, name, ds_dtype_name(t->dtype));
-    ds_weight w = {t->dtype, 1, n, t->data};
     if (!(*out = ds_model_own(m, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
-    ds_weight_row_f32(&w, 0, *out);
-    return DS_OK;
+    return ds_st_vector(st, dir, name, n, *out);
 }
 
 static ds_status read_config(ds_model *m, const char *dir, int *tied, int *qk_norm) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = read_text(path, 1 << 20);
-    if (!text) return DS_ERR_IO;
-    cJSON *cfg = cJSON_Parse(text);
-    free(text);
-    if (!cfg || !cJSON_IsObject(cfg)) {
-        cJSON_Delete(cfg);
-        return ds_fail(DS_ERR_FORMAT, "%s: not valid JSON (or not a JSON object)", path);
-    }
+    cJSON *cfg;
+    ds_status st0 = ds_json_load(path, 1 << 20, &cfg);
+    if (st0) return st0;
     ds_status st = DS_OK;
     ds_model_info *in = &m->info;
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
@@ -122,27 +58,33 @@ static ds_status read_config(ds_model *m, const char *dir, int *tied, int *qk_no
         st = ds_fail(DS_ERR_UNSUPPORTED, "%s: attention_bias / mlp_bias are not supported yet", path);
         goto done;
     }
-    if ((st = cfg_int(cfg, path, "hidden_size", -1, &in->dim)) ||
-        (st = cfg_int(cfg, path, "intermediate_size", -1, &in->ffn_dim)) ||
-        (st = cfg_int(cfg, path, "num_hidden_layers", -1, &in->n_layers)) ||
-        (st = cfg_int(cfg, path, "num_attention_heads", -1, &in->n_heads)) ||
-        (st = cfg_int(cfg, path, "vocab_size", -1, &in->vocab_size)))
+    if ((st = ds_json_int(cfg, path, "hidden_size", -1, 1 << 16, &in->dim)) ||
+        (st = ds_json_int(cfg, path, "intermediate_size", -1, 1 << 20, &in->ffn_dim)) ||
+        (st = ds_json_int(cfg, path, "num_hidden_layers", -1, 4096, &in->n_layers)) ||
+        (st = ds_json_int(cfg, path, "num_attention_heads", -1, 4096, &in->n_heads)) ||
+        (st = ds_json_int(cfg, path, "vocab_size", -1, 1 << 24, &in->vocab_size)))
         goto done;
     if (in->n_heads == 0 || in->dim % in->n_heads) {
         st = ds_fail(DS_ERR_FORMAT, "%s: hidden_size %d is not divisible by num_attention_heads %d", path, in->dim,
                      in->n_heads);
         goto done;
     }
-    if ((st = cfg_int(cfg, path, "num_key_value_heads", in->n_heads, &in->n_kv_heads)) ||
-        (st = cfg_int(cfg, path, "head_dim", in->dim / in->n_heads, &in->head_dim)) ||
-        (st = cfg_int(cfg, path, "max_position_embeddings", 2048, &in->max_ctx)))
+    double eps, theta;
+    if ((st = ds_json_int(cfg, path, "num_key_value_heads", in->n_heads, 4096, &in->n_kv_heads)) ||
+        (st = ds_json_int(cfg, path, "head_dim", in->dim / in->n_heads, 4096, &in->head_dim)) ||
+        (st = ds_json_int(cfg, path, "max_position_embeddings", 2048, 1 << 24, &in->max_ctx)) ||
+        (st = ds_json_num(cfg, path, "rms_norm_eps", 1e-6, &eps)) ||
+        (st = ds_json_num(cfg, path, "rope_theta", 10000.0, &theta)) ||
+        (st = ds_json_bool(cfg, path, "tie_word_embeddings", 0, tied)))
         goto done;
-    in->norm_eps = (float)cfg_num(cfg, "rms_norm_eps", 1e-6);
-    in->rope_theta = (float)cfg_num(cfg, "rope_theta", 10000.0);
+    in->norm_eps = (float)eps;
+    in->rope_theta = (float)theta;
     in->rope_layout = DS_ROPE_HALVES;
-    *tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
-    in->bos_id = (int)cfg_num(cfg, "bos_token_id", -1);
-    in->eos_id = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id")) ? (int)cfg_num(cfg, "eos_token_id", -1) : -1;
+    // Token ids are informative here (no tokenizer from HF directories yet); a list of EOS ids keeps -1.
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id");
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id");
+    in->bos_id = cJSON_IsNumber(bos) ? (int)bos->valuedouble : -1;
+    in->eos_id = cJSON_IsNumber(eos) ? (int)eos->valuedouble : -1;
 done:
     cJSON_Delete(cfg);
     return st;

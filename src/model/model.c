@@ -155,20 +155,11 @@ ds_status ds_kv_reserve(ds_kv *kv, int need) {
     // Re-lay each (head, dim) line from the old stride to the new one (amortized: doubling).
     const size_t lines = (size_t)kv->model->info.n_kv_heads * kv->model->info.head_dim;
     for (int l = 0; l < kv->model->info.n_layers; l++) {
-        float *k = malloc(lines * (size_t)cap * sizeof(float));
-        float *v = malloc(lines * (size_t)cap * sizeof(float));
-        if (!k || !v) {
-            free(k);
-            free(v);
-            return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-        }
-        for (size_t i = 0; kv->cap && i < lines; i++) {
-            memcpy(k + i * cap, kv->k[l] + i * kv->cap, (size_t)kv->len * sizeof(float));
-            memcpy(v + i * cap, kv->v[l] + i * kv->cap, (size_t)kv->len * sizeof(float));
-        }
-        free(kv->k[l]);
-        free(kv->v[l]);
+        float *k = ds_transposed_regrow(kv->k[l], lines, kv->cap, kv->len, cap);
+        if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
         kv->k[l] = k;
+        float *v = ds_transposed_regrow(kv->v[l], lines, kv->cap, kv->len, cap);
+        if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
         kv->v[l] = v;
     }
     kv->cap = cap;

@@ -1,0 +1,90 @@
+// The DeepSpec drafter (DSpark / DFlash) as ../shared/docs/deepspec-format.md specifies it: layout
+// of a loaded drafter and of one sequence's draft context. Loading is in load.c, the forward pass
+// (context projection, block forward, Markov walk, confidence) in forward.c.
+#ifndef DS_DRAFT_DRAFTER_H
+#define DS_DRAFT_DRAFTER_H
+
+#include "dspark.h"
+#include "io/safetensors.h"
+#include "kernels/matmul.h"
+
+typedef enum { DS_STYLE_QWEN3, DS_STYLE_GEMMA4 } ds_draft_style;
+typedef enum { DS_MARKOV_NONE, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;
+
+typedef struct {
+    float *input_norm;     // (H) pre-attention RMSNorm
+    float *post_attn_norm; // (H) Qwen3: pre-MLP norm ("post_attention_layernorm"); Gemma: on the attention output
+    float *pre_ffn_norm;   // (H) Gemma only: pre-MLP norm
+    float *post_ffn_norm;  // (H) Gemma only: on the MLP output
+    float layer_scalar;    // Gemma: multiplies the layer's output (1 for Qwen3)
+    ds_weight wq;          // (nq * hd, H)
+    ds_weight wk;          // (nkv * hd, H)
+    ds_weight wv;          // (nkv * hd, H); absent for Gemma (K = V: V = v_norm(k_proj x))
+    ds_weight wo;          // (H, nq * hd)
+    float *bq, *bk, *bv, *bo; // attention_bias (Qwen3): (nq*hd), (nkv*hd), (nkv*hd), (H); else NULL
+    float *q_norm;         // (hd) per-head RMSNorm on q
+    float *k_norm;         // (hd) per-head RMSNorm on k
+    ds_weight w_gate;      // (F, H)
+    ds_weight w_up;        // (F, H)
+    ds_weight w_down;      // (H, F)
+} ds_draft_layer;
+
+struct ds_drafter {
+    ds_drafter_info info;
+    ds_draft_style style;
+    ds_markov_type markov;
+    int H, V, F, nq, nkv, hd, T, r; // hidden, vocab, MLP width, heads, head dim, taps, Markov rank
+    float eps;
+    float embed_scale;    // Gemma: sqrt(H) rounded to the weight dtype; 1 for Qwen3
+    float attn_scale;     // Qwen3: hd^-0.5; Gemma: 1
+    float softcap;        // Gemma: final_logit_softcapping; 0 = none
+    float *inv_freq;      // (hd / 2) RoPE inverse frequencies; 0 for pairs that do not rotate
+    ds_weight embed;      // (V, H) embed_tokens
+    ds_weight lm_head;    // (V, H)
+    ds_weight fc;         // (H, T * H)
+    float *hidden_norm;   // (H)
+    float *norm;          // (H) final norm
+    ds_draft_layer *layers;
+    ds_weight markov_w1;  // (V, r) lookup table
+    ds_weight markov_w2;  // (V, r): bias = W2 · v
+    ds_weight gate_proj;  // (r, H + r) gated head
+    float *gate_bias;     // (r)
+    ds_weight joint_proj; // (3r, 2r + H) rnn head
+    float *joint_bias;    // (3r)
+    float *conf_w;        // (H or H + r) confidence_head.proj.weight
+    float conf_b;
+    int tap_ids[64];
+    char arch[32], markov_name[16], target_id[160], warning[512];
+    float *owned;         // every f32 vector, one allocation
+    size_t owned_used, owned_cap;
+    ds_safetensors *st;
+};
+
+struct ds_draft_state {
+    const ds_drafter *d;
+    int len;        // committed context rows
+    int cap;        // allocated rows (context + one block)
+    int max_ctx;
+    float **k;      // (n_layers) each (nkv, hd, cap), K after k_norm and RoPE, transposed per head
+    float **v;      // (n_layers) each (nkv, hd, cap)
+    // Scratch, grown with the largest append / block seen (never per token in steady state).
+    int cap_rows;
+    float *x;       // (cap_rows, max(H, T*H))
+    float *xn;      // (cap_rows, H)
+    float *q;       // (cap_rows, nq * hd)
+    float *kb;      // (cap_rows, nkv * hd)
+    float *vb;      // (cap_rows, nkv * hd)
+    float *att;     // (cap_rows, nq * hd)
+    float *hb;      // (cap_rows, F)
+    float *hb2;     // (cap_rows, F)
+    float *rcos, *rsin; // (cap_rows, hd / 2)
+    float *scores;  // (n_threads, cap)
+    int scores_thr;
+    float *mv;      // (3r + H + r) Markov / confidence features
+    float *probs;   // (V) processed distribution of one slot
+    void *sscratch; // sampler scratch for V
+    float *scratch; // (n_threads, matmul tile) widening scratch
+    size_t scratch_floats;
+};
+
+#endif

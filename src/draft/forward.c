@@ -1,0 +1,335 @@
+// The DeepSpec drafter's forward pass (../shared/docs/deepspec-format.md §4), one function per step:
+//   context projection  c = RMSNorm_hidden_norm(taps · fcᵀ); per layer K_ctx = RoPE(k_norm(c·Wkᵀ)),
+//                       V_ctx = c·Wvᵀ (Gemma: v_norm(c·Wkᵀ)) appended to the draft cache;
+//   block forward       ids [anchor, MASK × (B−1)] at positions s..s+B−1; queries from the block,
+//                       keys/values = context rows then block rows, NO mask;
+//   output              h = norm(x), U = h·lm_headᵀ (Gemma: softcap);
+//   Markov walk         logits_k = U_k + bias(prev); tok_k = argmax or a sample of the processed
+//                       distribution; prev = tok_k;
+//   confidence          c_k = σ(proj([h_k ; W1[prev_k]])).
+// The block's K/V are written after the context rows and dropped again (the cache length is not
+// advanced), so the draft side never needs rollback.
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "draft/drafter.h"
+#include "kernels/ops.h"
+
+// Rows processed per chunk when appending context (bounds the scratch).
+#define DS_DRAFT_CHUNK 64
+
+// ---- state ---------------------------------------------------------------------------------------
+
+ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state **out) {
+    *out = NULL;
+    if (max_ctx <= 0) return ds_fail(DS_ERR_INVALID, "draft context must hold at least one row");
+    ds_draft_state *s = ds_calloc(1, sizeof *s);
+    if (!s) return DS_ERR_NOMEM;
+    s->d = d;
+    s->max_ctx = max_ctx;
+    s->k = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
+    s->v = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
+    const int rows = d->info.block_size > DS_DRAFT_CHUNK ? d->info.block_size : DS_DRAFT_CHUNK;
+    const size_t wide = (size_t)(d->T * d->H > d->H ? d->T * d->H : d->H);
+    const size_t qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd;
+    s->cap_rows = rows;
+    s->x = malloc(sizeof(float) * rows * wide);
+    s->xn = malloc(sizeof(float) * rows * d->H);
+    s->q = malloc(sizeof(float) * rows * qd);
+    s->kb = malloc(sizeof(float) * rows * kvd);
+    s->vb = malloc(sizeof(float) * rows * kvd);
+    s->att = malloc(sizeof(float) * rows * qd);
+    s->hb = malloc(sizeof(float) * rows * d->F);
+    s->hb2 = malloc(sizeof(float) * rows * d->F);
+    s->rcos = malloc(sizeof(float) * rows * (d->hd / 2));
+    s->rsin = malloc(sizeof(float) * rows * (d->hd / 2));
+    // Markov/confidence features: v (r) | z (2r + H) | g (3r) | W1[prev] (r) | rnn state (r)
+    s->mv = malloc(sizeof(float) * (8 * (size_t)d->r + d->H + 1));
+    s->probs = malloc(sizeof(float) * d->V);
+    s->sscratch = malloc(ds_sampler_scratch_size(d->V));
+    size_t sc = 0;
+    const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_gate,
+                             &d->layers[0].w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if (ws[i]->data && ds_matmul_scratch_floats(ws[i]) > sc) sc = ds_matmul_scratch_floats(ws[i]);
+    s->scratch_floats = sc;
+    s->scratch = malloc(sizeof(float) * (sc ? sc : 1) * (size_t)omp_get_num_procs());
+    if (!s->k || !s->v || !s->x || !s->xn || !s->q || !s->kb || !s->vb || !s->att || !s->hb || !s->hb2 || !s->rcos ||
+        !s->rsin || !s->mv || !s->probs || !s->sscratch || !s->scratch) {
+        ds_draft_state_free(s);
+        return ds_fail(DS_ERR_NOMEM, "out of memory for a draft state");
+    }
+    *out = s;
+    return DS_OK;
+}
+
+void ds_draft_state_free(ds_draft_state *s) {
+    if (!s) return;
+    for (int l = 0; l < s->d->info.n_layers; l++) {
+        if (s->k) free(s->k[l]);
+        if (s->v) free(s->v[l]);
+    }
+    float *bufs[] = {s->x, s->xn, s->q, s->kb, s->vb, s->att, s->hb, s->hb2, s->rcos, s->rsin, s->scores, s->mv,
+                     s->probs, s->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(s->sscratch);
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+int ds_draft_state_len(const ds_draft_state *s) { return s->len; }
+
+ds_status ds_draft_state_truncate(ds_draft_state *s, int len) {
+    if (len < 0 || len > s->len)
+        return ds_fail(DS_ERR_INVALID, "cannot truncate a draft context of %d rows to %d", s->len, len);
+    s->len = len;
+    return DS_OK;
+}
+
+// Room for `need` columns in every layer's cache (doubling; re-lays the transposed lines).
+static ds_status reserve(ds_draft_state *s, int need) {
+    const ds_drafter *d = s->d;
+    if (need > s->max_ctx + d->info.block_size)
+        return ds_fail(DS_ERR_INVALID, "draft context of %d rows exceeds its limit of %d", need - d->info.block_size,
+                       s->max_ctx);
+    const int nthr = omp_get_max_threads();
+    if (need > s->cap) {
+        int cap = s->cap ? s->cap : 256;
+        while (cap < need) cap *= 2;
+        const size_t lines = (size_t)d->nkv * d->hd;
+        for (int l = 0; l < d->info.n_layers; l++) {
+            float *k = ds_transposed_regrow(s->k[l], lines, s->cap, s->len, cap);
+            if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
+            s->k[l] = k;
+            float *v = ds_transposed_regrow(s->v[l], lines, s->cap, s->len, cap);
+            if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
+            s->v[l] = v;
+        }
+        s->cap = cap;
+        free(s->scores);
+        s->scores = NULL;
+    }
+    if (!s->scores || nthr > s->scores_thr) {
+        free(s->scores);
+        s->scores_thr = nthr > omp_get_num_procs() ? nthr : omp_get_num_procs();
+        if (!(s->scores = malloc(sizeof(float) * (size_t)s->cap * s->scores_thr)))
+            return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
+    }
+    return DS_OK;
+}
+
+// ---- shared pieces -------------------------------------------------------------------------------
+
+static void add_bias(float *y, const float *b, int rows, int n) {
+    if (b)
+        for (int i = 0; i < rows; i++) ds_add(y + (size_t)i * n, b, n);
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps) {
+    for (int i = 0; i < rows; i++) ds_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
+}
+
+// K and V rows (n, nkv·hd) of `src` (n, H) for layer l, with k_norm and RoPE at positions pos0..:
+// K = RoPE(k_norm(src·Wkᵀ + bk)); V = src·Wvᵀ + bv, or (Gemma, K = V) v_norm(src·Wkᵀ), weightless.
+static void project_kv(const ds_drafter *d, ds_draft_state *s, int l, const float *src, int n, int pos0) {
+    const ds_draft_layer *y = &d->layers[l];
+    const int kvd = d->nkv * d->hd, half = d->hd / 2;
+    ds_matmul(s->kb, src, &y->wk, n, s->scratch);
+    add_bias(s->kb, y->bk, n, kvd);
+    if (y->wv.data) {
+        ds_matmul(s->vb, src, &y->wv, n, s->scratch);
+        add_bias(s->vb, y->bv, n, kvd);
+        if (d->style == DS_STYLE_GEMMA4) rmsnorm_rows(s->vb, s->vb, NULL, n * d->nkv, d->hd, d->eps);
+    } else {
+        rmsnorm_rows(s->vb, s->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
+    }
+    for (int i = 0; i < n; i++) {
+        float *k = s->kb + (size_t)i * kvd;
+        rmsnorm_rows(k, k, y->k_norm, d->nkv, d->hd, d->eps);
+        ds_rope_angles(s->rcos, s->rsin, d->inv_freq, half, pos0 + i);
+        ds_rope(k, d->nkv, d->hd, s->rcos, s->rsin, DS_ROPE_HALVES);
+    }
+}
+
+// Write K/V rows (n) into the transposed cache of layer l at columns col0..col0+n-1.
+static void store_kv(ds_draft_state *s, int l, int col0, int n) {
+    const int kvd = s->d->nkv * s->d->hd;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < kvd; j++) {
+            s->k[l][(size_t)j * s->cap + col0 + i] = s->kb[(size_t)i * kvd + j];
+            s->v[l][(size_t)j * s->cap + col0 + i] = s->vb[(size_t)i * kvd + j];
+        }
+}
+
+// ---- context projection --------------------------------------------------------------------------
+
+ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n) {
+    if (n < 0 || (n && !taps)) return ds_fail(DS_ERR_INVALID, "append of %d rows without taps", n);
+    ds_status st = reserve(s, s->len + n + d->info.block_size);
+    if (st) return st;
+    for (int done = 0; done < n; done += DS_DRAFT_CHUNK) {
+        const int m = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
+        // c = RMSNorm_hidden_norm(taps · fcᵀ)   (m, H)
+        ds_matmul(s->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, s->scratch);
+        rmsnorm_rows(s->xn, s->xn, d->hidden_norm, m, d->H, d->eps);
+        for (int l = 0; l < d->info.n_layers; l++) {
+            project_kv(d, s, l, s->xn, m, s->len);
+            store_kv(s, l, s->len, m);
+        }
+        s->len += m;
+    }
+    return DS_OK;
+}
+
+// ---- block forward -------------------------------------------------------------------------------
+
+static void gelu_tanh_mul(float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) {
+        const float x = a[i];
+        a[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * b[i];
+    }
+}
+
+// One draft layer over the B block rows in s->x (B, H).
+static void block_layer(const ds_drafter *d, ds_draft_state *s, int l, int B) {
+    const ds_draft_layer *y = &d->layers[l];
+    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, group = d->nq / d->nkv;
+    const int n_ctx = s->len + B; // every query sees all context rows and the whole block
+    rmsnorm_rows(s->xn, s->x, y->input_norm, B, H, d->eps);
+    ds_matmul(s->q, s->xn, &y->wq, B, s->scratch);
+    add_bias(s->q, y->bq, B, qd);
+    for (int i = 0; i < B; i++) {
+        float *q = s->q + (size_t)i * qd;
+        rmsnorm_rows(q, q, y->q_norm, d->nq, d->hd, d->eps);
+        ds_rope_angles(s->rcos + (size_t)i * half, s->rsin + (size_t)i * half, d->inv_freq, half, s->len + i);
+        ds_rope(q, d->nq, d->hd, s->rcos + (size_t)i * half, s->rsin + (size_t)i * half, DS_ROPE_HALVES);
+    }
+    project_kv(d, s, l, s->xn, B, s->len);
+    store_kv(s, l, s->len, B);
+#pragma omp parallel for schedule(static) if ((long)B * d->nq * n_ctx * d->hd > (1L << 16))
+    for (int job = 0; job < B * d->nq; job++) {
+        const int i = job / d->nq, h = job % d->nq;
+        const size_t line = (size_t)(h / group) * d->hd * s->cap;
+        ds_attend(s->att + (size_t)i * qd + (size_t)h * d->hd, s->q + (size_t)i * qd + (size_t)h * d->hd,
+                  s->k[l] + line, s->v[l] + line, n_ctx, s->cap, d->hd, d->attn_scale,
+                  s->scores + (size_t)omp_get_thread_num() * s->cap);
+    }
+    ds_matmul(s->xn, s->att, &y->wo, B, s->scratch);
+    add_bias(s->xn, y->bo, B, H);
+    if (d->style == DS_STYLE_QWEN3) {
+        // x = x + attn; x = x + down(silu(gate(n)) ⊙ up(n)), n = post_attention_layernorm(x)
+        ds_add(s->x, s->xn, B * H);
+        rmsnorm_rows(s->xn, s->x, y->post_attn_norm, B, H, d->eps);
+        ds_matmul(s->hb, s->xn, &y->w_gate, B, s->scratch);
+        ds_matmul(s->hb2, s->xn, &y->w_up, B, s->scratch);
+        ds_swiglu(s->hb, s->hb2, B * d->F);
+        ds_matmul(s->xn, s->hb, &y->w_down, B, s->scratch);
+        ds_add(s->x, s->xn, B * H);
+    } else {
+        // Gemma sandwich: x = x + post_attn_norm(attn); x = x + post_ffn_norm(mlp(pre_ffn_norm(x)));
+        // x = x · layer_scalar; MLP = down(gelu_tanh(gate) ⊙ up).
+        rmsnorm_rows(s->xn, s->xn, y->post_attn_norm, B, H, d->eps);
+        ds_add(s->x, s->xn, B * H);
+        rmsnorm_rows(s->xn, s->x, y->pre_ffn_norm, B, H, d->eps);
+        ds_matmul(s->hb, s->xn, &y->w_gate, B, s->scratch);
+        ds_matmul(s->hb2, s->xn, &y->w_up, B, s->scratch);
+        gelu_tanh_mul(s->hb, s->hb2, B * d->F);
+        ds_matmul(s->xn, s->hb, &y->w_down, B, s->scratch);
+        rmsnorm_rows(s->xn, s->xn, y->post_ffn_norm, B, H, d->eps);
+        ds_add(s->x, s->xn, B * H);
+        if (y->layer_scalar != 1.0f)
+            for (int i = 0; i < B * H; i++) s->x[i] *= y->layer_scalar;
+    }
+}
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Markov bias for slot k added to `logits` (V), from prev's W1 row `w1` (r) and the slot's hidden
+// h (H). `state` (r) is the rnn head's s_{k-1}, updated in place.
+static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1, const float *h, float *state,
+                        float *logits) {
+    const int r = d->r, H = d->H;
+    float *v = s->mv;          // (r) the vector W2 multiplies
+    float *z = v + r;          // (2r + H) head input
+    float *g = z + 2 * r + H;  // (3r) head output
+    switch (d->markov) {
+    case DS_MARKOV_NONE: return;
+    case DS_MARKOV_VANILLA: memcpy(v, w1, sizeof(float) * r); break;
+    case DS_MARKOV_GATED: // v = σ(gate_proj([h ; W1[prev]])) ⊙ W1[prev]
+        memcpy(z, h, sizeof(float) * H);
+        memcpy(z + H, w1, sizeof(float) * r);
+        ds_matmul(g, z, &d->gate_proj, 1, s->scratch);
+        for (int i = 0; i < r; i++) v[i] = sigmoidf_(g[i] + d->gate_bias[i]) * w1[i];
+        break;
+    case DS_MARKOV_RNN: // z = [s ; W1[prev] ; h]; (g, c, o) = split3(joint_proj(z)); v = tanh(o)
+        memcpy(z, state, sizeof(float) * r);
+        memcpy(z + r, w1, sizeof(float) * r);
+        memcpy(z + 2 * r, h, sizeof(float) * H);
+        ds_matmul(g, z, &d->joint_proj, 1, s->scratch);
+        for (int i = 0; i < 3 * r; i++) g[i] += d->joint_bias[i];
+        for (int i = 0; i < r; i++) {
+            const float gate = sigmoidf_(g[i]);
+            state[i] = gate * state[i] + (1.0f - gate) * tanhf(g[r + i]);
+            v[i] = tanhf(g[2 * r + i]);
+        }
+        break;
+    }
+    // logits += W2 · v (s->probs is free until the slot is sampled)
+    ds_matmul(s->probs, v, &d->markov_w2, 1, s->scratch);
+    ds_add(logits, s->probs, d->V);
+}
+
+ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
+                           const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
+    const int B = d->info.block_size, H = d->H, V = d->V, r = d->r;
+    if (n_slots < 1 || n_slots > B) return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots, B);
+    if (anchor < 0 || anchor >= V) return ds_fail(DS_ERR_INVALID, "anchor token %d is outside the vocabulary", anchor);
+    ds_status st = reserve(s, s->len + B);
+    if (st) return st;
+    // x = embed_tokens[anchor, MASK × (B−1)] · embed_scale   (B, H)
+    for (int i = 0; i < B; i++) {
+        ds_weight_row_f32(&d->embed, i == 0 ? anchor : d->info.mask_token_id, s->x + (size_t)i * H);
+        if (d->embed_scale != 1.0f)
+            for (int j = 0; j < H; j++) s->x[(size_t)i * H + j] *= d->embed_scale;
+    }
+    for (int l = 0; l < d->info.n_layers; l++) block_layer(d, s, l, B);
+    // h = norm(x); U = h · lm_headᵀ for the slots we use (Gemma: softcap tanh(U/c)·c)
+    rmsnorm_rows(s->xn, s->x, d->norm, n_slots, H, d->eps);
+    ds_matmul(logits, s->xn, &d->lm_head, n_slots, s->scratch);
+    if (d->softcap > 0)
+        for (size_t i = 0; i < (size_t)n_slots * V; i++) logits[i] = tanhf(logits[i] / d->softcap) * d->softcap;
+    // Markov walk and confidences, slot by slot.
+    float *w1 = s->mv + 6 * (size_t)r + H; // (r) W1[prev]
+    float *state = w1 + r;                 // (r) the rnn head's s_k, s_0 = 0
+    memset(state, 0, sizeof(float) * (size_t)r);
+    int32_t prev = anchor;
+    for (int k = 0; k < n_slots; k++) {
+        const float *h = s->xn + (size_t)k * H;
+        float *lk = logits + (size_t)k * V;
+        if (r > 0) {
+            ds_weight_row_f32(&d->markov_w1, prev, w1);
+            markov_bias(d, s, w1, h, state, lk);
+        }
+        if (conf) {
+            if (d->conf_w) { // c_k = σ(w · [h_k ; W1[prev_k]] + b)
+                float z = d->conf_b + ds_dot(d->conf_w, h, H);
+                if (d->info.confidence_with_markov) z += ds_dot(d->conf_w + H, w1, r);
+                conf[k] = sigmoidf_(z);
+            } else {
+                conf[k] = NAN;
+            }
+        }
+        if (sp->temperature == 0) {
+            tokens[k] = ds_argmax(lk, V);
+        } else {
+            if ((st = ds_probs_process(sp, lk, V, s->probs, s->sscratch))) return st;
+            tokens[k] = ds_sample_probs(s->probs, V, rng);
+        }
+        prev = tokens[k];
+    }
+    return DS_OK;
+}

@@ -1,0 +1,425 @@
+// Loading a DeepSpec drafter directory (../shared/docs/deepspec-format.md §1-3) and pairing it with
+// a target. Nothing is guessed: every tensor name and shape is checked, extra tensors are rejected
+// (a partially loaded drafter still "runs" with near-zero acceptance), and unsupported options are
+// refused with a message naming them.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "draft/drafter.h"
+#include "io/json.h"
+#include "kernels/half.h"
+#include "model/model.h"
+#include "model/st_weights.h"
+
+const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d) { return &d->info; }
+const char *ds_drafter_warning(const ds_drafter *d) { return d->warning[0] ? d->warning : NULL; }
+
+void ds_drafter_free(ds_drafter *d) {
+    if (!d) return;
+    ds_st_close(d->st);
+    free(d->layers);
+    free(d->owned);
+    free(d);
+}
+
+static float *own(ds_drafter *d, size_t n) {
+    if (d->owned_used + n > d->owned_cap) return NULL;
+    float *p = d->owned + d->owned_used;
+    d->owned_used += n;
+    return p;
+}
+
+// ---- config.json ---------------------------------------------------------------------------------
+
+typedef struct {
+    int layers, target_layers, block, mask, rank, conf, conf_markov, bias, k_eq_v;
+    double theta, partial, softcap, eps;
+    const char *head_type;
+} draft_config;
+
+static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *j;
+    ds_status st = ds_json_load(path, 1 << 20, &j);
+    if (st) return st;
+    memset(c, 0, sizeof *c);
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(j, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    const char *arch = cJSON_IsString(a0) ? a0->valuestring : "";
+    if (!strcmp(arch, "Qwen3DSparkModel")) d->style = DS_STYLE_QWEN3;
+    else if (!strcmp(arch, "Gemma4DSparkModel")) d->style = DS_STYLE_GEMMA4;
+    else {
+        st = ds_fail(DS_ERR_UNSUPPORTED,
+                     "%s: architectures[0] '%s' is not a DeepSpec drafter (Qwen3DSparkModel or Gemma4DSparkModel)", path,
+                     arch);
+        goto done;
+    }
+    snprintf(d->arch, sizeof d->arch, "%s", arch);
+    int moe = 0, ple = 0;
+    const char *tid;
+    if ((st = ds_json_bool(j, path, "enable_moe_block", 0, &moe)) ||
+        (st = ds_json_int(j, path, "hidden_size_per_layer_input", 0, 1 << 20, &ple)))
+        goto done;
+    if (moe || ple) {
+        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: %s is not supported by dspark's drafter runtime", path,
+                     moe ? "enable_moe_block = true" : "hidden_size_per_layer_input != 0");
+        goto done;
+    }
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types"), *e;
+    cJSON_ArrayForEach(e, lt) if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: layer_types must all be \"full_attention\" (no sliding window in drafters)", path);
+        goto done;
+    }
+    if ((st = ds_json_int(j, path, "hidden_size", -1, 1 << 16, &d->H)) ||
+        (st = ds_json_int(j, path, "intermediate_size", -1, 1 << 20, &d->F)) ||
+        (st = ds_json_int(j, path, "vocab_size", -1, 1 << 24, &d->V)) ||
+        (st = ds_json_int(j, path, "num_attention_heads", -1, 4096, &d->nq)) ||
+        (st = ds_json_int(j, path, "num_hidden_layers", -1, 1024, &c->layers)) ||
+        (st = ds_json_int(j, path, "num_target_layers", -1, 4096, &c->target_layers)) ||
+        (st = ds_json_int(j, path, "block_size", -1, 1024, &c->block)) ||
+        (st = ds_json_int(j, path, "mask_token_id", -1, 1 << 30, &c->mask)) ||
+        (st = ds_json_int(j, path, "markov_rank", 0, 1 << 16, &c->rank)) ||
+        (st = ds_json_bool(j, path, "enable_confidence_head", 0, &c->conf)) ||
+        (st = ds_json_bool(j, path, "confidence_head_with_markov", 0, &c->conf_markov)) ||
+        (st = ds_json_bool(j, path, "attention_bias", 0, &c->bias)) ||
+        (st = ds_json_num(j, path, "rms_norm_eps", 1e-6, &c->eps)) ||
+        (st = ds_json_str(j, path, "markov_head_type", &c->head_type)) ||
+        (st = ds_json_str(j, path, "target_id", &tid)))
+        goto done;
+    snprintf(d->target_id, sizeof d->target_id, "%s", tid ? tid : "");
+    if (c->rank > 0) {
+        const char *h = c->head_type ? c->head_type : "vanilla";
+        if (!strcmp(h, "vanilla")) d->markov = DS_MARKOV_VANILLA;
+        else if (!strcmp(h, "gated")) d->markov = DS_MARKOV_GATED;
+        else if (!strcmp(h, "rnn")) d->markov = DS_MARKOV_RNN;
+        else {
+            st = ds_fail(DS_ERR_UNSUPPORTED, "%s: markov_head_type '%s' is not supported (vanilla, gated, rnn)", path, h);
+            goto done;
+        }
+        snprintf(d->markov_name, sizeof d->markov_name, "%s", h);
+    }
+    if (d->nq == 0 || c->layers == 0 || c->block == 0 || d->H == 0 || d->V == 0) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: hidden_size, vocab_size, heads, layers and block_size must be positive", path);
+        goto done;
+    }
+    // Taps.
+    const cJSON *taps = cJSON_GetObjectItemCaseSensitive(j, "target_layer_ids");
+    if (!cJSON_IsArray(taps) || cJSON_GetArraySize(taps) < 1 || cJSON_GetArraySize(taps) > 64) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must be a list of 1..64 layer ids", path);
+        goto done;
+    }
+    d->T = 0;
+    cJSON_ArrayForEach(e, taps) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != (int)e->valuedouble) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must hold integers", path);
+            goto done;
+        }
+        d->tap_ids[d->T++] = (int)e->valuedouble;
+    }
+    if (d->style == DS_STYLE_QWEN3) {
+        if ((st = ds_json_int(j, path, "num_key_value_heads", d->nq, 4096, &d->nkv)) ||
+            (st = ds_json_int(j, path, "head_dim", d->H / d->nq, 4096, &d->hd)))
+            goto done;
+        double th1;
+        if ((st = ds_json_num(j, path, "rope_theta", 1e6, &th1))) goto done;
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+        if ((st = ds_json_num(rp, path, "rope_theta", th1, &c->theta))) goto done;
+        c->partial = 1.0;
+        c->k_eq_v = 0;
+    } else {
+        int kv_local;
+        if ((st = ds_json_int(j, path, "global_head_dim", -1, 4096, &d->hd)) ||
+            (st = ds_json_int(j, path, "num_key_value_heads", d->nq, 4096, &kv_local)) ||
+            (st = ds_json_bool(j, path, "attention_k_eq_v", 0, &c->k_eq_v)) ||
+            (st = ds_json_num(j, path, "final_logit_softcapping", 0, &c->softcap)))
+            goto done;
+        if ((st = ds_json_int(j, path, "num_global_key_value_heads", kv_local, 4096, &d->nkv))) goto done;
+        if (!c->k_eq_v) d->nkv = kv_local;
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+        const cJSON *fa = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+        if (!cJSON_IsObject(fa)) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: Gemma drafters need rope_parameters.full_attention", path);
+            goto done;
+        }
+        if ((st = ds_json_num(fa, path, "rope_theta", 1e6, &c->theta)) ||
+            (st = ds_json_num(fa, path, "partial_rotary_factor", 1.0, &c->partial)))
+            goto done;
+        if (!(c->partial > 0 && c->partial <= 1)) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: partial_rotary_factor must be in (0, 1]", path);
+            goto done;
+        }
+    }
+    if (d->nkv == 0 || d->nq % d->nkv || d->hd == 0 || d->hd % 2 || !(c->theta > 0) || !(c->eps > 0)) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: inconsistent attention geometry (heads %d/%d, head dim %d)", path, d->nq,
+                     d->nkv, d->hd);
+        goto done;
+    }
+done:
+    cJSON_Delete(j);
+    return st;
+}
+
+// ---- pairing -------------------------------------------------------------------------------------
+
+static ds_status check_pairing(ds_drafter *d, const draft_config *c, const ds_model *target, const char *dir) {
+    const ds_model_info *t = ds_model_get_info(target);
+    if (d->H != t->dim)
+        return ds_fail(DS_ERR_MISMATCH, "%s: drafter hidden_size %d does not match the target's hidden size %d", dir,
+                       d->H, t->dim);
+    if (d->V != t->vocab_size)
+        return ds_fail(DS_ERR_MISMATCH, "%s: drafter vocab_size %d does not match the target's vocabulary of %d", dir,
+                       d->V, t->vocab_size);
+    if (c->target_layers != t->n_layers)
+        return ds_fail(DS_ERR_MISMATCH, "%s: num_target_layers %d, but the target has %d layers", dir, c->target_layers,
+                       t->n_layers);
+    for (int i = 0; i < d->T; i++) {
+        if (d->tap_ids[i] < -1 || d->tap_ids[i] > t->n_layers - 2)
+            return ds_fail(DS_ERR_MISMATCH,
+                           "%s: target_layer_ids has layer %d; taps must be in -1..%d (never the target's last layer)",
+                           dir, d->tap_ids[i], t->n_layers - 2);
+        if (i && d->tap_ids[i] <= d->tap_ids[i - 1])
+            return ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must be strictly increasing", dir);
+    }
+    if (c->mask < 0 || c->mask >= d->V)
+        return ds_fail(DS_ERR_MISMATCH, "%s: mask_token_id %d is outside the vocabulary (0..%d)", dir, c->mask, d->V - 1);
+    char id[160];
+    ds_model_target_id(target, id, sizeof id);
+    if (d->target_id[0] && strcmp(id, d->target_id))
+        snprintf(d->warning, sizeof d->warning,
+                 "%s: drafter was made for target '%s' but this target is '%s'; acceptance may be poor", dir,
+                 d->target_id, id);
+    return DS_OK;
+}
+
+// ---- tensors -------------------------------------------------------------------------------------
+
+#define DS_DRAFT_MAX_TENSORS 4096
+
+typedef struct {
+    ds_drafter *d;
+    const char *dir;
+    int n_expected;                      // tensors taken so far
+    char names[DS_DRAFT_MAX_TENSORS][96]; // their names, to find any the file has beyond them
+} loader;
+
+static int cmp_names(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+static int cmp_key_name(const void *key, const void *b) { return strcmp(*(const char *const *)key, (const char *)b); }
+
+static ds_status expect(loader *L, const char *name) {
+    if (L->n_expected >= DS_DRAFT_MAX_TENSORS)
+        return ds_fail(DS_ERR_FORMAT, "%s: too many draft layers", L->dir);
+    snprintf(L->names[L->n_expected++], sizeof L->names[0], "%s", name);
+    return DS_OK;
+}
+
+static ds_status W(loader *L, const char *name, int rows, int cols, ds_weight *w) {
+    ds_status st = expect(L, name);
+    return st ? st : ds_st_weight(L->d->st, L->dir, name, rows, cols, 0, w);
+}
+
+static ds_status Vec(loader *L, const char *name, int n, float **out) {
+    ds_status st = expect(L, name);
+    if (st) return st;
+    if (!(*out = own(L->d, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: drafter vector storage too small");
+    return ds_st_vector(L->d->st, L->dir, name, n, *out);
+}
+
+static ds_status load_layer(loader *L, int l, const draft_config *c) {
+    ds_drafter *d = L->d;
+    ds_draft_layer *y = &d->layers[l];
+    const int H = d->H, qd = d->nq * d->hd, kvd = d->nkv * d->hd;
+    char n[128];
+    ds_status st;
+#define NAME(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
+    if ((st = Vec(L, NAME("input_layernorm.weight"), H, &y->input_norm)) ||
+        (st = Vec(L, NAME("post_attention_layernorm.weight"), H, &y->post_attn_norm)) ||
+        (st = W(L, NAME("self_attn.q_proj.weight"), qd, H, &y->wq)) ||
+        (st = W(L, NAME("self_attn.k_proj.weight"), kvd, H, &y->wk)) ||
+        (st = W(L, NAME("self_attn.o_proj.weight"), H, qd, &y->wo)) ||
+        (st = Vec(L, NAME("self_attn.q_norm.weight"), d->hd, &y->q_norm)) ||
+        (st = Vec(L, NAME("self_attn.k_norm.weight"), d->hd, &y->k_norm)) ||
+        (st = W(L, NAME("mlp.gate_proj.weight"), d->F, H, &y->w_gate)) ||
+        (st = W(L, NAME("mlp.up_proj.weight"), d->F, H, &y->w_up)) ||
+        (st = W(L, NAME("mlp.down_proj.weight"), H, d->F, &y->w_down)))
+        return st;
+    if (!c->k_eq_v && (st = W(L, NAME("self_attn.v_proj.weight"), kvd, H, &y->wv))) return st;
+    if (c->bias && d->style == DS_STYLE_QWEN3) {
+        if ((st = Vec(L, NAME("self_attn.q_proj.bias"), qd, &y->bq)) ||
+            (st = Vec(L, NAME("self_attn.k_proj.bias"), kvd, &y->bk)) ||
+            (st = Vec(L, NAME("self_attn.v_proj.bias"), kvd, &y->bv)) ||
+            (st = Vec(L, NAME("self_attn.o_proj.bias"), H, &y->bo)))
+            return st;
+    }
+    y->layer_scalar = 1.0f;
+    if (d->style == DS_STYLE_GEMMA4) {
+        float *s;
+        if ((st = Vec(L, NAME("pre_feedforward_layernorm.weight"), H, &y->pre_ffn_norm)) ||
+            (st = Vec(L, NAME("post_feedforward_layernorm.weight"), H, &y->post_ffn_norm)) ||
+            (st = Vec(L, NAME("layer_scalar"), 1, &s)))
+            return st;
+        y->layer_scalar = s[0];
+    }
+#undef NAME
+    return DS_OK;
+}
+
+static ds_status load_tensors_with(loader *L, ds_drafter *d, const draft_config *c, const char *dir) {
+    const int H = d->H, r = c->rank;
+    ds_status st;
+    if ((st = W(L, "embed_tokens.weight", d->V, H, &d->embed)) || (st = W(L, "lm_head.weight", d->V, H, &d->lm_head)) ||
+        (st = W(L, "fc.weight", H, d->T * H, &d->fc)) || (st = Vec(L, "hidden_norm.weight", H, &d->hidden_norm)) ||
+        (st = Vec(L, "norm.weight", H, &d->norm)))
+        return st;
+    for (int l = 0; l < c->layers; l++)
+        if ((st = load_layer(L, l, c))) return st;
+    if (r > 0) {
+        if ((st = W(L, "markov_head.markov_w1.weight", d->V, r, &d->markov_w1)) ||
+            (st = W(L, "markov_head.markov_w2.weight", d->V, r, &d->markov_w2)))
+            return st;
+        if (d->markov == DS_MARKOV_GATED &&
+            ((st = W(L, "markov_head.gate_proj.weight", r, H + r, &d->gate_proj)) ||
+             (st = Vec(L, "markov_head.gate_proj.bias", r, &d->gate_bias))))
+            return st;
+        if (d->markov == DS_MARKOV_RNN &&
+            ((st = W(L, "markov_head.joint_proj.weight", 3 * r, 2 * r + H, &d->joint_proj)) ||
+             (st = Vec(L, "markov_head.joint_proj.bias", 3 * r, &d->joint_bias))))
+            return st;
+    }
+    if (c->conf) {
+        if (c->conf_markov && r == 0)
+            return ds_fail(DS_ERR_FORMAT, "%s: confidence_head_with_markov needs markov_rank > 0", dir);
+        const int in = H + (c->conf_markov ? r : 0);
+        ds_weight w;
+        float *b;
+        if ((st = W(L, "confidence_head.proj.weight", 1, in, &w)) ||
+            (st = Vec(L, "confidence_head.proj.bias", 1, &b)))
+            return st;
+        if (!(d->conf_w = own(d, (size_t)in))) return ds_fail(DS_ERR_NOMEM, "internal: drafter vector storage too small");
+        ds_weight_row_f32(&w, 0, d->conf_w);
+        d->conf_b = b[0];
+    }
+    // Anything else in the checkpoint is a tensor we would silently ignore: refuse it by name.
+    qsort(L->names, (size_t)L->n_expected, sizeof *L->names, cmp_names);
+    for (int i = 0; i < ds_st_count(d->st); i++) {
+        const char *name = ds_st_at(d->st, i)->name;
+        if (!bsearch(&name, L->names, (size_t)L->n_expected, sizeof *L->names, cmp_key_name))
+            return ds_fail(DS_ERR_FORMAT, "%s: unexpected tensor '%s' (not part of this drafter's configuration)", dir,
+                           name);
+    }
+    return DS_OK;
+}
+
+static ds_status load_tensors(ds_drafter *d, const draft_config *c, const char *dir) {
+    loader *L = ds_calloc(1, sizeof *L); // ~400 KB of names: not on the stack
+    if (!L) return DS_ERR_NOMEM;
+    L->d = d;
+    L->dir = dir;
+    ds_status st = load_tensors_with(L, d, c, dir);
+    free(L);
+    return st;
+}
+
+// ---- public --------------------------------------------------------------------------------------
+
+ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **out) {
+    *out = NULL;
+    ds_drafter *d = ds_calloc(1, sizeof *d);
+    if (!d) return DS_ERR_NOMEM;
+    draft_config c;
+    ds_status st = read_config(d, dir, &c);
+    if (!st) st = check_pairing(d, &c, target, dir);
+    if (st) goto fail;
+    if ((st = ds_st_open(dir, &d->st))) goto fail;
+    d->r = c.rank;
+    d->eps = (float)c.eps;
+    const size_t per_layer = (size_t)6 * d->H + 2 * (size_t)d->hd + (size_t)(d->nq + 2 * d->nkv) * d->hd + 1;
+    d->owned_cap = (size_t)c.layers * per_layer + 2 * (size_t)d->H + (size_t)d->hd + 5 * (size_t)d->r + d->H + 8;
+    d->owned = ds_malloc(d->owned_cap * sizeof(float));
+    d->layers = ds_calloc((size_t)c.layers, sizeof *d->layers);
+    if (!d->owned || !d->layers) {
+        st = DS_ERR_NOMEM;
+        goto fail;
+    }
+    if ((st = load_tensors(d, &c, dir))) goto fail;
+
+    // Numerics fixed by the format (deepspec-format.md §3-4).
+    if (d->style == DS_STYLE_GEMMA4) {
+        // embed scale = sqrt(H) rounded to the weight dtype (bf16(sqrt(3840)) = 62.0)
+        const float s = sqrtf((float)d->H);
+        d->embed_scale = d->embed.type == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
+                         : d->embed.type == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
+                                                   : s;
+        d->attn_scale = 1.0f; // q/k norms replace the scale
+        d->softcap = (float)c.softcap;
+    } else {
+        d->embed_scale = 1.0f;
+        d->attn_scale = 1.0f / sqrtf((float)d->hd);
+        d->softcap = 0;
+    }
+    // RoPE, halves pairing: inv_freq[j] = θ^(−2j/hd). Gemma's proportional partial RoPE rotates
+    // only the first partial·hd/2 pairs (same divisor, the full head dim); the rest stay put.
+    d->inv_freq = own(d, (size_t)d->hd / 2);
+    const int rot = (int)(c.partial * d->hd / 2 + 1e-6);
+    for (int i = 0; i < d->hd / 2; i++) d->inv_freq[i] = i < rot ? (float)pow(c.theta, -2.0 * i / d->hd) : 0.0f;
+
+    ds_drafter_info *in = &d->info;
+    in->arch = d->arch;
+    in->n_layers = c.layers;
+    in->block_size = c.block;
+    in->markov_rank = c.rank;
+    in->markov_head = d->markov_name;
+    in->has_confidence = c.conf;
+    in->confidence_with_markov = c.conf && c.conf_markov;
+    in->n_taps = d->T;
+    in->tap_layers = d->tap_ids;
+    in->mask_token_id = c.mask;
+    in->hidden = d->H;
+    in->vocab = d->V;
+    in->target_id = d->target_id;
+    *out = d;
+    return DS_OK;
+fail:
+    ds_drafter_free(d);
+    return st;
+}
+
+// FNV-1a over the architecture and, per tensor, its shape and 64 evenly spaced 64-byte windows:
+// a fingerprint that tells targets apart without reading gigabytes.
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t hash_weight(uint64_t h, const ds_weight *w) {
+    const size_t bytes = ds_weight_bytes(w);
+    h = fnv(h, &w->type, sizeof w->type);
+    h = fnv(h, &w->rows, sizeof w->rows);
+    h = fnv(h, &w->cols, sizeof w->cols);
+    if (!w->data || !bytes) return h;
+    for (int i = 0; i < 64; i++) {
+        const size_t off = bytes <= 64 ? 0 : (bytes - 64) / 63 * (size_t)i;
+        h = fnv(h, (const char *)w->data + off, bytes < 64 ? bytes : 64);
+    }
+    return h;
+}
+
+void ds_model_target_id(const ds_model *m, char *out, size_t cap) {
+    const ds_model_info *in = &m->info;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv(h, m->arch, strlen(m->arch));
+    const int dims[] = {in->n_layers, in->dim, in->ffn_dim, in->n_heads, in->n_kv_heads, in->head_dim, in->vocab_size};
+    h = fnv(h, dims, sizeof dims);
+    h = hash_weight(h, &m->tok_embd);
+    h = hash_weight(h, &m->output);
+    for (int l = 0; l < in->n_layers; l++) {
+        const ds_layer *L = &m->layers[l];
+        const ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t k = 0; k < sizeof ws / sizeof *ws; k++) h = hash_weight(h, ws[k]);
+    }
+    snprintf(out, cap, "%s:%016llx", m->name, (unsigned long long)h);
+}

@@ -1,0 +1,23 @@
+// Reading JSON configuration files (config.json) with cJSON: typed field access with one-line
+// errors naming the file and the key.
+#ifndef DS_IO_JSON_H
+#define DS_IO_JSON_H
+
+#include <cjson/cJSON.h>
+
+#include "dspark.h"
+
+// Parse `path` (at most max_bytes) into a JSON object.
+ds_status ds_json_load(const char *path, size_t max_bytes, cJSON **out);
+
+// An integer field; absent or null gives `def`, unless def < 0 (then it is required). Non-integers,
+// negatives and values above `max` are errors.
+ds_status ds_json_int(const cJSON *obj, const char *path, const char *key, int def, int max, int *out);
+// A number field; absent gives `def`. Non-numbers are errors.
+ds_status ds_json_num(const cJSON *obj, const char *path, const char *key, double def, double *out);
+// A boolean field; absent gives `def`. Non-booleans are errors.
+ds_status ds_json_bool(const cJSON *obj, const char *path, const char *key, int def, int *out);
+// A string field, or NULL when absent (an error when present but not a string).
+ds_status ds_json_str(const cJSON *obj, const char *path, const char *key, const char **out);
+
+#endif

@@ -1,0 +1,349 @@
+// The round-based decoding engine over a set of sequences (deepspec-format.md §5, for R >= 1):
+//
+//   add:    prefill prompt[0..N-2] (taps to the drafter); anchor = prompt[N-1] at position s = N-1
+//   round:  per sequence: feed pending tap rows to the drafter; draft d_0..d_{K-1}; choose ℓ
+//           ONE target forward over every sequence's rows [anchor, d_0..d_{ℓ-1}] (positions s..s+ℓ)
+//           per sequence: verify -> a accepted + next; commit d_0..d_{a-1}, next (stop at EOS or
+//           max_new); crop the target KV cache to s + a + 1; pending taps = rows 0..a; s += a + 1;
+//           anchor = next.
+// Plain decoding is the same loop with ℓ = 0: every generated token goes through ds_verify.
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "spec/ngram.h"
+#include "spec/verify.h"
+
+#define DS_PREFILL_CHUNK 256
+#define DS_MAX_DRAFT 64
+
+typedef struct {
+    int used, finished;
+    ds_kv *kv;
+    ds_draft_state *ds;
+    int32_t *toks;       // (cap_toks) prompt then generated tokens; the last one is the anchor
+    int n_toks, cap_toks;
+    int n_prompt, max_new, n_gen, taken;
+    ds_sampler_params sp;
+    ds_rng rng;
+    int n_pending;       // tap rows waiting for the drafter
+    float *pending;      // (DS_MAX_DRAFT + 1, T·H)
+    int32_t rows[DS_MAX_DRAFT + 1]; // this round's target rows: anchor, then drafts
+    int ell;             // drafts verified this round
+    float *q_logits;     // (K, V) raw draft logits (dspark)
+    float conf[DS_MAX_DRAFT];
+    float *p_logits;     // (ℓ + 1, V) target logits of this round
+    float *taps;         // (ℓ + 1, T·H) this round's tap rows
+    ds_seq_stats stats;
+} seq;
+
+struct ds_engine {
+    const ds_model *m;
+    const ds_drafter *d;
+    ds_spec_params sp;
+    int K;               // most drafts per round
+    int tap_w;           // floats per tap row (n_taps · hidden), 0 without a drafter
+    seq *seqs;
+    int n_seqs, cap_seqs;
+    ds_workspace *ws;
+    ds_forward_seq *fwd; // (cap_seqs)
+    int *fwd_owner;      // (cap_seqs)
+    ds_verify_scratch vs;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out) {
+    *out = NULL;
+    if (sp->kind == DS_SPEC_DSPARK && !drafter)
+        return ds_fail(DS_ERR_INVALID, "speculation with a DSpark drafter needs a drafter (-d DIR)");
+    if (sp->draft_max < 0 || sp->draft_max > DS_MAX_DRAFT)
+        return ds_fail(DS_ERR_INVALID, "draft length %d outside 0..%d", sp->draft_max, DS_MAX_DRAFT);
+    ds_engine *e = ds_calloc(1, sizeof *e);
+    if (!e) return DS_ERR_NOMEM;
+    e->m = m;
+    e->sp = *sp;
+    if (sp->kind == DS_SPEC_DSPARK) {
+        const ds_drafter_info *di = ds_drafter_get_info(drafter);
+        e->d = drafter;
+        e->tap_w = di->n_taps * di->hidden;
+        e->K = sp->draft_max ? sp->draft_max : di->block_size;
+        if (e->K > di->block_size) e->K = di->block_size;
+    } else if (sp->kind == DS_SPEC_NGRAM) {
+        e->K = sp->draft_max ? sp->draft_max : 7;
+        if (!e->sp.ngram_n) e->sp.ngram_n = 3;
+    }
+    const int V = m->info.vocab_size;
+    e->vs.p = malloc(sizeof(float) * V);
+    e->vs.q = malloc(sizeof(float) * V);
+    e->vs.sscratch = malloc(ds_sampler_scratch_size(V));
+    ds_status st = ds_workspace_init(m, &e->ws);
+    if (!st && (!e->vs.p || !e->vs.q || !e->vs.sscratch)) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (st) {
+        ds_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return DS_OK;
+}
+
+static void seq_release(seq *s) {
+    ds_kv_free(s->kv);
+    ds_draft_state_free(s->ds);
+    free(s->toks);
+    free(s->pending);
+    free(s->q_logits);
+    free(s->p_logits);
+    free(s->taps);
+    memset(s, 0, sizeof *s);
+}
+
+void ds_engine_free(ds_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_seqs; i++) seq_release(&e->seqs[i]);
+    free(e->seqs);
+    free(e->fwd);
+    free(e->fwd_owner);
+    ds_workspace_free(e->ws);
+    free(e->vs.p);
+    free(e->vs.q);
+    free(e->vs.sscratch);
+    free(e);
+}
+
+static seq *get(const ds_engine *e, int id) { return id >= 0 && id < e->n_seqs && e->seqs[id].used ? &e->seqs[id] : NULL; }
+
+// Append committed token t; returns 0 when the sequence ends here (EOS or max_new reached).
+static int commit(const ds_engine *e, seq *s, int32_t t) {
+    if (t == e->m->info.eos_id) {
+        s->finished = 1;
+        return 0;
+    }
+    s->toks[s->n_toks++] = t;
+    s->n_gen++;
+    s->stats.generated++;
+    if (s->n_gen >= s->max_new) {
+        s->finished = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static ds_status slot_for(ds_engine *e, int *id) {
+    for (int i = 0; i < e->n_seqs; i++)
+        if (!e->seqs[i].used) {
+            *id = i;
+            return DS_OK;
+        }
+    if (e->n_seqs == e->cap_seqs) {
+        const int cap = e->cap_seqs ? 2 * e->cap_seqs : 4;
+        seq *ns = realloc(e->seqs, sizeof *ns * cap);
+        if (!ns) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        e->seqs = ns;
+        ds_forward_seq *nf = realloc(e->fwd, sizeof *nf * cap);
+        if (!nf) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        e->fwd = nf;
+        int *no = realloc(e->fwd_owner, sizeof *no * cap);
+        if (!no) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        e->fwd_owner = no;
+        e->cap_seqs = cap;
+    }
+    memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
+    *id = e->n_seqs++;
+    return DS_OK;
+}
+
+ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
+                        uint64_t seed, int *id) {
+    const ds_model_info *in = &e->m->info;
+    if (n_prompt < 1) return ds_fail(DS_ERR_INVALID, "empty prompt (at least BOS is needed)");
+    if (max_new < 0) return ds_fail(DS_ERR_INVALID, "negative token budget");
+    if ((long)n_prompt + max_new > in->max_ctx)
+        return ds_fail(DS_ERR_INVALID, "prompt (%d tokens) + %d new tokens exceed the model's context of %d", n_prompt,
+                       max_new, in->max_ctx);
+    ds_status st = slot_for(e, id);
+    if (st) return st;
+    seq *s = &e->seqs[*id];
+    s->used = 1;
+    s->sp = *sp;
+    s->rng = ds_rng_init(seed, 0);
+    s->n_prompt = n_prompt;
+    s->max_new = max_new;
+    s->cap_toks = n_prompt + max_new + 1;
+    const int V = in->vocab_size, K = e->K, rows = K + 1;
+    s->toks = malloc(sizeof(int32_t) * s->cap_toks);
+    s->p_logits = malloc(sizeof(float) * (size_t)rows * V);
+    if (e->d) {
+        s->q_logits = malloc(sizeof(float) * (size_t)(K ? K : 1) * V);
+        s->taps = malloc(sizeof(float) * (size_t)rows * e->tap_w);
+        s->pending = malloc(sizeof(float) * (size_t)(rows > DS_PREFILL_CHUNK ? rows : DS_PREFILL_CHUNK) * e->tap_w);
+    }
+    if (!s->toks || !s->p_logits || (e->d && (!s->q_logits || !s->taps || !s->pending))) {
+        st = ds_fail(DS_ERR_NOMEM, "out of memory for a sequence");
+        goto fail;
+    }
+    // Room for every committed row plus one round's unverified drafts.
+    if ((st = ds_kv_init(e->m, n_prompt + max_new + K + 1, &s->kv))) goto fail;
+    if (e->d && (st = ds_draft_state_init(e->d, n_prompt + max_new + 1, &s->ds))) goto fail;
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V) {
+            st = ds_fail(DS_ERR_INVALID, "prompt token %d is outside the vocabulary (0..%d)", prompt[i], V - 1);
+            goto fail;
+        }
+    memcpy(s->toks, prompt, sizeof(int32_t) * n_prompt);
+    s->n_toks = n_prompt;
+    s->finished = max_new == 0;
+    // Prefill all but the anchor, in chunks; tap rows go straight to the drafter.
+    const double t0 = now_s();
+    const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
+    for (int done = 0; done < n_prompt - 1; done += DS_PREFILL_CHUNK) {
+        const int n = n_prompt - 1 - done < DS_PREFILL_CHUNK ? n_prompt - 1 - done : DS_PREFILL_CHUNK;
+        ds_forward_seq f = {.kv = s->kv, .tokens = prompt + done, .n_tokens = n};
+        if (di) {
+            f.tap_layers = di->tap_layers;
+            f.n_taps = di->n_taps;
+            f.taps = s->pending;
+        }
+        if ((st = ds_model_forward(e->m, e->ws, &f, 1))) goto fail;
+        if (di && (st = ds_drafter_append(e->d, s->ds, s->pending, n))) goto fail;
+    }
+    s->stats.prefill_s = now_s() - t0;
+    return DS_OK;
+fail:
+    seq_release(s);
+    return st;
+}
+
+// Choose this round's drafts for s: fills s->rows[1..ell] (and q_logits/conf for dspark).
+static ds_status draft_round(ds_engine *e, seq *s) {
+    s->ell = 0;
+    const int remaining = s->max_new - s->n_gen; // tokens this sequence may still commit
+    int K = e->K < remaining - 1 ? e->K : remaining - 1;
+    if (e->sp.kind == DS_SPEC_NONE || K <= 0) return DS_OK;
+    const double t0 = now_s();
+    ds_status st = DS_OK;
+    const int32_t anchor = s->toks[s->n_toks - 1];
+    if (e->sp.kind == DS_SPEC_NGRAM) {
+        s->ell = ds_ngram_propose(s->toks, s->n_toks, e->sp.ngram_n, K, s->rows + 1);
+    } else {
+        if (s->n_pending) {
+            if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
+            s->n_pending = 0;
+        }
+        if ((st = ds_drafter_draft(e->d, s->ds, anchor, K, &s->sp, &s->rng, s->rows + 1, s->q_logits, s->conf)))
+            return st;
+        s->ell = K;
+        // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
+        if (e->sp.conf_threshold > 0 && ds_drafter_get_info(e->d)->has_confidence)
+            for (int k = 0; k < K; k++)
+                if (s->conf[k] < e->sp.conf_threshold) {
+                    s->ell = k;
+                    break;
+                }
+    }
+    s->stats.draft_s += now_s() - t0;
+    return st;
+}
+
+// Verify and commit s's round after the shared forward.
+static ds_status finish_round(ds_engine *e, seq *s) {
+    const int V = e->m->info.vocab_size;
+    const int base = s->n_toks - 1; // position of the anchor
+    int a;
+    int32_t next;
+    ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
+                             e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, &s->rng, &e->vs, &a, &next);
+    if (st) return st;
+    ds_seq_stats *t = &s->stats;
+    t->rounds++;
+    t->drafted += s->ell;
+    t->accepted += a;
+    for (int k = 0; k < s->ell && k <= a && k < 64; k++) {
+        t->tried_by_pos[k]++;
+        if (k < a) t->accepted_by_pos[k]++;
+    }
+    int more = 1;
+    for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
+    if (more) commit(e, s, next);
+    t->tau = t->rounds ? (double)(t->accepted + t->rounds) / t->rounds : 0;
+    if (s->finished) return DS_OK;
+    // Keep the anchor and the accepted drafts in the target cache; their taps go to the drafter.
+    if ((st = ds_kv_truncate(s->kv, base + a + 1))) return st;
+    if (e->d) {
+        memcpy(s->pending, s->taps, sizeof(float) * (size_t)(a + 1) * e->tap_w);
+        s->n_pending = a + 1;
+    }
+    return DS_OK;
+}
+
+ds_status ds_engine_step(ds_engine *e) {
+    ds_status st;
+    int n = 0;
+    for (int i = 0; i < e->n_seqs; i++) {
+        seq *s = &e->seqs[i];
+        if (!s->used || s->finished) continue;
+        if ((st = draft_round(e, s))) return st;
+        s->rows[0] = s->toks[s->n_toks - 1];
+        ds_forward_seq *f = &e->fwd[n];
+        memset(f, 0, sizeof *f);
+        f->kv = s->kv;
+        f->tokens = s->rows;
+        f->n_tokens = s->ell + 1;
+        f->n_logits = s->ell + 1;
+        f->logits = s->p_logits;
+        if (e->d) {
+            const ds_drafter_info *di = ds_drafter_get_info(e->d);
+            f->tap_layers = di->tap_layers;
+            f->n_taps = di->n_taps;
+            f->taps = s->taps;
+        }
+        e->fwd_owner[n++] = i;
+    }
+    if (!n) return DS_OK;
+    const double t0 = now_s();
+    if ((st = ds_model_forward(e->m, e->ws, e->fwd, n))) return st;
+    for (int j = 0; j < n; j++)
+        if ((st = finish_round(e, &e->seqs[e->fwd_owner[j]]))) return st;
+    const double dt = now_s() - t0;
+    for (int j = 0; j < n; j++) e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
+    return DS_OK;
+}
+
+int ds_engine_active(const ds_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_seqs; i++) n += e->seqs[i].used && !e->seqs[i].finished;
+    return n;
+}
+
+int ds_engine_finished(const ds_engine *e, int id) {
+    const seq *s = get(e, id);
+    return !s || s->finished;
+}
+
+int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap) {
+    seq *s = get(e, id);
+    if (!s) return 0;
+    int n = s->n_gen - s->taken;
+    if (n > cap) n = cap;
+    memcpy(out, s->toks + s->n_prompt + s->taken, sizeof(int32_t) * (size_t)n);
+    s->taken += n;
+    return n;
+}
+
+const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id) {
+    const seq *s = get(e, id);
+    return s ? &s->stats : NULL;
+}
+
+ds_status ds_engine_remove(ds_engine *e, int id) {
+    seq *s = get(e, id);
+    if (!s) return ds_fail(DS_ERR_INVALID, "no sequence %d", id);
+    seq_release(s);
+    return DS_OK;
+}

@@ -1,0 +1,25 @@
+// Verification of one drafted block against the target (deepspec-format.md §5): the one place
+// where the acceptance rule lives.
+#ifndef DS_SPEC_VERIFY_H
+#define DS_SPEC_VERIFY_H
+
+#include "dspark.h"
+
+typedef struct {
+    float *p;      // (V) scratch: processed target distribution
+    float *q;      // (V) scratch: processed draft distribution
+    void *sscratch; // ds_sampler_scratch_size(V)
+} ds_verify_scratch;
+
+// Verify drafts d[0..ell) given the target logits of rows 0..ell (ell+1 rows of V) and the raw
+// draft logits (ell rows; NULL = deterministic proposals, q one-hot at d_k, as for ngram).
+//   greedy (temperature 0): accept d_k iff it is the target's argmax; next = argmax of row a.
+//   sampled: accept d_k with probability min(1, p_k(d_k)/q_k(d_k)); at the first rejection draw
+//   next from normalize(max(p_a − q_a, 0)) (from p_a if that mass vanishes); if all are accepted,
+//   draw the bonus token next from p_ell.
+// p and q come from the same ds_probs_process. Returns the number accepted; *next is the token
+// that follows them.
+ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *d, const float *p_logits,
+                    const float *q_logits, ds_rng *rng, ds_verify_scratch *sc, int *accepted, int32_t *next);
+
+#endif
