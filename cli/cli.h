@@ -20,5 +20,6 @@ extern volatile int cli_interrupted;
 void cli_catch_interrupt(void);
 
 int cmd_generate(int argc, char **argv);
+int cmd_init_drafter(int argc, char **argv);
 
 #endif

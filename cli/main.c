@@ -12,8 +12,9 @@ static void usage(FILE *f) {
             "usage: dspark <command> [options]\n"
             "\n"
             "commands:\n"
-            "  generate   generate text from a prompt (dspark generate --help)\n"
-            "  version    print the version\n");
+            "  generate       generate text, optionally with speculative decoding (dspark generate --help)\n"
+            "  init-drafter   write a freshly initialized DeepSpec drafter for a target\n"
+            "  version        print the version\n");
 }
 
 // Give OpenBLAS the kernels this CPU deserves (see ds_openblas_core_hint): once, by re-executing
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
+    if (strcmp(cmd, "init-drafter") == 0) return cmd_init_drafter(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("dspark 0.1.0\n");
         return 0;

@@ -83,6 +83,7 @@ typedef struct {
     ds_dtype weight_type; // dominant weight type (of the matrices)
     size_t weight_bytes;  // bytes of all weights that one decoded token reads
     int bos_id, eos_id;   // -1 when unknown
+    int unk_id;           // the tokenizer's unknown-token id (never produced by encoding), or -1
 } ds_model_info;
 
 typedef struct {
@@ -245,6 +246,26 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
 // a confidence head).
 ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
                            const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf);
+
+
+typedef struct {
+    int n_layers;        // draft layers (0 = 5)
+    int block_size;      // slots per block (0 = 7)
+    int markov_rank;     // 0 = DFlash; < 0 = the default (256, capped at the hidden size)
+    const char *markov_head; // "vanilla" (default), "gated", "rnn"
+    int n_taps;          // 0 = spread min(5, layers - 1) taps evenly over layers 1 .. L-2
+    const int *tap_layers;
+    int confidence;      // 1 = with a confidence head (c = 0.5 at init)
+    uint64_t seed;
+    ds_dtype dtype;      // DS_F32 (default) or DS_BF16
+} ds_drafter_init_params;
+
+ds_drafter_init_params ds_drafter_init_default(void);
+// Write a freshly initialized drafter for `target` to `dir` in the DeepSpec format (Qwen3DSparkModel
+// layers): normal(0, 0.02) weights, norms 1, Markov W2 = 0 (a pure parallel drafter at first),
+// confidence head 0 (c = 0.5), embed_tokens and lm_head copied from the target. Same seed, same
+// bytes. `dir` must not exist; it appears complete or not at all.
+ds_status ds_drafter_init_write(const ds_model *target, const ds_drafter_init_params *p, const char *dir);
 
 // ---------------------------------------------------------------------------------------------
 // Speculative decoding engine: rounds over a set of sequences (single-request generation is the

@@ -140,10 +140,9 @@ static void project_kv(const ds_drafter *d, ds_draft_state *s, int l, const floa
     const int kvd = d->nkv * d->hd, half = d->hd / 2;
     ds_matmul(s->kb, src, &y->wk, n, s->scratch);
     add_bias(s->kb, y->bk, n, kvd);
-    if (y->wv.data) {
+    if (d->style == DS_STYLE_QWEN3) {
         ds_matmul(s->vb, src, &y->wv, n, s->scratch);
         add_bias(s->vb, y->bv, n, kvd);
-        if (d->style == DS_STYLE_GEMMA4) rmsnorm_rows(s->vb, s->vb, NULL, n * d->nkv, d->hd, d->eps);
     } else {
         rmsnorm_rows(s->vb, s->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
     }

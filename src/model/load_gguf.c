@@ -89,6 +89,7 @@ static ds_status load_tokenizer(ds_model *m, const ds_gguf *g) {
     if (st) ds_fail_prefix(st, "%s", g->map.path);
     m->info.bos_id = (int)bos;
     m->info.eos_id = (int)eos;
+    m->info.unk_id = (int)unk;
 done:
     free(pieces);
     free(lens);
@@ -140,7 +141,7 @@ ds_status ds_model_load_gguf(const char *path, ds_model **out) {
     ds_gguf *g = ds_calloc(1, sizeof *g);
     ds_status st = DS_ERR_NOMEM;
     if (!m || !g) goto fail;
-    m->info.bos_id = m->info.eos_id = -1;
+    m->info.bos_id = m->info.eos_id = m->info.unk_id = -1;
     if ((st = ds_gguf_open(g, path))) goto fail;
     m->backing = g;
     m->backing_free = gguf_backing_free;

@@ -94,7 +94,7 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     *out = NULL;
     ds_model *m = ds_calloc(1, sizeof *m);
     if (!m) return DS_ERR_NOMEM;
-    m->info.bos_id = m->info.eos_id = -1;
+    m->info.bos_id = m->info.eos_id = m->info.unk_id = -1;
     int tied = 0, qk_norm = 0;
     ds_status st = read_config(m, dir, &tied, &qk_norm);
     if (st) goto fail;

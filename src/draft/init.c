@@ -1,0 +1,289 @@
+// A freshly initialized DeepSpec drafter for any target we can run (the starting point of
+// training): config.json per deepspec-format.md §2 and the tensors of §3, Qwen3DSparkModel layers.
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/status.h"
+#include "io/atomic.h"
+#include "io/safetensors.h"
+#include "kernels/half.h"
+#include "model/model.h"
+
+ds_drafter_init_params ds_drafter_init_default(void) {
+    ds_drafter_init_params p = {.n_layers = 5, .block_size = 7, .markov_rank = -1, .markov_head = "vanilla",
+                                .confidence = 1, .seed = 0, .dtype = DS_F32};
+    return p;
+}
+
+// Tensors to write, in f32 until the end (then converted if the checkpoint is bf16).
+#define DS_INIT_MAX_TENSORS 4096
+typedef struct {
+    char *names[DS_INIT_MAX_TENSORS];
+    float *data[DS_INIT_MAX_TENSORS];
+    int rows[DS_INIT_MAX_TENSORS], cols[DS_INIT_MAX_TENSORS]; // cols 0: a vector of `rows`
+    int n;
+    ds_rng rng;
+} builder;
+
+static void builder_free(builder *b) {
+    for (int i = 0; i < b->n; i++) {
+        free(b->names[i]);
+        free(b->data[i]);
+    }
+    b->n = 0;
+}
+
+// A zero tensor named `name` of shape (rows, cols), or (rows) when cols is 0.
+static float *tensor(builder *b, const char *name, int rows, int cols, ds_status *st) {
+    if (*st) return NULL;
+    if (b->n == DS_INIT_MAX_TENSORS) {
+        *st = ds_fail(DS_ERR_INVALID, "too many draft layers");
+        return NULL;
+    }
+    const size_t n = (size_t)rows * (cols ? cols : 1);
+    float *f = calloc(n ? n : 1, sizeof(float));
+    char *nm = strdup(name);
+    if (!f || !nm) {
+        free(f);
+        free(nm);
+        *st = ds_fail(DS_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    b->names[b->n] = nm;
+    b->data[b->n] = f;
+    b->rows[b->n] = rows;
+    b->cols[b->n] = cols;
+    b->n++;
+    return f;
+}
+
+// normal(0, std) by Box-Muller on the counter-based stream: same seed, same values, same order.
+static void fill_normal(builder *b, float *f, size_t n, float std) {
+    for (size_t i = 0; i < n; i += 2) {
+        const double u1 = 1.0 - ds_rng_uniform(&b->rng), u2 = ds_rng_uniform(&b->rng);
+        const double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
+        f[i] = (float)(std * r * cos(t));
+        if (i + 1 < n) f[i + 1] = (float)(std * r * sin(t));
+    }
+}
+
+static float *normal(builder *b, const char *name, int rows, int cols, ds_status *st) {
+    float *f = tensor(b, name, rows, cols, st);
+    if (f) fill_normal(b, f, (size_t)rows * cols, 0.02f);
+    return f;
+}
+
+static float *ones(builder *b, const char *name, int n, ds_status *st) {
+    float *f = tensor(b, name, n, 0, st);
+    for (int i = 0; f && i < n; i++) f[i] = 1.0f;
+    return f;
+}
+
+// Write the collected tensors to `dir`/model.safetensors in `dtype`.
+static ds_status write_tensors(const builder *b, ds_dtype dtype, const char *dir) {
+    ds_st_writer *w = ds_st_writer_new();
+    if (!w) return DS_ERR_NOMEM;
+    uint16_t *half[DS_INIT_MAX_TENSORS] = {0};
+    ds_status st = ds_st_writer_set_metadata(w, "format", "pt");
+    for (int i = 0; i < b->n && !st; i++) {
+        const size_t n = (size_t)b->rows[i] * (b->cols[i] ? b->cols[i] : 1);
+        const void *data = b->data[i];
+        if (dtype == DS_BF16) {
+            if (!(half[i] = malloc(n * sizeof(uint16_t)))) {
+                st = ds_fail(DS_ERR_NOMEM, "out of memory");
+                break;
+            }
+            for (size_t k = 0; k < n; k++) half[i][k] = ds_f32_to_bf16(b->data[i][k]);
+            data = half[i];
+        }
+        const int64_t shape[2] = {b->rows[i], b->cols[i]};
+        st = ds_st_writer_add(w, b->names[i], dtype, b->cols[i] ? 2 : 1, shape, data);
+    }
+    if (!st) st = ds_st_writer_write_dir(w, dir, 0);
+    for (int i = 0; i < b->n; i++) free(half[i]);
+    ds_st_writer_free(w);
+    return st;
+}
+
+static void default_taps(int L, int *taps, int *n) {
+    int T = L - 1 < 5 ? L - 1 : 5;
+    *n = 0;
+    if (L < 3 || T < 1) { // tiny targets: the embedding output is the only safe tap
+        taps[(*n)++] = -1;
+        return;
+    }
+    for (int i = 0; i < T; i++) {
+        const int id = T == 1 ? 1 : (int)lround(1.0 + (double)i * (L - 3) / (T - 1));
+        if (!*n || id > taps[*n - 1]) taps[(*n)++] = id;
+    }
+}
+
+static ds_status write_config(const ds_model *t, const ds_drafter_init_params *p, const int *taps, int n_taps, int r,
+                              int mask, const char *mask_src, const char *path) {
+    const ds_model_info *in = ds_model_get_info(t);
+    cJSON *c = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString("Qwen3DSparkModel"));
+    cJSON_AddStringToObject(c, "model_type", "qwen3");
+    // The target's text config ...
+    cJSON_AddNumberToObject(c, "hidden_size", in->dim);
+    cJSON_AddNumberToObject(c, "intermediate_size", in->ffn_dim);
+    cJSON_AddNumberToObject(c, "num_attention_heads", in->n_heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", in->n_kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", in->head_dim);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", in->norm_eps);
+    cJSON_AddNumberToObject(c, "vocab_size", in->vocab_size);
+    cJSON_AddNumberToObject(c, "rope_theta", in->rope_theta);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", in->max_ctx);
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    if (in->bos_id >= 0) cJSON_AddNumberToObject(c, "bos_token_id", in->bos_id);
+    if (in->eos_id >= 0) cJSON_AddNumberToObject(c, "eos_token_id", in->eos_id);
+    cJSON_AddStringToObject(c, "torch_dtype", p->dtype == DS_BF16 ? "bfloat16" : "float32");
+    // ... with the draft fields.
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->n_layers);
+    cJSON_AddNumberToObject(c, "num_target_layers", in->n_layers);
+    cJSON_AddItemToObject(c, "target_layer_ids", cJSON_CreateIntArray(taps, n_taps));
+    cJSON_AddNumberToObject(c, "block_size", p->block_size);
+    cJSON_AddNumberToObject(c, "mask_token_id", mask);
+    cJSON_AddStringToObject(c, "mask_token_source", mask_src);
+    cJSON_AddNumberToObject(c, "markov_rank", r);
+    if (r > 0) cJSON_AddStringToObject(c, "markov_head_type", p->markov_head);
+    cJSON_AddBoolToObject(c, "enable_confidence_head", p->confidence);
+    cJSON_AddBoolToObject(c, "confidence_head_with_markov", p->confidence && r > 0);
+    cJSON_AddNumberToObject(c, "num_anchors", 512);
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    for (int i = 0; i < p->n_layers; i++) cJSON_AddItemToArray(lt, cJSON_CreateString("full_attention"));
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    char id[160];
+    ds_model_target_id(t, id, sizeof id);
+    cJSON_AddStringToObject(c, "target_id", id);
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    if (!text) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    ds_atomic_file af;
+    ds_status st = ds_atomic_open(&af, path);
+    if (!st) {
+        fputs(text, af.f);
+        fputc('\n', af.f);
+        st = ds_atomic_commit(&af);
+    }
+    free(text);
+    return st;
+}
+
+// Remove a directory we created and the files in it (best effort, for failed writes).
+static void remove_dir(const char *dir) {
+    const char *files[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
+    char p[4096];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static ds_status build(const ds_model *t, const ds_drafter_init_params *p, const int *taps, int T, int r,
+                       builder *b) {
+    const ds_model_info *in = ds_model_get_info(t);
+    const int H = in->dim, V = in->vocab_size, F = in->ffn_dim, hd = in->head_dim;
+    const int qd = in->n_heads * hd, kvd = in->n_kv_heads * hd;
+    ds_status st = DS_OK;
+    // Frozen copies of the target's input and output embeddings.
+    float *e = tensor(b, "embed_tokens.weight", V, H, &st);
+    if (e) ds_weight_rows_f32(&t->tok_embd, 0, V, e);
+    float *o = tensor(b, "lm_head.weight", V, H, &st);
+    if (o) ds_weight_rows_f32(&t->output, 0, V, o);
+    normal(b, "fc.weight", H, T * H, &st);
+    ones(b, "hidden_norm.weight", H, &st);
+    char n[128];
+    for (int l = 0; l < p->n_layers; l++) {
+#define NAME(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
+        ones(b, NAME("input_layernorm.weight"), H, &st);
+        normal(b, NAME("self_attn.q_proj.weight"), qd, H, &st);
+        normal(b, NAME("self_attn.k_proj.weight"), kvd, H, &st);
+        normal(b, NAME("self_attn.v_proj.weight"), kvd, H, &st);
+        normal(b, NAME("self_attn.o_proj.weight"), H, qd, &st);
+        ones(b, NAME("self_attn.q_norm.weight"), hd, &st);
+        ones(b, NAME("self_attn.k_norm.weight"), hd, &st);
+        ones(b, NAME("post_attention_layernorm.weight"), H, &st);
+        normal(b, NAME("mlp.gate_proj.weight"), F, H, &st);
+        normal(b, NAME("mlp.up_proj.weight"), F, H, &st);
+        normal(b, NAME("mlp.down_proj.weight"), H, F, &st);
+#undef NAME
+    }
+    ones(b, "norm.weight", H, &st);
+    if (r > 0) {
+        normal(b, "markov_head.markov_w1.weight", V, r, &st);
+        tensor(b, "markov_head.markov_w2.weight", V, r, &st); // 0: starts as a pure parallel drafter
+        if (!strcmp(p->markov_head, "gated")) {
+            normal(b, "markov_head.gate_proj.weight", r, H + r, &st);
+            tensor(b, "markov_head.gate_proj.bias", r, 0, &st);
+        } else if (!strcmp(p->markov_head, "rnn")) {
+            normal(b, "markov_head.joint_proj.weight", 3 * r, 2 * r + H, &st);
+            tensor(b, "markov_head.joint_proj.bias", 3 * r, 0, &st);
+        }
+    }
+    if (p->confidence) { // zero: c = σ(0) = 0.5 everywhere
+        tensor(b, "confidence_head.proj.weight", 1, H + r, &st);
+        tensor(b, "confidence_head.proj.bias", 1, 0, &st);
+    }
+    (void)taps;
+    return st;
+}
+
+ds_status ds_drafter_init_write(const ds_model *t, const ds_drafter_init_params *p0, const char *dir) {
+    const ds_model_info *in = ds_model_get_info(t);
+    ds_drafter_init_params p = *p0;
+    if (!p.n_layers) p.n_layers = 5;
+    if (!p.block_size) p.block_size = 7;
+    if (!p.markov_head) p.markov_head = "vanilla";
+    if (p.n_layers < 1 || p.n_layers > 64) return ds_fail(DS_ERR_INVALID, "draft layers must be 1..64");
+    if (p.block_size < 1 || p.block_size > 64) return ds_fail(DS_ERR_INVALID, "block size must be 1..64");
+    if (strcmp(p.markov_head, "vanilla") && strcmp(p.markov_head, "gated") && strcmp(p.markov_head, "rnn"))
+        return ds_fail(DS_ERR_INVALID, "markov head '%s' (vanilla, gated or rnn)", p.markov_head);
+    if (p.dtype != DS_F32 && p.dtype != DS_BF16) return ds_fail(DS_ERR_INVALID, "drafters are written in F32 or BF16");
+    const int r = p.markov_rank < 0 ? (in->dim < 256 ? in->dim : 256) : p.markov_rank;
+    int taps[64], T = 0;
+    if (p.n_taps > 0) {
+        if (p.n_taps > 64) return ds_fail(DS_ERR_INVALID, "at most 64 taps");
+        for (int i = 0; i < p.n_taps; i++) {
+            const int id = p.tap_layers[i];
+            if (id < -1 || id > in->n_layers - 2)
+                return ds_fail(DS_ERR_INVALID, "tap layer %d: taps must be in -1..%d (never the target's last layer)", id,
+                               in->n_layers - 2);
+            if (i && id <= taps[i - 1]) return ds_fail(DS_ERR_INVALID, "tap layers must be strictly increasing");
+            taps[T++] = id;
+        }
+    } else {
+        default_taps(in->n_layers, taps, &T);
+    }
+    struct stat sb;
+    if (stat(dir, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", dir);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
+    if (mkdir(tmp, 0755) != 0) return ds_fail(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    builder *b = ds_calloc(1, sizeof *b);
+    if (!b) {
+        rmdir(tmp);
+        return DS_ERR_NOMEM;
+    }
+    b->rng = ds_rng_init(p.seed, 0x696e6974); // "init"
+    const int mask = in->unk_id >= 0 ? in->unk_id : in->vocab_size - 1;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", tmp);
+    ds_status st = build(t, &p, taps, T, r, b);
+    if (!st) st = write_tensors(b, p.dtype, tmp);
+    if (!st) st = write_config(t, &p, taps, T, r, mask, in->unk_id >= 0 ? "unk" : "last_id", cfg);
+    if (!st && rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
+    if (st) remove_dir(tmp);
+    builder_free(b);
+    free(b);
+    return st;
+}
