@@ -200,7 +200,8 @@ int32_t ds_argmax(const float *x, int n);
 
 
 // ---------------------------------------------------------------------------------------------
-// Drafters (DeepSpec format: DSpark, and DFlash = markov_rank 0). See docs/drafter.md.
+// Drafters (DeepSpec format: DSpark, and DFlash = markov_rank 0); ../shared/docs/deepspec-format.md
+// is the contract, docs/architecture.md how they fit in.
 
 typedef struct ds_drafter ds_drafter;
 typedef struct ds_draft_state ds_draft_state;

@@ -20,3 +20,6 @@ for dtype in f32 bf16; do
 done
 echo "bench: multi-row kernel vs OpenBLAS sgemm, 2048 x 5632" >&2
 "$BIN/bench_matmul" 1
+echo "bench: speculation on stories260K with a fresh 5-layer drafter, and ngram on a repetitive prompt" >&2
+[ -d "$MODELS/stories-drafter5" ] || "$BIN/dspark" init-drafter -m "$STORIES" -o "$MODELS/stories-drafter5" --layers 5 --seed 1
+"$BIN/bench_spec" "$STORIES" "$MODELS/stories-drafter5" -n 256 --repeats 5
