@@ -9,6 +9,8 @@ PKGS=(
   libomp-dev                         # OpenMP runtime headers (gcc uses libgomp; clang needs this)
   libcjson-dev                       # config.json / safetensors headers / CLI JSON output
   libcmocka-dev                      # C unit tests
+  libopenmpi-dev openmpi-bin         # data-parallel training (mpirun -np N dspark train)
+  gnuplot-nox                        # optional loss-curve PNG of dspark train --plot
   python3-numpy python3-torch        # independent reference implementations inside tests/
 )
 

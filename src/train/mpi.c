@@ -1,0 +1,68 @@
+// Data-parallel training over MPI (OpenMPI): ranks split each step's sequences and sum gradients
+// and statistics with MPI_Allreduce. Without MPI (or without mpirun) everything is one rank.
+#include <stddef.h>
+
+#include "train/trainer.h"
+
+#ifdef DS_HAVE_MPI
+#include <mpi.h>
+
+static int g_init;
+
+void ds_mpi_init(int *argc, char ***argv) {
+    int done = 0;
+    MPI_Initialized(&done);
+    if (!done) MPI_Init(argc, argv);
+    g_init = 1;
+}
+
+int ds_mpi_rank(void) {
+    int r = 0;
+    if (g_init) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int ds_mpi_size(void) {
+    int n = 1;
+    if (g_init) MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+void ds_mpi_finalize(void) {
+    if (g_init) MPI_Finalize();
+    g_init = 0;
+}
+
+void ds_mpi_allreduce_sum(double *buf, size_t n) {
+    if (!g_init || ds_mpi_size() == 1) return;
+    if (n == 0) MPI_Barrier(MPI_COMM_WORLD);
+    else MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+
+void ds_mpi_allreduce_sum_f(float *buf, size_t n) {
+    if (!g_init || ds_mpi_size() == 1) return;
+    for (size_t off = 0; off < n; off += (size_t)1 << 30) { // counts are ints
+        const size_t m = n - off < ((size_t)1 << 30) ? n - off : ((size_t)1 << 30);
+        MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+}
+
+#else
+
+void ds_mpi_init(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+}
+int ds_mpi_rank(void) { return 0; }
+int ds_mpi_size(void) { return 1; }
+void ds_mpi_finalize(void) {}
+void ds_mpi_allreduce_sum(double *buf, size_t n) {
+    (void)buf;
+    (void)n;
+}
+void ds_mpi_allreduce_sum_f(float *buf, size_t n) {
+    (void)buf;
+    (void)n;
+}
+
+#endif
