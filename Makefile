@@ -17,7 +17,7 @@ build: setup
 	@cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	./$(BUILD)/bin/dspark generate -p "Once upon a time" -n 64 --temp 0
+	./scripts/demo.sh $(BUILD)
 
 # The whole suite on the optimized build, then the unit tests under AddressSanitizer and
 # UndefinedBehaviorSanitizer.

@@ -21,5 +21,8 @@ void cli_catch_interrupt(void);
 
 int cmd_generate(int argc, char **argv);
 int cmd_init_drafter(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_datagen(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

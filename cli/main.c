@@ -14,6 +14,9 @@ static void usage(FILE *f) {
             "commands:\n"
             "  generate       generate text, optionally with speculative decoding (dspark generate --help)\n"
             "  init-drafter   write a freshly initialized DeepSpec drafter for a target\n"
+            "  train          train a DSpark/DFlash drafter for a frozen target (dspark train --help)\n"
+            "  datagen        write drafter training data with the target (dspark datagen --help)\n"
+            "  eval           measure speculative decoding against plain decoding on a prompt set\n"
             "  version        print the version\n");
 }
 
@@ -35,6 +38,9 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "init-drafter") == 0) return cmd_init_drafter(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "datagen") == 0) return cmd_datagen(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("dspark 0.1.0\n");
         return 0;

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  --seed S         data order, anchors and fresh init (default 0)\n"
             "  --save-every N   checkpoint period (default steps/10); also at the end and on Ctrl-C\n"
             "  --resume         continue the run in OUT exactly where it stopped\n"
+            "  --stop-after N   save and stop after N steps of this run (resume later)\n"
             "  --plot FILE.png  draw the loss curve with gnuplot at the end\n"
             "  -t THREADS\n"
             "  shape options for a fresh drafter (no --init): --layers 5 --block 7 --markov-rank R\n"
@@ -70,6 +71,7 @@ int cmd_train(int argc, char **argv) {
         INT("--batch", 1, 1000000, o.batch)
         INT("--anchors", 1, 1000000, o.anchors)
         INT("--save-every", 1, 100000000, o.save_every)
+        INT("--stop-after", 1, 100000000, o.stop_after)
         INT("-t", 1, 1024, o.threads)
         INT("--layers", 1, 64, o.shape.n_layers)
         INT("--block", 1, 64, o.shape.block_size)

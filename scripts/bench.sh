@@ -23,3 +23,7 @@ echo "bench: multi-row kernel vs OpenBLAS sgemm, 2048 x 5632" >&2
 echo "bench: speculation on stories260K with a fresh 5-layer drafter, and ngram on a repetitive prompt" >&2
 [ -d "$MODELS/stories-drafter5" ] || "$BIN/dspark" init-drafter -m "$STORIES" -o "$MODELS/stories-drafter5" --layers 5 --seed 1
 "$BIN/bench_spec" "$STORIES" "$MODELS/stories-drafter5" -n 256 --repeats 5
+echo "bench: training throughput (anchor blocks/s) at 1 and 2 threads, 5-layer drafter" >&2
+[ -f "$MODELS/stories-data.bin" ] || "$BIN/dspark" datagen -m "$STORIES" --prompts docs/prompts/stories-train.txt \
+  -n 200 --max-tokens 200 --seed 1 -o "$MODELS/stories-data.bin" 2>/dev/null
+"$BIN/bench_train" "$STORIES" "$MODELS/stories-data.bin" --threads 1,2 --steps 10

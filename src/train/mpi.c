@@ -6,10 +6,18 @@
 
 #ifdef DS_HAVE_MPI
 #include <mpi.h>
+#include <stdlib.h>
 
 static int g_init;
 
+// MPI starts only under a launcher (mpirun sets these): a plain `dspark train` stays one process
+// with no MPI runtime at all.
+static int launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("MPI_LOCALNRANKS");
+}
+
 void ds_mpi_init(int *argc, char ***argv) {
+    if (!launched()) return;
     int done = 0;
     MPI_Initialized(&done);
     if (!done) MPI_Init(argc, argv);

@@ -747,7 +747,7 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
             ws->prev[row] = s->tokens[p + k < s->n ? p + k : s->n - 1]; // prev_0 = anchor, prev_k = label_{k-1}
             valid = valid && q < s->n && q >= s->n_prompt;
             ws->label[row] = valid ? s->tokens[q] : 0;
-            ws->w[row] = valid ? expf(-(float)k / 4.0f) : 0.0f;
+            ws->w[row] = valid ? expf(-(float)k / lw->decay) : 0.0f;
             ds_weight_row_f32(&d->embed, k == 0 ? s->tokens[p] : d->info.mask_token_id, ws->x + (size_t)row * H);
             if (d->embed_scale != 1.0f)
                 for (int j = 0; j < H; j++) ws->x[(size_t)row * H + j] *= d->embed_scale;

@@ -70,6 +70,7 @@ ds_status ds_tmodel_write(const ds_tmodel *tm, const float *params, ds_dtype dty
 // Loss weights and results.
 typedef struct {
     float ce, l1, conf; // multipliers (0.1, 0.9, 1.0)
+    float decay;        // per-slot weight w_k = exp(-k / decay) (4)
 } ds_loss_weights;
 
 typedef struct {

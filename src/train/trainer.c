@@ -423,12 +423,17 @@ ds_status ds_train_run(const ds_train_opts *o) {
             }
         }
         const int stop = sums[9] > 0;
-        if (rank == 0 && (S.step % save_every == 0 || S.step == o->steps || stop)) {
+        const int pause = o->stop_after > 0 && S.step - first_step >= o->stop_after;
+        if (rank == 0 && (S.step % save_every == 0 || S.step == o->steps || stop || pause)) {
             if ((st = save(&S))) goto done;
         }
         if (stop) {
             if (rank == 0) fprintf(stderr, "\ndspark: interrupted: checkpoint of step %d saved in %s\n", S.step, o->out);
             st = ds_fail(DS_ERR_INTERRUPTED, "training interrupted at step %d (resume with --resume)", S.step);
+            goto done;
+        }
+        if (pause) {
+            if (rank == 0) fprintf(stderr, "dspark: stopped after %d steps as asked; checkpoint in %s\n", o->stop_after, o->out);
             goto done;
         }
     }

@@ -26,6 +26,7 @@ typedef struct {
     const char *plot;     // loss-curve PNG path (gnuplot), or NULL
     volatile int *interrupted; // set asynchronously (Ctrl-C): save and stop after the current step
     int quiet;            // no progress lines
+    int stop_after;       // save and return after this many steps of this run (0 = run to the end)
 } ds_train_opts;
 
 ds_train_opts ds_train_defaults(void);
