@@ -12,7 +12,8 @@ typedef struct {
     long n_predict, threads, seed;
     ds_sampler_params sp;
     ds_spec_params spec;
-    int spec_given, json, stats;
+    ds_cost_table costs;
+    int spec_given, schedule_given, json, stats;
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -31,6 +32,9 @@ static void gen_usage(FILE *f) {
             "  --spec KIND        none | dspark | ngram (default: dspark with -d, else none)\n"
             "  --draft-max K      most drafted tokens verified per round (default: the block size; 7 for ngram)\n"
             "  --conf-threshold C verify the slots before the first whose confidence is below C\n"
+            "  --schedule S       fixed | threshold | auto (Algorithm 1; default: threshold with\n"
+            "                     --conf-threshold, else fixed)\n"
+            "  --costs FILE       cost table for --schedule auto (dspark profile); default: profile now\n"
             "  --ngram N          ngram match length (default 3)\n"
             "  --stats            print speculation statistics to stderr\n"
             "  --json             print one JSON object instead of streaming text\n");
@@ -92,6 +96,16 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         } else if (!strcmp(o, "--conf-threshold")) {
             if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
             a->spec.conf_threshold = (float)f;
+        } else if (!strcmp(o, "--schedule")) {
+            a->schedule_given = 1;
+            if (!strcmp(v, "fixed")) a->spec.schedule = DS_SCHEDULE_FIXED;
+            else if (!strcmp(v, "threshold")) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
+            else if (!strcmp(v, "auto")) a->spec.schedule = DS_SCHEDULE_AUTO;
+            else return cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
+        } else if (!strcmp(o, "--costs")) {
+            ds_status st = ds_cost_table_load(v, &a->costs);
+            if (st) return cli_fail(st);
+            a->spec.costs = &a->costs;
         } else if (!strcmp(o, "--ngram")) {
             long k;
             if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--ngram expects 1..64, got '%s'", v);
@@ -102,6 +116,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     }
     if (!a->prompt) return cli_usage_error("generate needs a prompt (-p TEXT)");
     if (!a->spec_given) a->spec.kind = a->drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
+    if (!a->schedule_given && a->spec.conf_threshold > 0) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
     if (a->spec.kind == DS_SPEC_DSPARK && !a->drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
     if (a->spec.kind != DS_SPEC_DSPARK && a->drafter)
         return cli_usage_error("-d is only used with --spec dspark");

@@ -227,6 +227,10 @@ void ds_drafter_free(ds_drafter *d);
 const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d);
 // A warning from loading (the recorded target_id differs from this target's), or NULL.
 const char *ds_drafter_warning(const ds_drafter *d);
+// Confidence calibration (Sequential Temperature Scaling): ĉ_k = σ(z_k / T_k). Loaded from
+// calibration.json in the drafter's directory when present; set (n = 0 clears) for calibrating.
+ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n);
+int ds_drafter_calibration(const ds_drafter *d, const float **temps); // returns n (0 = none)
 // The identity of a target as drafters record it: "<name>:<16 hex digits>", a hash of the
 // architecture and a fixed sample of every tensor's bytes (fast on any model size).
 void ds_model_target_id(const ds_model *m, char *out, size_t cap);
@@ -280,11 +284,35 @@ typedef enum {
     DS_SPEC_NGRAM,    // prompt lookup: what followed the latest earlier occurrence of the last n tokens
 } ds_spec_kind;
 
+// How many drafted tokens each request verifies per round.
+typedef enum {
+    DS_SCHEDULE_FIXED = 0, // all drafted slots (up to draft_max)
+    DS_SCHEDULE_THRESHOLD, // slots before the first with confidence < conf_threshold (DeepSpec's static rule)
+    DS_SCHEDULE_AUTO,      // Algorithm 1 over calibrated confidences and the cost table, with the early stop
+} ds_schedule_kind;
+
+// The target's verification steps per second at B tokens in one batched forward (B = 1..bmax),
+// measured on this machine (ds_profile_costs); sps[0] is unused. Past bmax, SPS(B) is taken as
+// bmax·SPS(bmax)/B.
+typedef struct {
+    int bmax;
+    double sps[513];
+} ds_cost_table;
+
+// Measure SPS(B) for B = 1..bmax: each forward carries B new rows spread over ceil(B/8) sequences
+// with `ctx` rows of context each (median of `repeats`). `quick` measures B = 1, 2, 4, ... only and
+// interpolates between them.
+ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, int quick, ds_cost_table *out);
+ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int threads, const char *path);
+ds_status ds_cost_table_load(const char *path, ds_cost_table *out);
+
 typedef struct {
     ds_spec_kind kind;
     int draft_max;        // most drafted tokens verified per round (0 = the block size; 7 for ngram)
-    float conf_threshold; // static truncation: verify slots before the first with c_k < threshold (<= 0: off)
+    float conf_threshold; // DS_SCHEDULE_THRESHOLD: verify slots before the first with c_k < threshold
     int ngram_n;          // ngram match length (0 = 3); shorter matches are tried when it fails
+    ds_schedule_kind schedule;   // (ngram and drafters without a confidence head always verify all slots)
+    const ds_cost_table *costs;  // DS_SCHEDULE_AUTO: the cost table; NULL = profile quickly at init
 } ds_spec_params;
 
 typedef struct {
@@ -320,6 +348,12 @@ int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap);
 const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
 // Drop a sequence (finished or not) and free its state.
 ds_status ds_engine_remove(ds_engine *e, int id);
+// Called after every verified round of every sequence: its drafted slots' confidences (NULL without
+// a confidence head), how many were verified (ell) and how many accepted. Calibration uses it.
+typedef void (*ds_round_observer)(void *ctx, int id, int n_drafted, const float *conf, int ell, int accepted);
+void ds_engine_set_observer(ds_engine *e, ds_round_observer fn, void *ctx);
+// The cost table the engine schedules with (profiled at init for DS_SCHEDULE_AUTO without one).
+const ds_cost_table *ds_engine_costs(const ds_engine *e);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,8 @@ struct ds_drafter {
     float *conf_w;        // (H or H + r) confidence_head.proj.weight
     float conf_b;
     int tap_ids[64];
+    float calib[64];      // STS temperatures per slot (n_calib of them); conf = σ(z / T)
+    int n_calib;
     char arch[32], markov_name[16], target_id[160], warning[512];
     float *owned;         // every f32 vector, one allocation
     size_t owned_used, owned_cap;

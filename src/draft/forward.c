@@ -317,6 +317,7 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
             if (d->conf_w) { // c_k = σ(w · [h_k ; W1[prev_k]] + b)
                 float z = d->conf_b + ds_dot(d->conf_w, h, H);
                 if (d->info.confidence_with_markov) z += ds_dot(d->conf_w + H, w1, r);
+                if (k < d->n_calib) z /= d->calib[k]; // Sequential Temperature Scaling
                 conf[k] = sigmoidf_(z);
             } else {
                 conf[k] = NAN;

@@ -15,6 +15,49 @@
 #include "model/st_weights.h"
 
 const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d) { return &d->info; }
+
+ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n) {
+    if (n < 0 || n > 64 || n > d->info.block_size) return ds_fail(DS_ERR_INVALID, "%d calibration temperatures", n);
+    for (int i = 0; i < n; i++)
+        if (!(temps[i] > 0)) return ds_fail(DS_ERR_INVALID, "calibration temperature %d is not positive", i);
+    memcpy(d->calib, temps, sizeof(float) * (size_t)n);
+    d->n_calib = n;
+    return DS_OK;
+}
+
+int ds_drafter_calibration(const ds_drafter *d, const float **temps) {
+    *temps = d->calib;
+    return d->n_calib;
+}
+
+// calibration.json next to the weights: {"method": "sts", "temperatures": [T_1, ...]}.
+static ds_status load_calibration(ds_drafter *d, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/calibration.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return DS_OK; // uncalibrated
+    fclose(f);
+    cJSON *j;
+    ds_status st = ds_json_load(path, 1 << 20, &j);
+    if (st) return st;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "temperatures"), *e;
+    float temps[64];
+    int n = 0;
+    if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) > d->info.block_size) {
+        cJSON_Delete(j);
+        return ds_fail(DS_ERR_FORMAT, "%s: \"temperatures\" must be a list of at most block_size numbers", path);
+    }
+    cJSON_ArrayForEach(e, t) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0)) {
+            cJSON_Delete(j);
+            return ds_fail(DS_ERR_FORMAT, "%s: temperatures must be positive numbers", path);
+        }
+        temps[n++] = (float)e->valuedouble;
+    }
+    cJSON_Delete(j);
+    if (!d->conf_w) return ds_fail(DS_ERR_FORMAT, "%s: calibration for a drafter without a confidence head", path);
+    return ds_drafter_set_calibration(d, temps, n);
+}
 const char *ds_drafter_warning(const ds_drafter *d) { return d->warning[0] ? d->warning : NULL; }
 
 void ds_drafter_free(ds_drafter *d) {
@@ -384,6 +427,7 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     in->hidden = d->H;
     in->vocab = d->V;
     in->target_id = d->target_id;
+    if ((st = load_calibration(d, dir))) goto fail;
     *out = d;
     return DS_OK;
 fail:

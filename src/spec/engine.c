@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "model/model.h"
+#include "sched/schedule.h"
 #include "spec/ngram.h"
 #include "spec/verify.h"
 
@@ -32,6 +33,7 @@ typedef struct {
     float *pending;      // (DS_MAX_DRAFT + 1, T·H)
     int32_t rows[DS_MAX_DRAFT + 1]; // this round's target rows: anchor, then drafts
     int ell;             // drafts verified this round
+    int n_drafted;       // drafts proposed this round (ell <= n_drafted)
     float *q_logits;     // (K, V) raw draft logits (dspark)
     float conf[DS_MAX_DRAFT];
     float *p_logits;     // (ℓ + 1, V) target logits of this round
@@ -51,6 +53,12 @@ struct ds_engine {
     ds_forward_seq *fwd; // (cap_seqs)
     int *fwd_owner;      // (cap_seqs)
     ds_verify_scratch vs;
+    ds_cost_table costs; // DS_SCHEDULE_AUTO
+    const float **sched_conf; // (cap_seqs) scheduler inputs
+    int *sched_k, *sched_ell, *sched_owner;
+    void *sched_scratch;
+    ds_round_observer observer;
+    void *observer_ctx;
 };
 
 static double now_s(void) {
@@ -78,6 +86,15 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
     } else if (sp->kind == DS_SPEC_NGRAM) {
         e->K = sp->draft_max ? sp->draft_max : 7;
         if (!e->sp.ngram_n) e->sp.ngram_n = 3;
+    }
+    if (sp->schedule == DS_SCHEDULE_AUTO) {
+        ds_status st = DS_OK;
+        if (sp->costs) e->costs = *sp->costs;
+        else st = ds_profile_costs(m, 64, 256, 3, 1, &e->costs); // quick start-up profile
+        if (st) {
+            free(e);
+            return st;
+        }
     }
     const int V = m->info.vocab_size;
     e->vs.p = malloc(sizeof(float) * V);
@@ -110,6 +127,11 @@ void ds_engine_free(ds_engine *e) {
     free(e->seqs);
     free(e->fwd);
     free(e->fwd_owner);
+    free(e->sched_conf);
+    free(e->sched_k);
+    free(e->sched_ell);
+    free(e->sched_owner);
+    free(e->sched_scratch);
     ds_workspace_free(e->ws);
     free(e->vs.p);
     free(e->vs.q);
@@ -152,6 +174,17 @@ static ds_status slot_for(ds_engine *e, int *id) {
         int *no = realloc(e->fwd_owner, sizeof *no * cap);
         if (!no) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->fwd_owner = no;
+        const float **sc = realloc(e->sched_conf, sizeof *sc * cap);
+        if (sc) e->sched_conf = sc;
+        int *sk = sc ? realloc(e->sched_k, sizeof *sk * cap) : NULL;
+        if (sk) e->sched_k = sk;
+        int *se = sk ? realloc(e->sched_ell, sizeof *se * cap) : NULL;
+        if (se) e->sched_ell = se;
+        int *so = se ? realloc(e->sched_owner, sizeof *so * cap) : NULL;
+        if (so) e->sched_owner = so;
+        void *ss = so ? realloc(e->sched_scratch, 16 * (size_t)cap * (DS_MAX_DRAFT + 1)) : NULL;
+        if (ss) e->sched_scratch = ss;
+        if (!ss) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->cap_seqs = cap;
     }
     memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
@@ -223,6 +256,7 @@ fail:
 // Choose this round's drafts for s: fills s->rows[1..ell] (and q_logits/conf for dspark).
 static ds_status draft_round(ds_engine *e, seq *s) {
     s->ell = 0;
+    s->n_drafted = 0;
     const int remaining = s->max_new - s->n_gen; // tokens this sequence may still commit
     int K = e->K < remaining - 1 ? e->K : remaining - 1;
     if (e->sp.kind == DS_SPEC_NONE || K <= 0) return DS_OK;
@@ -230,7 +264,7 @@ static ds_status draft_round(ds_engine *e, seq *s) {
     ds_status st = DS_OK;
     const int32_t anchor = s->toks[s->n_toks - 1];
     if (e->sp.kind == DS_SPEC_NGRAM) {
-        s->ell = ds_ngram_propose(s->toks, s->n_toks, e->sp.ngram_n, K, s->rows + 1);
+        s->ell = s->n_drafted = ds_ngram_propose(s->toks, s->n_toks, e->sp.ngram_n, K, s->rows + 1);
     } else {
         if (s->n_pending) {
             if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
@@ -238,9 +272,9 @@ static ds_status draft_round(ds_engine *e, seq *s) {
         }
         if ((st = ds_drafter_draft(e->d, s->ds, anchor, K, &s->sp, &s->rng, s->rows + 1, s->q_logits, s->conf)))
             return st;
-        s->ell = K;
+        s->ell = s->n_drafted = K;
         // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
-        if (e->sp.conf_threshold > 0 && ds_drafter_get_info(e->d)->has_confidence)
+        if (e->sp.schedule == DS_SCHEDULE_THRESHOLD && ds_drafter_get_info(e->d)->has_confidence)
             for (int k = 0; k < K; k++)
                 if (s->conf[k] < e->sp.conf_threshold) {
                     s->ell = k;
@@ -260,6 +294,9 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
                              e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, &s->rng, &e->vs, &a, &next);
     if (st) return st;
+    if (e->observer)
+        e->observer(e->observer_ctx, (int)(s - e->seqs), s->n_drafted,
+                    e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence ? s->conf : NULL, s->ell, a);
     ds_seq_stats *t = &s->stats;
     t->rounds++;
     t->drafted += s->ell;
@@ -282,6 +319,21 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     return DS_OK;
 }
 
+// Algorithm 1 over every sequence that drafted with confidences this round.
+static void schedule_auto(ds_engine *e) {
+    int R = 0;
+    for (int i = 0; i < e->n_seqs; i++) {
+        seq *s = &e->seqs[i];
+        if (!s->used || s->finished || !s->n_drafted) continue;
+        e->sched_conf[R] = s->conf;
+        e->sched_k[R] = s->n_drafted;
+        e->sched_owner[R++] = i;
+    }
+    if (!R) return;
+    ds_schedule_auto(e->sched_conf, e->sched_k, R, &e->costs, e->sched_ell, e->sched_scratch);
+    for (int j = 0; j < R; j++) e->seqs[e->sched_owner[j]].ell = e->sched_ell[j];
+}
+
 ds_status ds_engine_step(ds_engine *e) {
     ds_status st;
     int n = 0;
@@ -289,6 +341,12 @@ ds_status ds_engine_step(ds_engine *e) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished) continue;
         if ((st = draft_round(e, s))) return st;
+    }
+    if (e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence)
+        schedule_auto(e);
+    for (int i = 0; i < e->n_seqs; i++) {
+        seq *s = &e->seqs[i];
+        if (!s->used || s->finished) continue;
         s->rows[0] = s->toks[s->n_toks - 1];
         ds_forward_seq *f = &e->fwd[n];
         memset(f, 0, sizeof *f);
@@ -314,6 +372,13 @@ ds_status ds_engine_step(ds_engine *e) {
     for (int j = 0; j < n; j++) e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
     return DS_OK;
 }
+
+void ds_engine_set_observer(ds_engine *e, ds_round_observer fn, void *ctx) {
+    e->observer = fn;
+    e->observer_ctx = ctx;
+}
+
+const ds_cost_table *ds_engine_costs(const ds_engine *e) { return &e->costs; }
 
 int ds_engine_active(const ds_engine *e) {
     int n = 0;

@@ -1,0 +1,127 @@
+// The cost table of Algorithm 1: verification steps per second SPS(B) of the target on this
+// machine, at B new tokens in one batched forward spread over concurrent sequences (as the engine
+// would batch them) with realistic context, median of repeats. Stored as JSON per model and threads.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "io/atomic.h"
+#include "io/json.h"
+#include "sched/schedule.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define ROWS_PER_SEQ 8 // a drafted block plus its anchor
+
+ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, int quick, ds_cost_table *out) {
+    if (bmax < 1 || bmax > 512 || ctx < 1 || repeats < 1)
+        return ds_fail(DS_ERR_INVALID, "profile needs 1 <= bmax <= 512, ctx >= 1, repeats >= 1");
+    const ds_model_info *in = ds_model_get_info(m);
+    if (ctx + ROWS_PER_SEQ > in->max_ctx) ctx = in->max_ctx - ROWS_PER_SEQ;
+    const int n_seq = (bmax + ROWS_PER_SEQ - 1) / ROWS_PER_SEQ;
+    ds_kv **kv = calloc((size_t)n_seq, sizeof *kv);
+    ds_forward_seq *f = calloc((size_t)n_seq, sizeof *f);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(ctx > ROWS_PER_SEQ ? ctx : ROWS_PER_SEQ));
+    float *logits = malloc(sizeof(float) * (size_t)in->vocab_size * ROWS_PER_SEQ * n_seq);
+    double *t = malloc(sizeof(double) * (size_t)repeats);
+    ds_workspace *ws = NULL;
+    ds_status st = (!kv || !f || !tok || !logits || !t) ? ds_fail(DS_ERR_NOMEM, "out of memory") : DS_OK;
+    for (int i = 0; !st && i < ctx; i++) tok[i] = (int32_t)((i * 7919 + 13) % in->vocab_size);
+    if (!st) st = ds_workspace_init(m, &ws);
+    // Context of every sequence, prefilled once.
+    for (int s = 0; !st && s < n_seq; s++) {
+        if ((st = ds_kv_init(m, ctx + ROWS_PER_SEQ, &kv[s]))) break;
+        ds_forward_seq p = {.kv = kv[s], .tokens = tok, .n_tokens = ctx};
+        st = ds_model_forward(m, ws, &p, 1);
+    }
+    memset(out, 0, sizeof *out);
+    out->bmax = bmax;
+    int last = 0;
+    for (int B = 1; !st && B <= bmax; B++) {
+        const int measured = !quick || (B & (B - 1)) == 0 || B == bmax;
+        if (!measured) continue;
+        // B rows over ceil(B / 8) sequences, logits for every row (verification needs them all).
+        const int ns = (B + ROWS_PER_SEQ - 1) / ROWS_PER_SEQ;
+        for (int r = 0; !st && r < repeats + 1; r++) {
+            int left = B;
+            for (int s = 0; s < ns; s++) {
+                const int rows = left < ROWS_PER_SEQ ? left : ROWS_PER_SEQ;
+                left -= rows;
+                f[s] = (ds_forward_seq){.kv = kv[s], .tokens = tok, .n_tokens = rows, .n_logits = rows,
+                                        .logits = logits + (size_t)s * ROWS_PER_SEQ * in->vocab_size};
+            }
+            const double t0 = now_s();
+            st = ds_model_forward(m, ws, f, ns);
+            if (r > 0) t[r - 1] = now_s() - t0; // the first run warms up
+            for (int s = 0; s < ns; s++) ds_kv_truncate(kv[s], ctx);
+        }
+        if (st) break;
+        qsort(t, (size_t)repeats, sizeof *t, cmp_d);
+        out->sps[B] = 1.0 / t[repeats / 2];
+        // Quick mode: fill the gap since the last measured point by interpolating step time.
+        for (int b = last + 1; last && b < B; b++) {
+            const double w = (double)(b - last) / (B - last);
+            out->sps[b] = 1.0 / ((1 - w) / out->sps[last] + w / out->sps[B]);
+        }
+        last = B;
+    }
+    for (int s = 0; kv && s < n_seq; s++) ds_kv_free(kv[s]);
+    ds_workspace_free(ws);
+    free(kv), free(f), free(tok), free(logits), free(t);
+    return st;
+}
+
+ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int threads, const char *path) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", model_name);
+    cJSON_AddNumberToObject(j, "threads", threads);
+    cJSON_AddStringToObject(j, "unit", "verification steps per second at B tokens per forward");
+    cJSON *a = cJSON_AddArrayToObject(j, "sps");
+    for (int b = 1; b <= t->bmax; b++) cJSON_AddItemToArray(a, cJSON_CreateNumber(t->sps[b]));
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    ds_atomic_file af;
+    ds_status st = ds_atomic_open(&af, path);
+    if (!st) {
+        fputs(text, af.f);
+        fputc('\n', af.f);
+        st = ds_atomic_commit(&af);
+    }
+    free(text);
+    return st;
+}
+
+ds_status ds_cost_table_load(const char *path, ds_cost_table *out) {
+    cJSON *j;
+    ds_status st = ds_json_load(path, 1 << 20, &j);
+    if (st) return st;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "sps"), *e;
+    memset(out, 0, sizeof *out);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 || cJSON_GetArraySize(a) > 512) {
+        cJSON_Delete(j);
+        return ds_fail(DS_ERR_FORMAT, "%s: \"sps\" must be a list of 1..512 numbers", path);
+    }
+    cJSON_ArrayForEach(e, a) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !isfinite(e->valuedouble)) {
+            cJSON_Delete(j);
+            return ds_fail(DS_ERR_FORMAT, "%s: SPS values must be positive numbers", path);
+        }
+        out->sps[++out->bmax] = e->valuedouble;
+    }
+    cJSON_Delete(j);
+    return DS_OK;
+}

@@ -1,0 +1,76 @@
+#include "sched/schedule.h"
+
+#include <stdlib.h>
+
+double ds_cost_sps(const ds_cost_table *t, int B) {
+    if (B < 1) B = 1;
+    if (B <= t->bmax) return t->sps[B];
+    return t->sps[t->bmax] * t->bmax / B;
+}
+
+typedef struct {
+    float a;  // prefix survival a_{r,j}
+    int r, j; // request, slot (0-based: admitting it sets ℓ_r = j + 1)
+} cand;
+
+static int cmp_cand(const void *x, const void *y) {
+    const cand *a = x, *b = y;
+    if (a->a != b->a) return a->a > b->a ? -1 : 1;
+    if (a->r != b->r) return a->r - b->r; // ties: lower request, then earlier slot (keeps prefixes)
+    return a->j - b->j;
+}
+
+// Candidates sorted by decreasing a_{r,j}; returns their count.
+static int candidates(const float *const *conf, const int *K, int R, cand *c) {
+    int n = 0;
+    for (int r = 0; r < R; r++) {
+        float a = 1.0f;
+        for (int j = 0; j < K[r]; j++) {
+            a *= conf[r][j];
+            c[n++] = (cand){a, r, j};
+        }
+    }
+    qsort(c, (size_t)n, sizeof *c, cmp_cand);
+    return n;
+}
+
+static void schedule(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell, void *scratch,
+                     int early_stop) {
+    int total = 0;
+    for (int r = 0; r < R; r++) total += K[r];
+    cand *c = scratch ? scratch : malloc(sizeof(cand) * (size_t)(total ? total : 1));
+    const int n = candidates(conf, K, R, c);
+    for (int r = 0; r < R; r++) ell[r] = 0;
+    int B = R;
+    double tau = R;
+    double best = tau * ds_cost_sps(t, B);
+    int best_k = 0; // admissions in the best prefix (retrospective)
+    for (int k = 0; k < n; k++) {
+        // a_{r,j} is non-increasing in j, so sorted order admits each request's slots in order; a
+        // tie across a request's own slots is broken by j, so ℓ_r stays a prefix.
+        const double theta = (tau + c[k].a) * ds_cost_sps(t, B + 1);
+        if (early_stop && theta <= best) break; // the first non-improvement ends the search
+        tau += c[k].a;
+        B += 1;
+        if (early_stop) {
+            ell[c[k].r] = c[k].j + 1;
+            best = theta;
+        } else if (theta > best) {
+            best = theta;
+            best_k = k + 1;
+        }
+    }
+    if (!early_stop)
+        for (int k = 0; k < best_k; k++) ell[c[k].r] = c[k].j + 1 > ell[c[k].r] ? c[k].j + 1 : ell[c[k].r];
+    if (!scratch) free(c);
+}
+
+void ds_schedule_auto(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
+                      void *scratch) {
+    schedule(conf, K, R, t, ell, scratch, 1);
+}
+
+void ds_schedule_retrospective(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
+                               void *scratch) {
+    schedule(conf, K, R, t, ell, scratch, 0);
+}

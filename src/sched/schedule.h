@@ -1,0 +1,26 @@
+// Confidence-scheduled verification (dspark-method.md, "Hardware-aware prefix scheduler",
+// Algorithm 1): how many drafted tokens each request verifies this round.
+#ifndef DS_SCHED_SCHEDULE_H
+#define DS_SCHED_SCHEDULE_H
+
+#include "dspark.h"
+
+// SPS(B), extrapolated past bmax as bmax·SPS(bmax)/B (throughput-bound: tokens/s stays constant).
+double ds_cost_sps(const ds_cost_table *t, int B);
+
+// Algorithm 1 with the early stop. R requests; request r has K[r] drafted slots with calibrated
+// confidences conf[r][0..K[r]) (conditional acceptance of slot j given slots < j were accepted).
+// a_{r,j} = Π_{i≤j} c_{r,i}; B = Σ_r (1 + ℓ_r); τ = Σ_r (1 + Σ_{j<ℓ_r} a_{r,j}). Starting from all
+// ℓ_r = 0, candidates (r, j) are admitted in order of decreasing a_{r,j} while Θ = τ·SPS(B)
+// improves, stopping at the FIRST non-improvement (required for losslessness: c_{j+1} depends on
+// the sampled x_j, so looking past a drop would let x_j influence its own admission). Writes ℓ_r to
+// ell[r]. `scratch` holds Σ K[r] entries of 8 bytes (or NULL to allocate).
+void ds_schedule_auto(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
+                      void *scratch);
+
+// The retrospective variant that searches past drops (the argmax of Θ over every admission
+// prefix). NOT lossless: only for the statistical test that shows why the early stop is needed.
+void ds_schedule_retrospective(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
+                               void *scratch);
+
+#endif
