@@ -283,6 +283,7 @@ int cmd_generate(int argc, char **argv) {
         if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
         putchar('\n');
     }
+    fflush(stdout); // the text before the timings, also when both go to one log
     const double t_gen = t->draft_s + t->verify_s;
     fprintf(stderr, "dspark: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n", n_prompt,
             t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0.0, n_gen, t_gen > 0 ? n_gen / t_gen : 0.0,
