@@ -181,7 +181,7 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
             (st = ds_json_num(j, path, "final_logit_softcapping", 0, &c->softcap)))
             goto done;
         if ((st = ds_json_int(j, path, "num_global_key_value_heads", kv_local, 4096, &d->nkv))) goto done;
-        if (!c->k_eq_v) { // released Gemma drafters share K and V; a separate v_proj is not implemented
+        if (!c->k_eq_v) { // released Gemma drafters share K and V; dspark has no v_proj path for Gemma
             st = ds_fail(DS_ERR_UNSUPPORTED, "%s: attention_k_eq_v = false (a Gemma drafter with v_proj) is not supported",
                          path);
             goto done;
