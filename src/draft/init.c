@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
-#include "io/atomic.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "model/model.h"
@@ -164,17 +164,8 @@ static ds_status write_config(const ds_model *t, const ds_drafter_init_params *p
     char id[160];
     ds_model_target_id(t, id, sizeof id);
     cJSON_AddStringToObject(c, "target_id", id);
-    char *text = cJSON_Print(c);
+    ds_status st = ds_json_save(c, path);
     cJSON_Delete(c);
-    if (!text) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    ds_atomic_file af;
-    ds_status st = ds_atomic_open(&af, path);
-    if (!st) {
-        fputs(text, af.f);
-        fputc('\n', af.f);
-        st = ds_atomic_commit(&af);
-    }
-    free(text);
     return st;
 }
 

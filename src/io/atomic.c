@@ -49,3 +49,11 @@ void ds_atomic_abort(ds_atomic_file *af) {
     free(af->tmp_path);
     memset(af, 0, sizeof *af);
 }
+
+ds_status ds_atomic_write_text(const char *path, const char *text) {
+    ds_atomic_file af;
+    ds_status st = ds_atomic_open(&af, path);
+    if (st) return st;
+    fputs(text, af.f);
+    return ds_atomic_commit(&af);
+}

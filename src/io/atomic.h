@@ -18,5 +18,7 @@ ds_status ds_atomic_open(ds_atomic_file *af, const char *path);
 ds_status ds_atomic_commit(ds_atomic_file *af);
 // Discard everything written (removes the temporary file).
 void ds_atomic_abort(ds_atomic_file *af);
+// Write `text` as the whole content of `path`, atomically.
+ds_status ds_atomic_write_text(const char *path, const char *text);
 
 #endif

@@ -2,8 +2,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/status.h"
+#include "io/atomic.h"
 
 ds_status ds_json_load(const char *path, size_t max_bytes, cJSON **out) {
     *out = NULL;
@@ -72,4 +74,20 @@ ds_status ds_json_str(const cJSON *obj, const char *path, const char *key, const
     if (!cJSON_IsString(v)) return ds_fail(DS_ERR_FORMAT, "%s: \"%s\" must be a string", path, key);
     *out = v->valuestring;
     return DS_OK;
+}
+
+ds_status ds_json_save(const cJSON *obj, const char *path) {
+    char *text = cJSON_Print(obj);
+    if (!text) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    const size_t n = strlen(text);
+    char *line = realloc(text, n + 2);
+    if (!line) {
+        free(text);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    line[n] = '\n';
+    line[n + 1] = 0;
+    ds_status st = ds_atomic_write_text(path, line);
+    free(line);
+    return st;
 }

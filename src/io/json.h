@@ -17,6 +17,8 @@ ds_status ds_json_int(const cJSON *obj, const char *path, const char *key, int d
 ds_status ds_json_num(const cJSON *obj, const char *path, const char *key, double def, double *out);
 // A boolean field; absent gives `def`. Non-booleans are errors.
 ds_status ds_json_bool(const cJSON *obj, const char *path, const char *key, int def, int *out);
+// Print `obj` (indented, with a final newline) to `path` atomically; `obj` is not freed.
+ds_status ds_json_save(const cJSON *obj, const char *path);
 // A string field, or NULL when absent (an error when present but not a string).
 ds_status ds_json_str(const cJSON *obj, const char *path, const char *key, const char **out);
 

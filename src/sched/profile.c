@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "io/atomic.h"
 #include "io/json.h"
 #include "sched/schedule.h"
 
@@ -91,17 +90,8 @@ ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int
     cJSON_AddStringToObject(j, "unit", "verification steps per second at B tokens per forward");
     cJSON *a = cJSON_AddArrayToObject(j, "sps");
     for (int b = 1; b <= t->bmax; b++) cJSON_AddItemToArray(a, cJSON_CreateNumber(t->sps[b]));
-    char *text = cJSON_Print(j);
+    ds_status st = ds_json_save(j, path);
     cJSON_Delete(j);
-    if (!text) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    ds_atomic_file af;
-    ds_status st = ds_atomic_open(&af, path);
-    if (!st) {
-        fputs(text, af.f);
-        fputc('\n', af.f);
-        st = ds_atomic_commit(&af);
-    }
-    free(text);
     return st;
 }
 

@@ -117,14 +117,6 @@ typedef struct {
     int step;           // optimizer steps done
 } state;
 
-static ds_status write_text(const char *path, const char *text) {
-    ds_atomic_file af;
-    ds_status st = ds_atomic_open(&af, path);
-    if (st) return st;
-    fputs(text, af.f);
-    return ds_atomic_commit(&af);
-}
-
 static char *read_text(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -148,7 +140,7 @@ static ds_status save(state *S) {
     char path[4200];
     ds_status st = ds_tmodel_write(&S->tm, S->tm.params, DS_F32, o->out);
     snprintf(path, sizeof path, "%s/config.json", o->out);
-    if (!st) st = write_text(path, S->config_text);
+    if (!st) st = ds_atomic_write_text(path, S->config_text);
     if (!st) {
         ds_st_writer *w = ds_st_writer_new();
         const int64_t n = (int64_t)S->tm.n_params;
@@ -176,11 +168,9 @@ static ds_status save(state *S) {
         cJSON_AddNumberToObject(j, "conf", o->lw.conf);
         cJSON_AddNumberToObject(j, "decay", o->lw.decay);
         cJSON_AddStringToObject(j, "data", o->data);
-        char *text = cJSON_Print(j);
-        cJSON_Delete(j);
         snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
-        st = text ? write_text(path, text) : DS_ERR_NOMEM;
-        free(text);
+        st = ds_json_save(j, path);
+        cJSON_Delete(j);
     }
     return st ? ds_fail_prefix(st, "saving a checkpoint to %s", o->out) : DS_OK;
 }
