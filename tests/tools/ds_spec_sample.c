@@ -9,17 +9,7 @@
 #include <string.h>
 
 #include "dspark.h"
-
-static int parse_list(const char *s, int *out, int cap) {
-    int n = 0;
-    while (s && *s && n < cap) {
-        char *end;
-        out[n++] = (int)strtol(s, &end, 10);
-        if (end == s || (*end && *end != ',')) return -1;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
+#include "tool_util.h"
 
 static int die(const char *what) {
     fprintf(stderr, "ds_spec_sample: %s: %s\n", what, ds_last_error());
