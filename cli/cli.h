@@ -24,5 +24,7 @@ int cmd_init_drafter(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_datagen(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 
 #endif

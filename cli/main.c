@@ -17,6 +17,8 @@ static void usage(FILE *f) {
             "  train          train a DSpark/DFlash drafter for a frozen target (dspark train --help)\n"
             "  datagen        write drafter training data with the target (dspark datagen --help)\n"
             "  eval           measure speculative decoding against plain decoding on a prompt set\n"
+            "  calibrate      fit the drafter's confidence calibration (STS) on held-out prompts\n"
+            "  profile        measure the target's verification cost table SPS(B) for --schedule auto\n"
             "  version        print the version\n");
 }
 
@@ -41,6 +43,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "datagen") == 0) return cmd_datagen(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "calibrate") == 0) return cmd_calibrate(argc - 1, argv + 1);
+    if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("dspark 0.1.0\n");
         return 0;

@@ -20,7 +20,7 @@ ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n) {
     if (n < 0 || n > 64 || n > d->info.block_size) return ds_fail(DS_ERR_INVALID, "%d calibration temperatures", n);
     for (int i = 0; i < n; i++)
         if (!(temps[i] > 0)) return ds_fail(DS_ERR_INVALID, "calibration temperature %d is not positive", i);
-    memcpy(d->calib, temps, sizeof(float) * (size_t)n);
+    if (n) memcpy(d->calib, temps, sizeof(float) * (size_t)n);
     d->n_calib = n;
     return DS_OK;
 }

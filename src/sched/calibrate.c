@@ -22,12 +22,15 @@ double ds_calib_logit(double c) {
 static int slots_of(const ds_calib_data *d, int r) { return d->n_slots ? d->n_slots[r] : d->K; }
 
 ds_status ds_calib_check(const ds_calib_data *d) {
-    if (d->K < 1 || d->K > DS_CALIB_MAX_POS) return ds_fail(DS_ERR_INVALID, "calibration: %d positions (1..%d)", d->K, DS_CALIB_MAX_POS);
+    if (d->K < 1 || d->K > DS_CALIB_MAX_POS)
+        return ds_fail(DS_ERR_INVALID, "calibration: %d positions (1..%d)", d->K, DS_CALIB_MAX_POS);
     if (d->n < 0) return ds_fail(DS_ERR_INVALID, "calibration: negative round count");
-    if (d->n > 0 && (!d->z || !d->accepted)) return ds_fail(DS_ERR_INVALID, "calibration: missing logits or acceptances");
+    if (d->n > 0 && (!d->z || !d->accepted))
+        return ds_fail(DS_ERR_INVALID, "calibration: missing logits or acceptances");
     for (int r = 0; r < d->n; r++) {
         const int m = slots_of(d, r);
-        if (m < 0 || m > d->K) return ds_fail(DS_ERR_INVALID, "calibration: round %d verified %d slots (0..%d)", r, m, d->K);
+        if (m < 0 || m > d->K)
+            return ds_fail(DS_ERR_INVALID, "calibration: round %d verified %d slots (0..%d)", r, m, d->K);
         if (d->accepted[r] < 0 || d->accepted[r] > m)
             return ds_fail(DS_ERR_INVALID, "calibration: round %d accepted %d of %d slots", r, d->accepted[r], m);
         for (int k = 0; k < m; k++)

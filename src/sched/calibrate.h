@@ -54,9 +54,9 @@ ds_status ds_sts_fit(const ds_calib_data *d, ds_sts_result *out);
 // entries; returns how many were written.
 int ds_calib_cumulative(const ds_calib_data *d, const double *temps, int k, double *conf, unsigned char *label);
 
-// Expected calibration error over `bins` (1..256) equal-width bins of [0, 1] (bin b = [b/bins, (b+1)/bins),
-// the last one closed): Σ_b (n_b / n) |mean label_b − mean conf_b|. NaN when n = 0 or bins is
-// out of range.
+// Expected calibration error over `bins` (1..256) equal-width bins of [0, 1] (bin b holds
+// [b/bins, (b+1)/bins), the last one is closed): Σ_b (n_b / n) |mean label_b − mean conf_b|. NaN
+// when n = 0 or bins is out of range.
 double ds_calib_ece(const double *conf, const unsigned char *label, int n, int bins);
 
 // One bin of a reliability diagram.
