@@ -1,20 +1,24 @@
 // dspark eval: speculative decoding over a prompt set against plain decoding in the same run (same
-// prompts, same seeds, one request at a time): τ, acceptance by position, tokens/s and the speedup.
-// At temperature 0 every prompt's tokens must equal the baseline's (a free losslessness check).
+// prompts, same seeds, the same concurrency): τ, acceptance by position, tokens/s and the speedup.
+// With --concurrency R, R prompts at a time share ONE engine (a new prompt joins as soon as one
+// finishes), and both total and per-request tokens/s are reported. At temperature 0 every prompt's
+// tokens must equal the baseline's (a free losslessness check).
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "cli.h"
 #include "train/data.h"
 
 typedef struct {
     const char *model, *drafter, *prompts;
-    long max_tokens, threads, seed;
+    long max_tokens, threads, seed, concurrency;
     ds_sampler_params sp;
     ds_spec_params spec;
-    int spec_given, json;
+    ds_cost_table costs;
+    int spec_given, schedule_given, json;
 } ev_args;
 
 static void ev_usage(FILE *f) {
@@ -29,17 +33,24 @@ static void ev_usage(FILE *f) {
             "  --top-k K, --top-p P, --min-p M   sampling filters (defaults off)\n"
             "  --draft-max K        most drafted tokens verified per round\n"
             "  --conf-threshold C   verify the slots before the first whose confidence is below C\n"
+            "  --schedule S         fixed | threshold | auto (Algorithm 1; default: threshold with\n"
+            "                       --conf-threshold, else fixed)\n"
+            "  --costs FILE         cost table for --schedule auto (dspark profile); default: profile now\n"
+            "  --concurrency R      R prompts at a time through one engine (default 1)\n"
             "  --ngram N            ngram match length (default 3)\n"
             "  --seed S             prompt i uses seed S + i in both runs (default 0)\n"
             "  -t, --threads N      threads (default: all cores)\n"
             "  --json               one JSON object instead of the table\n"
-            "Every prompt runs with the requested drafting and with plain decoding (--spec none), one\n"
-            "request at a time; tokens/s counts the time in engine rounds (prefill excluded).\n");
+            "Every prompt runs with the requested drafting and with plain decoding (--spec none), R\n"
+            "requests at a time in both. tok/s: all generated tokens / the time in engine rounds (prefill\n"
+            "excluded); per-request tok/s: the mean over requests of generated tokens / the request's time\n"
+            "from joining (its prefill included) to finishing.\n");
 }
 
 static int parse_args(int argc, char **argv, ev_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
+    a->concurrency = 1;
     a->sp = ds_sampler_default();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -89,6 +100,19 @@ static int parse_args(int argc, char **argv, ev_args *a) {
         } else if (!strcmp(o, "--conf-threshold")) {
             if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
             a->spec.conf_threshold = (float)f;
+        } else if (!strcmp(o, "--schedule")) {
+            a->schedule_given = 1;
+            if (!strcmp(v, "fixed")) a->spec.schedule = DS_SCHEDULE_FIXED;
+            else if (!strcmp(v, "threshold")) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
+            else if (!strcmp(v, "auto")) a->spec.schedule = DS_SCHEDULE_AUTO;
+            else return cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
+        } else if (!strcmp(o, "--costs")) {
+            ds_status st = ds_cost_table_load(v, &a->costs);
+            if (st) return cli_fail(st);
+            a->spec.costs = &a->costs;
+        } else if (!strcmp(o, "--concurrency")) {
+            if (!cli_parse_int(v, 1, 4096, &a->concurrency))
+                return cli_usage_error("--concurrency expects 1..4096, got '%s'", v);
         } else if (!strcmp(o, "--ngram")) {
             if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--ngram expects 1..64, got '%s'", v);
             a->spec.ngram_n = (int)k;
@@ -98,6 +122,7 @@ static int parse_args(int argc, char **argv, ev_args *a) {
     }
     if (!a->prompts) return cli_usage_error("eval needs a prompt file (--prompts FILE)");
     if (!a->spec_given) a->spec.kind = a->drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
+    if (!a->schedule_given && a->spec.conf_threshold > 0) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
     if (a->spec.kind == DS_SPEC_DSPARK && !a->drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
     if (a->spec.kind != DS_SPEC_DSPARK && a->drafter) return cli_usage_error("-d is only used with --spec dspark");
     return 0;
@@ -107,11 +132,17 @@ static const char *spec_name(ds_spec_kind k) {
     return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
 }
 
+static const char *schedule_name(ds_schedule_kind k) {
+    return k == DS_SCHEDULE_AUTO ? "auto" : k == DS_SCHEDULE_THRESHOLD ? "threshold" : "fixed";
+}
+
 // Totals over prompts of one configuration.
 typedef struct {
     long rounds, generated, drafted, accepted;
     long tried_by_pos[64], accepted_by_pos[64];
     double step_s, draft_s;
+    long requests;       // completed requests
+    double request_rate; // Σ over them of generated / (finish − join) seconds
 } ev_total;
 
 typedef struct {
@@ -119,7 +150,11 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *spec, *base;
     ds_prompt_set *prompts;
-    int32_t *ptoks, *out_spec, *out_base;
+    int32_t **ptoks;              // (prompts->n) tokenized prompts
+    int *plen;                    // (prompts->n)
+    int32_t *out_spec, *out_base; // (prompts->n, max_tokens) generated tokens
+    int *n_spec, *n_base;         // (prompts->n) how many
+    int *done_spec, *done_base;   // (prompts->n) completed
 } ev_state;
 
 static void ev_free(ev_state *g) {
@@ -127,58 +162,96 @@ static void ev_free(ev_state *g) {
     ds_engine_free(g->base);
     ds_drafter_free(g->drafter);
     ds_model_free(g->model);
+    for (int i = 0; g->ptoks && i < g->prompts->n; i++) free(g->ptoks[i]);
     ds_prompts_free(g->prompts);
     free(g->ptoks);
+    free(g->plen);
     free(g->out_spec);
     free(g->out_base);
+    free(g->n_spec);
+    free(g->n_base);
+    free(g->done_spec);
+    free(g->done_base);
 }
 
-// Run one request to the end (or Ctrl-C): its tokens go to out (*n_out of them); totals add up.
-static ds_status run_one(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
-                         uint64_t seed, int32_t *out, int *n_out, ev_total *t) {
-    int id;
-    ds_status st = ds_engine_add(e, prompt, n_prompt, max_new, sp, seed, &id);
-    if (st) return st;
-    int n = 0;
-    double step_s = 0;
-    while (!ds_engine_finished(e, id)) {
+// Run prompts 0..n-1 through e, up to R at a time: a prompt joins as soon as a running one finishes.
+// Prompt i uses seed seed0 + i; its tokens go to out + i·L (n_out[i] of them) and done[i] is set
+// when it completes. Totals (if t) add up over completed requests; step_s is the wall time of every
+// ds_engine_step. Returns DS_ERR_INTERRUPTED (no message) on Ctrl-C.
+typedef struct {
+    int active, id, prompt;
+    double t_join;
+} ev_slot;
+
+static void add_stats(ev_total *t, const ds_seq_stats *s, int n, double seconds) {
+    t->rounds += s->rounds;
+    t->generated += n;
+    t->drafted += s->drafted;
+    t->accepted += s->accepted;
+    for (int k = 0; k < 64; k++) {
+        t->tried_by_pos[k] += s->tried_by_pos[k];
+        t->accepted_by_pos[k] += s->accepted_by_pos[k];
+    }
+    t->draft_s += s->draft_s;
+    t->requests++;
+    t->request_rate += seconds > 0 ? n / seconds : 0;
+}
+
+static ds_status run_set(ds_engine *e, int32_t *const *ptoks, const int *plen, int n, int R, int L,
+                         const ds_sampler_params *sp, uint64_t seed0, int32_t *out, int *n_out, int *done, ev_total *t) {
+    ev_slot *slot = calloc((size_t)R, sizeof *slot);
+    if (!slot) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    ds_status st = DS_OK;
+    int next = 0, active = 0;
+    for (;;) {
+        for (int k = 0; k < R && next < n; k++) {
+            if (slot[k].active) continue;
+            const int i = next++;
+            n_out[i] = 0;
+            done[i] = 0;
+            slot[k].prompt = i;
+            slot[k].t_join = cli_now();
+            if ((st = ds_engine_add(e, ptoks[i], plen[i], L, sp, seed0 + (uint64_t)i, &slot[k].id))) goto out;
+            slot[k].active = 1;
+            active++;
+        }
+        if (!active) break;
         if (cli_interrupted) {
-            ds_engine_remove(e, id);
-            return DS_ERR_INTERRUPTED; // no message: the caller stops and reports
+            st = DS_ERR_INTERRUPTED; // no message: the caller stops and reports
+            goto out;
         }
         const double t0 = cli_now();
-        if ((st = ds_engine_step(e))) {
-            ds_engine_remove(e, id);
-            return st;
+        if ((st = ds_engine_step(e))) goto out;
+        const double t1 = cli_now();
+        if (t) t->step_s += t1 - t0;
+        for (int k = 0; k < R; k++) {
+            if (!slot[k].active) continue;
+            const int i = slot[k].prompt;
+            n_out[i] += ds_engine_take(e, slot[k].id, out + (size_t)i * L + n_out[i], L - n_out[i]);
+            if (!ds_engine_finished(e, slot[k].id)) continue;
+            if (t) add_stats(t, ds_engine_stats(e, slot[k].id), n_out[i], t1 - slot[k].t_join);
+            ds_engine_remove(e, slot[k].id);
+            slot[k].active = 0;
+            active--;
+            done[i] = 1;
         }
-        step_s += cli_now() - t0;
-        n += ds_engine_take(e, id, out + n, max_new - n);
     }
-    n += ds_engine_take(e, id, out + n, max_new - n);
-    *n_out = n;
-    if (t) {
-        const ds_seq_stats *s = ds_engine_stats(e, id);
-        t->rounds += s->rounds;
-        t->generated += n;
-        t->drafted += s->drafted;
-        t->accepted += s->accepted;
-        for (int k = 0; k < 64; k++) {
-            t->tried_by_pos[k] += s->tried_by_pos[k];
-            t->accepted_by_pos[k] += s->accepted_by_pos[k];
-        }
-        t->step_s += step_s;
-        t->draft_s += s->draft_s;
-    }
-    ds_engine_remove(e, id);
-    return DS_OK;
+out:
+    for (int k = 0; k < R; k++)
+        if (slot[k].active) ds_engine_remove(e, slot[k].id);
+    free(slot);
+    return st;
 }
 
 static double tau_of(const ev_total *t) { return t->rounds ? (double)(t->accepted + t->rounds) / (double)t->rounds : 0; }
 static double rate_of(const ev_total *t) { return t->step_s > 0 ? (double)t->generated / t->step_s : 0; }
+static double request_rate_of(const ev_total *t) { return t->requests ? t->request_rate / (double)t->requests : 0; }
 
 static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const ev_total *b, int checked) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "spec", spec_name(a->spec.kind));
+    cJSON_AddStringToObject(o, "schedule", schedule_name(a->spec.schedule));
+    cJSON_AddNumberToObject(o, "concurrency", (double)a->concurrency);
     cJSON_AddNumberToObject(o, "prompts", n_prompts);
     cJSON_AddNumberToObject(o, "rounds", (double)s->rounds);
     cJSON_AddNumberToObject(o, "tau", tau_of(s));
@@ -192,6 +265,9 @@ static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const
     cJSON_AddNumberToObject(o, "baseline_tok_per_s", rate_of(b));
     cJSON_AddNumberToObject(o, "baseline_generated_tokens", (double)b->generated);
     cJSON_AddNumberToObject(o, "speedup", rate_of(b) > 0 ? rate_of(s) / rate_of(b) : 0);
+    cJSON_AddNumberToObject(o, "request_tok_per_s", request_rate_of(s));
+    cJSON_AddNumberToObject(o, "baseline_request_tok_per_s", request_rate_of(b));
+    cJSON_AddNumberToObject(o, "request_speedup", request_rate_of(b) > 0 ? request_rate_of(s) / request_rate_of(b) : 0);
     cJSON_AddNumberToObject(o, "draft_ms", s->draft_s * 1e3);
     cJSON_AddNumberToObject(o, "step_ms", s->step_s * 1e3);
     cJSON_AddNumberToObject(o, "baseline_step_ms", b->step_s * 1e3);
@@ -204,12 +280,16 @@ static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const
 }
 
 static void print_table(const ev_args *a, int n_prompts, const ev_total *s, const ev_total *b, int checked) {
-    printf("eval: %d prompts, spec %s, temp %g, up to %ld tokens each\n", n_prompts, spec_name(a->spec.kind),
-           (double)a->sp.temperature, a->max_tokens);
-    printf("%-16s %10s %8s %7s %11s\n", "", "tokens", "rounds", "tau", "tok/s");
-    printf("%-16s %10ld %8ld %7.3f %11.1f\n", spec_name(a->spec.kind), s->generated, s->rounds, tau_of(s), rate_of(s));
-    printf("%-16s %10ld %8ld %7.3f %11.1f\n", "none (baseline)", b->generated, b->rounds, tau_of(b), rate_of(b));
-    printf("speedup %.3fx\n", rate_of(b) > 0 ? rate_of(s) / rate_of(b) : 0.0);
+    printf("eval: %d prompts, spec %s, schedule %s, temp %g, up to %ld tokens each, concurrency %ld\n", n_prompts,
+           spec_name(a->spec.kind), schedule_name(a->spec.schedule), (double)a->sp.temperature, a->max_tokens,
+           a->concurrency);
+    printf("%-16s %10s %8s %7s %11s %13s\n", "", "tokens", "rounds", "tau", "tok/s", "request tok/s");
+    printf("%-16s %10ld %8ld %7.3f %11.1f %13.1f\n", spec_name(a->spec.kind), s->generated, s->rounds, tau_of(s),
+           rate_of(s), request_rate_of(s));
+    printf("%-16s %10ld %8ld %7.3f %11.1f %13.1f\n", "none (baseline)", b->generated, b->rounds, tau_of(b), rate_of(b),
+           request_rate_of(b));
+    printf("speedup %.3fx (per request %.3fx)\n", rate_of(b) > 0 ? rate_of(s) / rate_of(b) : 0.0,
+           request_rate_of(b) > 0 ? request_rate_of(s) / request_rate_of(b) : 0.0);
     if (s->tried_by_pos[0]) {
         printf("acceptance by position:");
         for (int k = 0; k < 64 && s->tried_by_pos[k]; k++)
@@ -247,64 +327,72 @@ int cmd_eval(int argc, char **argv) {
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.spec)) || (st = ds_engine_init(g.model, NULL, &none, &g.base)))
         goto fail;
-    const int L = (int)a.max_tokens;
-    g.out_spec = malloc(sizeof(int32_t) * (size_t)L);
-    g.out_base = malloc(sizeof(int32_t) * (size_t)L);
-    if (!g.out_spec || !g.out_base) goto oom;
-    int ptok_cap = 0;
-
-    cli_catch_interrupt();
-    ev_total ts = {0}, tb = {0};
-    const int greedy = a.sp.temperature == 0;
-    int n_done = 0, n_diff = 0;
-    char first_diff[512] = "";
-    for (int i = 0; i < g.prompts->n && !cli_interrupted; i++) {
+    const int L = (int)a.max_tokens, P = g.prompts->n, R = (int)a.concurrency;
+    g.ptoks = calloc((size_t)P, sizeof *g.ptoks);
+    g.plen = calloc((size_t)P, sizeof *g.plen);
+    g.out_spec = malloc(sizeof(int32_t) * (size_t)L * P);
+    g.out_base = malloc(sizeof(int32_t) * (size_t)L * P);
+    g.n_spec = calloc((size_t)P, sizeof(int));
+    g.n_base = calloc((size_t)P, sizeof(int));
+    g.done_spec = calloc((size_t)P, sizeof(int));
+    g.done_base = calloc((size_t)P, sizeof(int));
+    if (!g.ptoks || !g.plen || !g.out_spec || !g.out_base || !g.n_spec || !g.n_base || !g.done_spec || !g.done_base)
+        goto oom;
+    for (int i = 0; i < P; i++) {
         const char *text = g.prompts->text[i];
         const int line = g.prompts->line[i];
         int n = 0;
         if ((st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) goto fail_line;
-        if (n > ptok_cap) {
-            int32_t *p = realloc(g.ptoks, sizeof(int32_t) * (size_t)n);
-            if (!p) goto oom;
-            g.ptoks = p;
-            ptok_cap = n;
-        }
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, g.ptoks, n, &n))) goto fail_line;
+        if (!(g.ptoks[i] = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) goto oom;
+        if ((st = ds_tokenize(tok, text, strlen(text), 1, g.ptoks[i], n, &n))) goto fail_line;
+        g.plen[i] = n;
         if (n < 1 || (long)n + L > info->max_ctx) {
             fprintf(stderr, "dspark: %s:%d: prompt (%d tokens) + %d new tokens %s the model's context of %d\n", a.prompts,
                     line, n, L, n < 1 ? "(no BOS?) do not fit" : "exceed", info->max_ctx);
             ev_free(&g);
             return 1;
         }
-        const uint64_t seed = (uint64_t)a.seed + (uint64_t)i;
-        if (i == 0) { // warm-up (page faults, caches), not counted
-            int nw;
-            if ((st = run_one(g.base, g.ptoks, n, L < 8 ? L : 8, &a.sp, seed, g.out_base, &nw, NULL))) goto fail_run;
-        }
-        int ns, nb;
-        ev_total ts1 = ts, tb1 = tb; // counted only when both runs of the prompt complete
-        if ((st = run_one(g.spec, g.ptoks, n, L, &a.sp, seed, g.out_spec, &ns, &ts1))) goto fail_run;
-        if ((st = run_one(g.base, g.ptoks, n, L, &a.sp, seed, g.out_base, &nb, &tb1))) goto fail_run;
-        ts = ts1;
-        tb = tb1;
-        n_done++;
-        if (greedy && (ns != nb || memcmp(g.out_spec, g.out_base, sizeof(int32_t) * (size_t)ns) != 0)) {
-            if (!n_diff++) {
-                int k = 0;
-                while (k < ns && k < nb && g.out_spec[k] == g.out_base[k]) k++;
-                snprintf(first_diff, sizeof first_diff,
-                         "%s:%d differs at generated token %d (%s: %d, plain: %d; %d vs %d tokens)", a.prompts, line, k,
-                         spec_name(a.spec.kind), k < ns ? g.out_spec[k] : -1, k < nb ? g.out_base[k] : -1, ns, nb);
-            }
-        }
         continue;
     fail_line:
         fprintf(stderr, "dspark: %s:%d: %s\n", a.prompts, line, ds_last_error());
         ev_free(&g);
         return 1;
-    fail_run:
-        if (st == DS_ERR_INTERRUPTED) break;
+    }
+
+    cli_catch_interrupt();
+    ev_total ts = {0}, tb = {0};
+    const int greedy = a.sp.temperature == 0;
+    // Warm-up (page faults, caches), not counted: the first prompt, 8 tokens, plain decoding.
+    if ((st = run_set(g.base, g.ptoks, g.plen, 1, 1, L < 8 ? L : 8, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
+                      g.done_base, NULL)) &&
+        st != DS_ERR_INTERRUPTED)
         goto fail;
+    // The whole set with the requested drafting, then the baseline at the same concurrency.
+    if (!cli_interrupted && (st = run_set(g.spec, g.ptoks, g.plen, P, R, L, &a.sp, (uint64_t)a.seed, g.out_spec, g.n_spec,
+                                          g.done_spec, &ts)) &&
+        st != DS_ERR_INTERRUPTED)
+        goto fail;
+    memset(g.done_base, 0, sizeof(int) * (size_t)P);
+    if (!cli_interrupted && (st = run_set(g.base, g.ptoks, g.plen, P, R, L, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
+                                          g.done_base, &tb)) &&
+        st != DS_ERR_INTERRUPTED)
+        goto fail;
+    int n_done = 0, n_diff = 0;
+    char first_diff[512] = "";
+    for (int i = 0; i < P; i++) {
+        if (!g.done_spec[i] || !g.done_base[i]) continue;
+        n_done++;
+        const int ns = g.n_spec[i], nb = g.n_base[i];
+        const int32_t *os = g.out_spec + (size_t)i * L, *ob = g.out_base + (size_t)i * L;
+        if (greedy && (ns != nb || memcmp(os, ob, sizeof(int32_t) * (size_t)ns) != 0)) {
+            if (!n_diff++) {
+                int k = 0;
+                while (k < ns && k < nb && os[k] == ob[k]) k++;
+                snprintf(first_diff, sizeof first_diff,
+                         "%s:%d differs at generated token %d (%s: %d, plain: %d; %d vs %d tokens)", a.prompts,
+                         g.prompts->line[i], k, spec_name(a.spec.kind), k < ns ? os[k] : -1, k < nb ? ob[k] : -1, ns, nb);
+            }
+        }
     }
     if (cli_interrupted) fprintf(stderr, "dspark: interrupted: reporting the %d of %d prompts completed\n", n_done, g.prompts->n);
     if (n_diff) {

@@ -27,3 +27,12 @@ echo "bench: training throughput (anchor blocks/s) at 1 and 2 threads, 5-layer d
 [ -f "$MODELS/stories-data.bin" ] || "$BIN/dspark" datagen -m "$STORIES" --prompts docs/prompts/stories-train.txt \
   -n 200 --max-tokens 200 --seed 1 -o "$MODELS/stories-data.bin" 2>/dev/null
 "$BIN/bench_train" "$STORIES" "$MODELS/stories-data.bin" --threads 1,2 --steps 10
+echo "bench: confidence-scheduled verification: none / fixed 1..7 / threshold 0.5 / auto at concurrency 1..16," >&2
+echo "       on stories260K (real engine) and a dim-1024 8-layer synthetic target (acceptance replayed)" >&2
+if [ -f "$BUILD/demo/drafter/config.json" ]; then
+  [ -f "$MODELS/llama1024x8-bf16/config.json" ] || /usr/bin/python3 tests/reference/make_hf_llama.py \
+    "$MODELS/llama1024x8-bf16" --dim 1024 --layers 8 --heads 16 --kv-heads 4 --ffn 2816 --vocab 32000 --dtype bf16 >&2
+  "$BIN/bench_sched" "$STORIES" "$BUILD/demo/drafter" --synthetic "$MODELS/llama1024x8-bf16"
+else
+  echo "bench: skipping bench_sched: it needs a trained drafter in $BUILD/demo/drafter (make demo trains one)" >&2
+fi

@@ -74,3 +74,11 @@ void ds_schedule_retrospective(const float *const *conf, const int *K, int R, co
                                void *scratch) {
     schedule(conf, K, R, t, ell, scratch, 0);
 }
+
+size_t ds_schedule_scratch_size(int n_candidates) { return sizeof(cand) * (size_t)(n_candidates > 0 ? n_candidates : 1); }
+
+int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap) {
+    int k = 0;
+    while (k < cap && ds_cost_sps(t, R + k) / ds_cost_sps(t, R + k + 1) - 1.0 < 1.0 / R) k++;
+    return k;
+}

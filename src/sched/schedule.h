@@ -3,6 +3,8 @@
 #ifndef DS_SCHED_SCHEDULE_H
 #define DS_SCHED_SCHEDULE_H
 
+#include <stddef.h>
+
 #include "dspark.h"
 
 // SPS(B), extrapolated past bmax as bmax·SPS(bmax)/B (throughput-bound: tokens/s stays constant).
@@ -14,9 +16,19 @@ double ds_cost_sps(const ds_cost_table *t, int B);
 // ℓ_r = 0, candidates (r, j) are admitted in order of decreasing a_{r,j} while Θ = τ·SPS(B)
 // improves, stopping at the FIRST non-improvement (required for losslessness: c_{j+1} depends on
 // the sampled x_j, so looking past a drop would let x_j influence its own admission). Writes ℓ_r to
-// ell[r]. `scratch` holds Σ K[r] entries of 8 bytes (or NULL to allocate).
+// ell[r]. `scratch` holds ds_schedule_scratch_size(Σ K[r]) bytes (or NULL to allocate).
 void ds_schedule_auto(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
                       void *scratch);
+
+size_t ds_schedule_scratch_size(int n_candidates);
+
+// The most slots Algorithm 1 could admit in total this round for R requests, whatever the
+// confidences: an admission at batch B needs a/τ > SPS(B)/SPS(B+1) − 1 with a ≤ 1 and τ ≥ R, so
+// admissions stop by the first B ≥ R where SPS(B)/SPS(B+1) − 1 ≥ 1/R. Depends only on R and the
+// table (never on this round's drafts), so drafting no deeper than this keeps the schedule — and the
+// output — exactly as if the full block had been drafted, while saving the drafting Algorithm 1
+// would throw away (on a compute-bound target it is often 0: no drafting at all).
+int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
 
 // The retrospective variant that searches past drops (the argmax of Θ over every admission
 // prefix). NOT lossless: only for the statistical test that shows why the early stop is needed.

@@ -30,7 +30,8 @@ typedef struct {
     ds_sampler_params sp;
     ds_rng rng;
     int n_pending;       // tap rows waiting for the drafter
-    float *pending;      // (DS_MAX_DRAFT + 1, T·H)
+    int cap_pending;     // rows `pending` holds
+    float *pending;      // (cap_pending, T·H)
     int32_t rows[DS_MAX_DRAFT + 1]; // this round's target rows: anchor, then drafts
     int ell;             // drafts verified this round
     int n_drafted;       // drafts proposed this round (ell <= n_drafted)
@@ -59,6 +60,16 @@ struct ds_engine {
     void *sched_scratch;
     ds_round_observer observer;
     void *observer_ctx;
+    // DS_SCHEDULE_AUTO's drafting gate. Algorithm 1's Θ = τ·SPS(B) prices verification only; when
+    // drafting itself costs about a decode step (small targets, CPUs) a round that drafts can lose
+    // to one that does not, whatever it admits. The gate estimates, from PAST rounds only (so the
+    // output distribution is untouched), the best expected throughput of drafting k slots,
+    // R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (R·draft_s + 1/SPS(R(1+k))), against R·SPS(R) without
+    // drafting, and drafts only when that wins; it re-explores every 64 skipped rounds.
+    double gate_draft_s;             // EMA of drafting seconds per sequence-round
+    double gate_acc[DS_MAX_DRAFT];   // decayed counts of slot j accepted ...
+    double gate_try[DS_MAX_DRAFT];   // ... and verified with slots < j accepted
+    int gate_obs, gate_skipped;
 };
 
 static double now_s(void) {
@@ -182,7 +193,7 @@ static ds_status slot_for(ds_engine *e, int *id) {
         if (se) e->sched_ell = se;
         int *so = se ? realloc(e->sched_owner, sizeof *so * cap) : NULL;
         if (so) e->sched_owner = so;
-        void *ss = so ? realloc(e->sched_scratch, 16 * (size_t)cap * (DS_MAX_DRAFT + 1)) : NULL;
+        void *ss = so ? realloc(e->sched_scratch, ds_schedule_scratch_size(cap * (DS_MAX_DRAFT + 1))) : NULL;
         if (ss) e->sched_scratch = ss;
         if (!ss) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->cap_seqs = cap;
@@ -215,7 +226,8 @@ ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int m
     if (e->d) {
         s->q_logits = malloc(sizeof(float) * (size_t)(K ? K : 1) * V);
         s->taps = malloc(sizeof(float) * (size_t)rows * e->tap_w);
-        s->pending = malloc(sizeof(float) * (size_t)(rows > DS_PREFILL_CHUNK ? rows : DS_PREFILL_CHUNK) * e->tap_w);
+        s->cap_pending = rows > DS_PREFILL_CHUNK ? rows : DS_PREFILL_CHUNK;
+        s->pending = malloc(sizeof(float) * (size_t)s->cap_pending * e->tap_w);
     }
     if (!s->toks || !s->p_logits || (e->d && (!s->q_logits || !s->taps || !s->pending))) {
         st = ds_fail(DS_ERR_NOMEM, "out of memory for a sequence");
@@ -253,12 +265,14 @@ fail:
     return st;
 }
 
-// Choose this round's drafts for s: fills s->rows[1..ell] (and q_logits/conf for dspark).
-static ds_status draft_round(ds_engine *e, seq *s) {
+// Choose this round's drafts for s: fills s->rows[1..ell] (and q_logits/conf for dspark). K_cap
+// bounds the depth (Algorithm 1's admission bound under DS_SCHEDULE_AUTO).
+static ds_status draft_round(ds_engine *e, seq *s, int K_cap) {
     s->ell = 0;
     s->n_drafted = 0;
     const int remaining = s->max_new - s->n_gen; // tokens this sequence may still commit
     int K = e->K < remaining - 1 ? e->K : remaining - 1;
+    if (K > K_cap) K = K_cap;
     if (e->sp.kind == DS_SPEC_NONE || K <= 0) return DS_OK;
     const double t0 = now_s();
     ds_status st = DS_OK;
@@ -270,6 +284,10 @@ static ds_status draft_round(ds_engine *e, seq *s) {
             if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
             s->n_pending = 0;
         }
+        // The draft context must hold exactly the committed positions before the anchor.
+        if (ds_draft_state_len(s->ds) != s->n_toks - 1)
+            return ds_fail(DS_ERR_INVALID, "internal: draft context holds %d rows for anchor position %d",
+                           ds_draft_state_len(s->ds), s->n_toks - 1);
         if ((st = ds_drafter_draft(e->d, s->ds, anchor, K, &s->sp, &s->rng, s->rows + 1, s->q_logits, s->conf)))
             return st;
         s->ell = s->n_drafted = K;
@@ -281,7 +299,12 @@ static ds_status draft_round(ds_engine *e, seq *s) {
                     break;
                 }
     }
-    s->stats.draft_s += now_s() - t0;
+    const double dt = now_s() - t0;
+    s->stats.draft_s += dt;
+    if (s->n_drafted) {
+        e->gate_draft_s = e->gate_obs ? 0.9 * e->gate_draft_s + 0.1 * dt : dt;
+        e->gate_obs++;
+    }
     return st;
 }
 
@@ -304,6 +327,8 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     for (int k = 0; k < s->ell && k <= a && k < 64; k++) {
         t->tried_by_pos[k]++;
         if (k < a) t->accepted_by_pos[k]++;
+        e->gate_acc[k] = 0.95 * e->gate_acc[k] + (k < a);
+        e->gate_try[k] = 0.95 * e->gate_try[k] + 1;
     }
     int more = 1;
     for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
@@ -312,9 +337,13 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     if (s->finished) return DS_OK;
     // Keep the anchor and the accepted drafts in the target cache; their taps go to the drafter.
     if ((st = ds_kv_truncate(s->kv, base + a + 1))) return st;
-    if (e->d) {
-        memcpy(s->pending, s->taps, sizeof(float) * (size_t)(a + 1) * e->tap_w);
-        s->n_pending = a + 1;
+    if (e->d) { // queue the rows; they reach the drafter when it next drafts (batched if it skips rounds)
+        if (s->n_pending + a + 1 > s->cap_pending) {
+            if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
+            s->n_pending = 0;
+        }
+        memcpy(s->pending + (size_t)s->n_pending * e->tap_w, s->taps, sizeof(float) * (size_t)(a + 1) * e->tap_w);
+        s->n_pending += a + 1;
     }
     return DS_OK;
 }
@@ -334,16 +363,38 @@ static void schedule_auto(ds_engine *e) {
     for (int j = 0; j < R; j++) e->seqs[e->sched_owner[j]].ell = e->sched_ell[j];
 }
 
+// How deep to draft this round under DS_SCHEDULE_AUTO: 0 when past rounds say drafting loses.
+static int gate_depth(ds_engine *e, int R, int cap) {
+    if (cap <= 0 || e->gate_obs < 4 || e->gate_skipped >= 64) { // explore
+        e->gate_skipped = 0;
+        return cap;
+    }
+    const double none = R * ds_cost_sps(&e->costs, R);
+    double best = 0, surv = 1, tau = 1;
+    for (int k = 1; k <= cap; k++) {
+        surv *= e->gate_try[k - 1] > 0 ? e->gate_acc[k - 1] / e->gate_try[k - 1] : 0;
+        tau += surv;
+        const double theta = R * tau / (R * e->gate_draft_s + 1.0 / ds_cost_sps(&e->costs, R * (1 + k)));
+        best = theta > best ? theta : best;
+    }
+    if (best > none) return cap;
+    e->gate_skipped++;
+    return 0;
+}
+
 ds_status ds_engine_step(ds_engine *e) {
     ds_status st;
     int n = 0;
+    const int auto_sched =
+        e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
+    const int R = ds_engine_active(e);
+    const int K_cap = auto_sched ? gate_depth(e, R, ds_schedule_max_admissions(&e->costs, R, e->K)) : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished) continue;
-        if ((st = draft_round(e, s))) return st;
+        if ((st = draft_round(e, s, K_cap))) return st;
     }
-    if (e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence)
-        schedule_auto(e);
+    if (auto_sched) schedule_auto(e);
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished) continue;

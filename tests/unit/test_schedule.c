@@ -1,0 +1,445 @@
+// Confidence-scheduled verification (src/sched/schedule.c, dspark-method.md Algorithm 1):
+// hand-worked cases of ds_schedule_auto (flat and steep cost tables, the early stop, two requests
+// interleaved by a_{r,j}, prefixes, requests without drafts), an independent reference
+// implementation on random cases, and the counterexample of dspark-method.md as a statistical
+// test: with the early stop the first emitted token is exactly target-distributed; the
+// retrospective search (no early stop) emits (0.85, 0.15) instead of (0.7, 0.3).
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "dspark.h"
+#include "sched/schedule.h"
+#include "spec/verify.h"
+
+// ---- cost tables ------------------------------------------------------------------------------
+
+// SPS(B) = 1 for B = 1..bmax: B costs nothing, so every admission with a > 0 improves Θ = τ·SPS.
+static ds_cost_table flat_table(int bmax) {
+    ds_cost_table t;
+    memset(&t, 0, sizeof t);
+    t.bmax = bmax;
+    for (int b = 1; b <= bmax; b++) t.sps[b] = 1.0;
+    return t;
+}
+
+// SPS(B) = 1/B (step time proportional to tokens): Θ = τ/B, and admitting a <= 1 never improves
+// (R + a)/(R + 1) over R/R.
+static ds_cost_table steep_table(int bmax) {
+    ds_cost_table t;
+    memset(&t, 0, sizeof t);
+    t.bmax = bmax;
+    for (int b = 1; b <= bmax; b++) t.sps[b] = 1.0 / b;
+    return t;
+}
+
+// From step times: sps[B] = 1 / step[B - 1].
+static ds_cost_table table_from_steps(const double *step, int n) {
+    ds_cost_table t;
+    memset(&t, 0, sizeof t);
+    t.bmax = n;
+    for (int b = 1; b <= n; b++) t.sps[b] = 1.0 / step[b - 1];
+    return t;
+}
+
+static void run_auto(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell) {
+    // Once with internal scratch and once with caller scratch, same answer. The caller's scratch
+    // has 16 bytes per candidate, as the engine allocates (schedule.h says 8, but a candidate
+    // {float a; int r, j;} takes 12).
+    int total = 0;
+    for (int r = 0; r < R; r++) total += K[r];
+    void *scratch = malloc(16 * (size_t)(total > 0 ? total : 1));
+    int *ell2 = malloc(sizeof(int) * (size_t)(R > 0 ? R : 1));
+    assert_non_null(scratch);
+    assert_non_null(ell2);
+    ds_schedule_auto(conf, K, R, t, ell, NULL);
+    ds_schedule_auto(conf, K, R, t, ell2, scratch);
+    for (int r = 0; r < R; r++) assert_int_equal(ell[r], ell2[r]);
+    free(scratch);
+    free(ell2);
+}
+
+// ---- hand-worked cases ---------------------------------------------------------------------------
+
+static void test_flat_table_admits_every_positive(void **state) {
+    (void)state;
+    const ds_cost_table t = flat_table(32);
+    const float c0[3] = {0.9f, 0.5f, 0.2f}, c1[4] = {0.6f, 0.6f, 0.6f, 0.6f}, c2[3] = {0.9f, 0.0f, 0.5f},
+                c3[2] = {0.01f, 0.01f};
+    const float *conf[4] = {c0, c1, c2, c3};
+    const int K[4] = {3, 4, 3, 2};
+    int ell[4];
+    run_auto(conf, K, 4, &t, ell);
+    assert_int_equal(ell[0], 3);
+    assert_int_equal(ell[1], 4);
+    // a = (0.9, 0, 0): the zero does not improve Θ; the search stops there (it is sorted last).
+    assert_int_equal(ell[2], 1);
+    assert_int_equal(ell[3], 2); // a = 1e-4: tiny but positive
+}
+
+static void test_steep_table_admits_nothing(void **state) {
+    (void)state;
+    const ds_cost_table t = steep_table(64);
+    const float c0[7] = {0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f}, c1[7] = {1, 1, 1, 1, 1, 1, 1};
+    const float *conf[2] = {c0, c1};
+    const int K[2] = {7, 7};
+    int ell[2] = {-1, -1};
+    run_auto(conf, K, 2, &t, ell);
+    assert_int_equal(ell[0], 0);
+    assert_int_equal(ell[1], 0); // a = 1 leaves Θ equal: not an improvement
+    // The same with one request.
+    run_auto(conf, K, 1, &t, ell);
+    assert_int_equal(ell[0], 0);
+}
+
+// dspark-method.md's counterexample: a_1 = 0.8, a_2 = 0.72, SPS(1, 2, 3) = (1.0, 0.5, 0.45).
+// Θ: ℓ=0 -> 1.0; ℓ=1 -> 1.8·0.5 = 0.9 (a drop); ℓ=2 -> 2.52·0.45 = 1.134 (better than 1.0).
+// The early stop ends at the drop (ℓ = 0); the retrospective search finds ℓ = 2.
+static void test_early_stop_at_first_non_improvement(void **state) {
+    (void)state;
+    const double steps[3] = {1.0, 2.0, 1.0 / 0.45};
+    const ds_cost_table t = table_from_steps(steps, 3);
+    const float c[2] = {0.8f, 0.9f};
+    const float *conf[1] = {c};
+    const int K[1] = {2};
+    int ell[1] = {-1};
+    run_auto(conf, K, 1, &t, ell);
+    assert_int_equal(ell[0], 0);
+    ds_schedule_retrospective(conf, K, 1, &t, ell, NULL);
+    assert_int_equal(ell[0], 2);
+    // With c_2 = 0 (the first draft was token 1) both stop at 0.
+    const float z[2] = {0.8f, 0.0f};
+    conf[0] = z;
+    run_auto(conf, K, 1, &t, ell);
+    assert_int_equal(ell[0], 0);
+    ds_schedule_retrospective(conf, K, 1, &t, ell, NULL);
+    assert_int_equal(ell[0], 0);
+    // Equality is not an improvement either: c_1 = 1 and SPS(2) = 0.5 make Θ(ℓ=1) = 2·0.5 = 1.0 =
+    // Θ(ℓ=0) exactly, so the search stops although SPS(3) = 1 would give Θ(ℓ=2) = 2.9.
+    const double eq[3] = {1.0, 2.0, 1.0};
+    const ds_cost_table te = table_from_steps(eq, 3);
+    const float one[2] = {1.0f, 0.9f};
+    conf[0] = one;
+    run_auto(conf, K, 1, &te, ell);
+    assert_int_equal(ell[0], 0);
+    ds_schedule_retrospective(conf, K, 1, &te, ell, NULL);
+    assert_int_equal(ell[0], 2);
+}
+
+// Two requests, candidates admitted by a_{r,j} across requests, not request by request:
+//   r0: c = (0.9, 0.5, 0.5) -> a = 0.9, 0.45, 0.225
+//   r1: c = (0.8, 0.8, 0.8) -> a = 0.8, 0.64, 0.512
+// Order: 0.9 (r0), 0.8 (r1), 0.64 (r1), 0.512 (r1), 0.45 (r0), 0.225 (r0).
+// Step time t(B) = 1 + 0.1 (B − 2) for B = 2..6, then 1.6: Θ = 2, 2.636, 3.083, 3.338, 3.466,
+// then 5.302/1.6 = 3.314 (a drop: stop). Four admissions: ℓ = (1, 3).
+static void test_two_requests_interleaved(void **state) {
+    (void)state;
+    const double steps[8] = {1.0, 1.0, 1.1, 1.2, 1.3, 1.4, 1.6, 1.6};
+    const ds_cost_table t = table_from_steps(steps, 8);
+    const float c0[3] = {0.9f, 0.5f, 0.5f}, c1[3] = {0.8f, 0.8f, 0.8f};
+    const float *conf[2] = {c0, c1};
+    const int K[2] = {3, 3};
+    int ell[2];
+    run_auto(conf, K, 2, &t, ell);
+    assert_int_equal(ell[0], 1);
+    assert_int_equal(ell[1], 3);
+    // Swapping the requests swaps the answer.
+    const float *sw[2] = {c1, c0};
+    run_auto(sw, K, 2, &t, ell);
+    assert_int_equal(ell[0], 3);
+    assert_int_equal(ell[1], 1);
+    // One step cheaper at B = 7 (t = 1.5: Θ = 3.535 > 3.466) admits the fifth, r0's second slot;
+    // t(8) = 1.62 then drops (5.527/1.62 = 3.412).
+    const double steps2[8] = {1.0, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.62};
+    const ds_cost_table t2 = table_from_steps(steps2, 8);
+    run_auto(conf, K, 2, &t2, ell);
+    assert_int_equal(ell[0], 2);
+    assert_int_equal(ell[1], 3);
+}
+
+// Requests without drafted slots (K = 0) keep ℓ = 0 but still count in B (each verifies its anchor).
+static void test_requests_without_drafts(void **state) {
+    (void)state;
+    const float c1[3] = {0.9f, 0.9f, 0.9f};
+    const float *conf[3] = {NULL, c1, NULL};
+    const int K[3] = {0, 3, 0};
+    int ell[3] = {-1, -1, -1};
+    const ds_cost_table flat = flat_table(16);
+    run_auto(conf, K, 3, &flat, ell);
+    assert_int_equal(ell[0], 0);
+    assert_int_equal(ell[1], 3);
+    assert_int_equal(ell[2], 0);
+    // B starts at 3, not 1: step time 1 up to B = 4, then 2. With B counted from 3, the first
+    // admission (B = 4, Θ = 3.9) improves on 3.0 and the second (B = 5: 4.71/2) does not: ℓ = 1.
+    // Counting from B = 1 would have admitted all three.
+    const double steps[8] = {1, 1, 1, 1, 2, 2, 2, 2};
+    const ds_cost_table t = table_from_steps(steps, 8);
+    run_auto(conf, K, 3, &t, ell);
+    assert_int_equal(ell[0], 0);
+    assert_int_equal(ell[1], 1);
+    assert_int_equal(ell[2], 0);
+    // Nobody drafted: everything 0, no candidates at all.
+    const int K0[3] = {0, 0, 0};
+    ell[0] = ell[1] = ell[2] = -1;
+    run_auto(conf, K0, 3, &t, ell);
+    assert_int_equal(ell[0] + ell[1] + ell[2], 0);
+    ds_schedule_retrospective(conf, K0, 3, &t, ell, NULL);
+    assert_int_equal(ell[0] + ell[1] + ell[2], 0);
+}
+
+// ---- an independent reference on random cases ----------------------------------------------------
+
+static uint64_t xs = 0x243f6a8885a308d3ULL;
+static double urand(void) {
+    xs ^= xs << 13;
+    xs ^= xs >> 7;
+    xs ^= xs << 17;
+    return (double)(xs >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Algorithm 1 written out directly: repeatedly pick the not-yet-admitted (r, j) with the largest
+// a_{r,j} (ties: lower r, then lower j), admit it if Θ strictly improves, else stop. Checks along
+// the way that every admitted slot extends its request's prefix.
+static void reference_auto(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell) {
+    enum { MAXR = 16, MAXK = 8 };
+    float a[MAXR][MAXK];
+    int taken[MAXR][MAXK];
+    memset(taken, 0, sizeof taken);
+    for (int r = 0; r < R; r++) {
+        float p = 1.0f;
+        for (int j = 0; j < K[r]; j++) a[r][j] = p *= conf[r][j];
+        ell[r] = 0;
+    }
+    int B = R;
+    double tau = R, best = tau * ds_cost_sps(t, B);
+    for (;;) {
+        int br = -1, bj = -1;
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < K[r]; j++)
+                if (!taken[r][j] && (br < 0 || a[r][j] > a[br][bj])) br = r, bj = j;
+        if (br < 0) break;
+        const double theta = (tau + a[br][bj]) * ds_cost_sps(t, B + 1);
+        if (!(theta > best)) break;
+        assert_int_equal(bj, ell[br]); // the admitted slot is the next one of its request
+        taken[br][bj] = 1;
+        ell[br] = bj + 1;
+        tau += a[br][bj];
+        B++;
+        best = theta;
+    }
+}
+
+static void test_matches_reference_and_prefixes(void **state) {
+    (void)state;
+    enum { CASES = 3000 };
+    float conf[16][8];
+    const float *cp[16];
+    int K[16], ell[16], ref[16];
+    for (int c = 0; c < CASES; c++) {
+        const int R = 1 + (int)(urand() * 16);
+        for (int r = 0; r < R; r++) {
+            K[r] = (int)(urand() * 8); // 0..7
+            for (int j = 0; j < K[r]; j++) {
+                const double u = urand();
+                // Some exact 1s and 0s (ties between a request's own slots, dead prefixes).
+                conf[r][j] = u < 0.1 ? 1.0f : u < 0.15 ? 0.0f : (float)urand();
+            }
+            cp[r] = conf[r];
+        }
+        // A decode-like table: flat-ish up to a knee, then throughput-bound; random knee and slope.
+        ds_cost_table t;
+        memset(&t, 0, sizeof t);
+        t.bmax = 128;
+        const double knee = 1 + urand() * 40, slope = 0.002 + urand() * 0.05;
+        for (int b = 1; b <= t.bmax; b++) t.sps[b] = 1.0 / (1.0 + slope * b + (b > knee ? (b - knee) / knee : 0));
+        run_auto(cp, K, R, &t, ell);
+        reference_auto(cp, K, R, &t, ref);
+        for (int r = 0; r < R; r++) {
+            assert_int_equal(ell[r], ref[r]);
+            assert_true(ell[r] >= 0 && ell[r] <= K[r]);
+        }
+        // Prefix consistency with the order: every admitted a is >= every a left out (ties aside).
+        float lo = 2, hi = -1;
+        for (int r = 0; r < R; r++) {
+            float a = 1;
+            for (int j = 0; j < K[r]; j++) {
+                a *= conf[r][j];
+                if (j < ell[r]) lo = a < lo ? a : lo;
+                else hi = a > hi ? a : hi;
+            }
+        }
+        assert_true(lo >= hi);
+        // The retrospective search never ends with a lower Θ than the early stop.
+        int ret[16];
+        ds_schedule_retrospective(cp, K, R, &t, ret, NULL);
+        double ta = R, tr = R;
+        int ba = R, br = R;
+        for (int r = 0; r < R; r++) {
+            float a = 1;
+            for (int j = 0; j < K[r]; j++) {
+                a *= conf[r][j];
+                if (j < ell[r]) ta += a, ba++;
+                if (j < ret[r]) tr += a, br++;
+            }
+            assert_true(ret[r] >= ell[r]);
+        }
+        assert_true(tr * ds_cost_sps(&t, br) >= ta * ds_cost_sps(&t, ba) * (1 - 1e-12));
+    }
+}
+
+// ---- the counterexample as a statistical test --------------------------------------------------------
+
+// V = 2; target p = (0.7, 0.3) at every position; draft q = (0.5, 0.5); R = 1, γ = 2;
+// c_1 = 0.8, c_2 = 0.9 if d_0 = 0 else 0; SPS(1, 2, 3) = (1.0, 0.5, 0.45) (or another table).
+// One round: draft d_0, d_1 ~ q, schedule, verify the first ℓ at temperature 1. Emits the accepted
+// drafts then `next`. Returns how many tokens were emitted (written to out, up to 3).
+typedef void (*sched_fn)(const float *const *, const int *, int, const ds_cost_table *, int *, void *);
+
+typedef struct {
+    float p_logits[3 * 2], q_logits[2 * 2];
+    float p[2], q[2];
+    void *sscratch;
+    ds_verify_scratch vs;
+    ds_sampler_params sp;
+} cx_ctx;
+
+static void cx_init(cx_ctx *c) {
+    for (int k = 0; k < 3; k++) {
+        c->p_logits[2 * k] = logf(0.7f);
+        c->p_logits[2 * k + 1] = logf(0.3f);
+    }
+    for (int i = 0; i < 4; i++) c->q_logits[i] = logf(0.5f);
+    c->sscratch = malloc(ds_sampler_scratch_size(2));
+    assert_non_null(c->sscratch);
+    c->vs = (ds_verify_scratch){.p = c->p, .q = c->q, .sscratch = c->sscratch};
+    c->sp = ds_sampler_default();
+    c->sp.temperature = 1.0f;
+}
+
+static int cx_round(cx_ctx *c, sched_fn schedule, const ds_cost_table *t, ds_rng *rng, int32_t *out) {
+    const float qd[2] = {0.5f, 0.5f};
+    int32_t d[2];
+    d[0] = ds_sample_probs(qd, 2, rng);
+    d[1] = ds_sample_probs(qd, 2, rng);
+    const float conf[2] = {0.8f, d[0] == 0 ? 0.9f : 0.0f};
+    const float *cp[1] = {conf};
+    const int K[1] = {2};
+    int ell[1];
+    schedule(cp, K, 1, t, ell, NULL);
+    int a;
+    int32_t next;
+    assert_int_equal(ds_verify(&c->sp, 2, ell[0], d, c->p_logits, c->q_logits, rng, &c->vs, &a, &next), DS_OK);
+    assert_true(a >= 0 && a <= ell[0]);
+    for (int k = 0; k < a; k++) out[k] = d[k];
+    out[a] = next;
+    return a + 1;
+}
+
+// P̂(first emitted token = 0) over n independent rounds.
+static double cx_first_zero(sched_fn schedule, const ds_cost_table *t, int n, uint64_t seed) {
+    cx_ctx c;
+    cx_init(&c);
+    ds_rng rng = ds_rng_init(seed, 0);
+    long zeros = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t out[3];
+        cx_round(&c, schedule, t, &rng, out);
+        zeros += out[0] == 0;
+    }
+    free(c.sscratch);
+    return (double)zeros / n;
+}
+
+static const double cx_steps[3] = {1.0, 2.0, 1.0 / 0.45}; // SPS(1, 2, 3) = (1.0, 0.5, 0.45)
+enum { CX_N = 200000 };
+
+static void test_counterexample_auto_is_exact(void **state) {
+    (void)state;
+    const ds_cost_table t = table_from_steps(cx_steps, 3);
+    const double p = cx_first_zero(ds_schedule_auto, &t, CX_N, 12345);
+    const double se = sqrt(0.7 * 0.3 / CX_N);
+    print_message("auto: P(first = 0) = %.5f (exact 0.7, 6 SE = %.5f)\n", p, 6 * se);
+    if (fabs(p - 0.7) >= 6 * se) fail_msg("auto: P(first = 0) = %.5f, expected 0.7 +- %.5f", p, 6 * se);
+}
+
+// The retrospective search lets d_0 decide its own verification (through c_2): when d_0 = 0
+// (prob. 0.5) it verifies ℓ = 2 and accepts d_0 surely (p/q = 1.4); when d_0 = 1 it verifies
+// nothing and samples from p. P(first = 0) = 0.5 + 0.5·0.7 = 0.85. This test asserting the bias
+// documents that the losslessness test above CAN fail: it is not vacuous.
+static void test_counterexample_retrospective_is_biased(void **state) {
+    (void)state;
+    const ds_cost_table t = table_from_steps(cx_steps, 3);
+    const double p = cx_first_zero(ds_schedule_retrospective, &t, CX_N, 12345);
+    print_message("retrospective: P(first = 0) = %.5f (biased: 0.85)\n", p);
+    if (!(fabs(p - 0.85) < 0.01)) fail_msg("retrospective: P(first = 0) = %.5f, expected about 0.85", p);
+    if (!(fabs(p - 0.7) > 0.1)) fail_msg("retrospective: P(first = 0) = %.5f is not biased away from 0.7", p);
+}
+
+// The joint of the first two emitted tokens (rounds continue until two are out) against the exact
+// (0.7, 0.3)⊗(0.7, 0.3); chi-square with 3 degrees of freedom.
+static double cx_joint_chi2(sched_fn schedule, const ds_cost_table *t, int n, uint64_t seed, long *rounds_with_drafts) {
+    cx_ctx c;
+    cx_init(&c);
+    ds_rng rng = ds_rng_init(seed, 0);
+    long count[4] = {0};
+    *rounds_with_drafts = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t first2[2], out[3];
+        int have = 0;
+        while (have < 2) {
+            const int e = cx_round(&c, schedule, t, &rng, out);
+            *rounds_with_drafts += e > 1;
+            for (int k = 0; k < e && have < 2; k++) first2[have++] = out[k];
+        }
+        count[2 * first2[0] + first2[1]]++;
+    }
+    free(c.sscratch);
+    const double pr[4] = {0.49, 0.21, 0.21, 0.09};
+    double chi2 = 0;
+    for (int k = 0; k < 4; k++) {
+        const double e = pr[k] * n;
+        chi2 += (count[k] - e) * (count[k] - e) / e;
+    }
+    return chi2;
+}
+
+static void test_counterexample_joint_chi_square(void **state) {
+    (void)state;
+    // chi-square(3) exceeds 30 with probability about 1.4e-6.
+    const double crit = 30.0;
+    long multi;
+    const ds_cost_table t = table_from_steps(cx_steps, 3);
+    double chi2 = cx_joint_chi2(ds_schedule_auto, &t, CX_N, 777, &multi);
+    print_message("joint chi-square (df 3): auto %.2f", chi2);
+    if (chi2 > crit) fail_msg("auto (counterexample table): chi-square %.2f > %.1f", chi2, crit);
+    // A flat table makes auto verify drafts, with ℓ depending on d_0 through c_2 (ℓ = 2 after a 0,
+    // ℓ = 1 after a 1): still exact, because d_0's own admission never depended on d_0.
+    const ds_cost_table flat = flat_table(8);
+    chi2 = cx_joint_chi2(ds_schedule_auto, &flat, CX_N, 778, &multi);
+    print_message(", auto on a flat table %.2f", chi2);
+    assert_true(multi > CX_N / 2); // drafts were really accepted
+    if (chi2 > crit) fail_msg("auto (flat table): chi-square %.2f > %.1f", chi2, crit);
+    // The retrospective search on the counterexample table fails the same test by far.
+    chi2 = cx_joint_chi2(ds_schedule_retrospective, &t, CX_N, 779, &multi);
+    print_message(", retrospective %.1f\n", chi2);
+    if (!(chi2 > 100 * crit)) fail_msg("retrospective: chi-square %.2f is not far above %.1f", chi2, crit);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flat_table_admits_every_positive),
+        cmocka_unit_test(test_steep_table_admits_nothing),
+        cmocka_unit_test(test_early_stop_at_first_non_improvement),
+        cmocka_unit_test(test_two_requests_interleaved),
+        cmocka_unit_test(test_requests_without_drafts),
+        cmocka_unit_test(test_matches_reference_and_prefixes),
+        cmocka_unit_test(test_counterexample_auto_is_exact),
+        cmocka_unit_test(test_counterexample_retrospective_is_biased),
+        cmocka_unit_test(test_counterexample_joint_chi_square),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
