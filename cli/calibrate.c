@@ -25,21 +25,6 @@ typedef struct {
     double temp;
 } cal_args;
 
-// Fail early (before minutes of work) when the output's directory cannot take a new file.
-static int check_writable_dir(const char *file) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", file);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    if (access(dir, W_OK | X_OK) != 0) {
-        fprintf(stderr, "dspark: cannot write %s: %s: %s\n", file, dir, strerror(errno));
-        return 0;
-    }
-    return 1;
-}
-
 static void cal_usage(FILE *f) {
     fprintf(f,
             "usage: dspark calibrate [-m TARGET] -d DRAFTER --prompts FILE [options]\n"
@@ -295,7 +280,7 @@ int cmd_calibrate(int argc, char **argv) {
     char out_path[4096];
     if (a.out) snprintf(out_path, sizeof out_path, "%s", a.out);
     else snprintf(out_path, sizeof out_path, "%s/calibration.json", a.drafter);
-    if (!check_writable_dir(out_path)) return 1;
+    if (!cli_check_writable(out_path)) return 1;
     if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
     const char *path = cli_model_path(a.model);
     if (!path) {

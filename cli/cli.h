@@ -19,6 +19,21 @@ double cli_now(void); // seconds, monotonic
 extern volatile int cli_interrupted;
 void cli_catch_interrupt(void);
 
+// Options shared by several commands. Each returns 1 when `o` is one of its options and `v` was
+// taken, 0 when `o` is not one of them, and a negative exit status (after printing) on a bad value.
+// Sampling: --temp --top-k --top-p --min-p.
+int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp);
+// Speculation: --spec --draft-max --conf-threshold --ngram --schedule --costs. `given` collects
+// CLI_SPEC_GIVEN / CLI_SCHEDULE_GIVEN for cli_spec_finish.
+enum { CLI_SPEC_GIVEN = 1, CLI_SCHEDULE_GIVEN = 2 };
+int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_table *costs, unsigned *given);
+// Defaults once parsed (dspark with a drafter, else none; threshold with --conf-threshold) and the
+// drafter checks. Returns 0 or the usage-error status.
+int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter);
+const char *cli_spec_name(ds_spec_kind k);
+// Fail early (before minutes of work) when the directory of `file` cannot take a new file.
+int cli_check_writable(const char *file);
+
 int cmd_generate(int argc, char **argv);
 int cmd_init_drafter(int argc, char **argv);
 int cmd_train(int argc, char **argv);

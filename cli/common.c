@@ -96,3 +96,84 @@ void cli_catch_interrupt(void) {
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
 }
+
+int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp) {
+    double f;
+    long k;
+    if (!strcmp(o, "--temp")) {
+        if (!cli_parse_float(v, 0, 100, &f)) return -cli_usage_error("--temp expects 0..100, got '%s'", v);
+        sp->temperature = (float)f;
+    } else if (!strcmp(o, "--top-k")) {
+        if (!cli_parse_int(v, 0, 1 << 24, &k)) return -cli_usage_error("--top-k expects a count, got '%s'", v);
+        sp->top_k = (int)k;
+    } else if (!strcmp(o, "--top-p")) {
+        if (!cli_parse_float(v, 1e-6, 1, &f)) return -cli_usage_error("--top-p expects (0, 1], got '%s'", v);
+        sp->top_p = (float)f;
+    } else if (!strcmp(o, "--min-p")) {
+        if (!cli_parse_float(v, 0, 1, &f)) return -cli_usage_error("--min-p expects [0, 1], got '%s'", v);
+        sp->min_p = (float)f;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_table *costs, unsigned *given) {
+    double f;
+    long k;
+    if (!strcmp(o, "--spec")) {
+        *given |= CLI_SPEC_GIVEN;
+        if (!strcmp(v, "none")) spec->kind = DS_SPEC_NONE;
+        else if (!strcmp(v, "dspark")) spec->kind = DS_SPEC_DSPARK;
+        else if (!strcmp(v, "ngram")) spec->kind = DS_SPEC_NGRAM;
+        else return -cli_usage_error("--spec expects none, dspark or ngram, got '%s'", v);
+    } else if (!strcmp(o, "--draft-max")) {
+        if (!cli_parse_int(v, 1, 64, &k)) return -cli_usage_error("--draft-max expects 1..64, got '%s'", v);
+        spec->draft_max = (int)k;
+    } else if (!strcmp(o, "--conf-threshold")) {
+        if (!cli_parse_float(v, 0, 1, &f)) return -cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
+        spec->conf_threshold = (float)f;
+    } else if (!strcmp(o, "--ngram")) {
+        if (!cli_parse_int(v, 1, 64, &k)) return -cli_usage_error("--ngram expects 1..64, got '%s'", v);
+        spec->ngram_n = (int)k;
+    } else if (!strcmp(o, "--schedule")) {
+        *given |= CLI_SCHEDULE_GIVEN;
+        if (!strcmp(v, "fixed")) spec->schedule = DS_SCHEDULE_FIXED;
+        else if (!strcmp(v, "threshold")) spec->schedule = DS_SCHEDULE_THRESHOLD;
+        else if (!strcmp(v, "auto")) spec->schedule = DS_SCHEDULE_AUTO;
+        else return -cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
+    } else if (!strcmp(o, "--costs")) {
+        ds_status st = ds_cost_table_load(v, costs);
+        if (st) return -cli_fail(st);
+        spec->costs = costs;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter) {
+    if (!(given & CLI_SPEC_GIVEN)) spec->kind = drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
+    if (!(given & CLI_SCHEDULE_GIVEN) && spec->conf_threshold > 0) spec->schedule = DS_SCHEDULE_THRESHOLD;
+    if (spec->kind == DS_SPEC_DSPARK && !drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
+    if (spec->kind != DS_SPEC_DSPARK && drafter) return cli_usage_error("-d is only used with --spec dspark");
+    return 0;
+}
+
+const char *cli_spec_name(ds_spec_kind k) {
+    return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
+}
+
+int cli_check_writable(const char *file) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "dspark: cannot write %s: %s: %s\n", file, dir, strerror(errno));
+        return 0;
+    }
+    return 1;
+}

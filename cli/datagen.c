@@ -56,8 +56,6 @@ static int parse_args(int argc, char **argv, dg_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double f;
-        long k;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             dg_usage(stdout);
             exit(0);
@@ -70,6 +68,9 @@ static int parse_args(int argc, char **argv, dg_args *a) {
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
         i++;
+        const int r = cli_sampling_option(o, v, &a->sp);
+        if (r < 0) return -r;
+        if (r) continue;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
         else if (!strcmp(o, "--prompts")) a->prompts = v;
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
@@ -88,18 +89,6 @@ static int parse_args(int argc, char **argv, dg_args *a) {
                 return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
         } else if (!strcmp(o, "--holdout")) {
             if (!cli_parse_float(v, 0, 1, &a->holdout)) return cli_usage_error("--holdout expects a fraction in [0, 1], got '%s'", v);
-        } else if (!strcmp(o, "--temp")) {
-            if (!cli_parse_float(v, 0, 100, &f)) return cli_usage_error("--temp expects 0..100, got '%s'", v);
-            a->sp.temperature = (float)f;
-        } else if (!strcmp(o, "--top-k")) {
-            if (!cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k expects a count, got '%s'", v);
-            a->sp.top_k = (int)k;
-        } else if (!strcmp(o, "--top-p")) {
-            if (!cli_parse_float(v, 1e-6, 1, &f)) return cli_usage_error("--top-p expects (0, 1], got '%s'", v);
-            a->sp.top_p = (float)f;
-        } else if (!strcmp(o, "--min-p")) {
-            if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--min-p expects [0, 1], got '%s'", v);
-            a->sp.min_p = (float)f;
         } else {
             return cli_usage_error("unknown option '%s' (see dspark datagen --help)", o);
         }

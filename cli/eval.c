@@ -18,7 +18,8 @@ typedef struct {
     ds_sampler_params sp;
     ds_spec_params spec;
     ds_cost_table costs;
-    int spec_given, schedule_given, json;
+    unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
+    int json;
 } ev_args;
 
 static void ev_usage(FILE *f) {
@@ -55,8 +56,6 @@ static int parse_args(int argc, char **argv, ev_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double f;
-        long k;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             ev_usage(stdout);
             exit(0);
@@ -66,6 +65,10 @@ static int parse_args(int argc, char **argv, ev_args *a) {
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
         i++;
+        int r = cli_sampling_option(o, v, &a->sp);
+        if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
+        if (r < 0) return -r;
+        if (r) continue;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
         else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) a->drafter = v;
         else if (!strcmp(o, "--prompts")) a->prompts = v;
@@ -76,60 +79,15 @@ static int parse_args(int argc, char **argv, ev_args *a) {
         } else if (!strcmp(o, "--seed")) {
             if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &a->seed))
                 return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
-        } else if (!strcmp(o, "--temp")) {
-            if (!cli_parse_float(v, 0, 100, &f)) return cli_usage_error("--temp expects 0..100, got '%s'", v);
-            a->sp.temperature = (float)f;
-        } else if (!strcmp(o, "--top-k")) {
-            if (!cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k expects a count, got '%s'", v);
-            a->sp.top_k = (int)k;
-        } else if (!strcmp(o, "--top-p")) {
-            if (!cli_parse_float(v, 1e-6, 1, &f)) return cli_usage_error("--top-p expects (0, 1], got '%s'", v);
-            a->sp.top_p = (float)f;
-        } else if (!strcmp(o, "--min-p")) {
-            if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--min-p expects [0, 1], got '%s'", v);
-            a->sp.min_p = (float)f;
-        } else if (!strcmp(o, "--spec")) {
-            a->spec_given = 1;
-            if (!strcmp(v, "none")) a->spec.kind = DS_SPEC_NONE;
-            else if (!strcmp(v, "dspark")) a->spec.kind = DS_SPEC_DSPARK;
-            else if (!strcmp(v, "ngram")) a->spec.kind = DS_SPEC_NGRAM;
-            else return cli_usage_error("--spec expects none, dspark or ngram, got '%s'", v);
-        } else if (!strcmp(o, "--draft-max")) {
-            if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--draft-max expects 1..64, got '%s'", v);
-            a->spec.draft_max = (int)k;
-        } else if (!strcmp(o, "--conf-threshold")) {
-            if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
-            a->spec.conf_threshold = (float)f;
-        } else if (!strcmp(o, "--schedule")) {
-            a->schedule_given = 1;
-            if (!strcmp(v, "fixed")) a->spec.schedule = DS_SCHEDULE_FIXED;
-            else if (!strcmp(v, "threshold")) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
-            else if (!strcmp(v, "auto")) a->spec.schedule = DS_SCHEDULE_AUTO;
-            else return cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
-        } else if (!strcmp(o, "--costs")) {
-            ds_status st = ds_cost_table_load(v, &a->costs);
-            if (st) return cli_fail(st);
-            a->spec.costs = &a->costs;
         } else if (!strcmp(o, "--concurrency")) {
             if (!cli_parse_int(v, 1, 4096, &a->concurrency))
                 return cli_usage_error("--concurrency expects 1..4096, got '%s'", v);
-        } else if (!strcmp(o, "--ngram")) {
-            if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--ngram expects 1..64, got '%s'", v);
-            a->spec.ngram_n = (int)k;
         } else {
             return cli_usage_error("unknown option '%s' (see dspark eval --help)", o);
         }
     }
     if (!a->prompts) return cli_usage_error("eval needs a prompt file (--prompts FILE)");
-    if (!a->spec_given) a->spec.kind = a->drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
-    if (!a->schedule_given && a->spec.conf_threshold > 0) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
-    if (a->spec.kind == DS_SPEC_DSPARK && !a->drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
-    if (a->spec.kind != DS_SPEC_DSPARK && a->drafter) return cli_usage_error("-d is only used with --spec dspark");
-    return 0;
-}
-
-static const char *spec_name(ds_spec_kind k) {
-    return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
+    return cli_spec_finish(&a->spec, a->given, a->drafter);
 }
 
 static const char *schedule_name(ds_schedule_kind k) {
@@ -249,7 +207,7 @@ static double request_rate_of(const ev_total *t) { return t->requests ? t->reque
 
 static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const ev_total *b, int checked) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "spec", spec_name(a->spec.kind));
+    cJSON_AddStringToObject(o, "spec", cli_spec_name(a->spec.kind));
     cJSON_AddStringToObject(o, "schedule", schedule_name(a->spec.schedule));
     cJSON_AddNumberToObject(o, "concurrency", (double)a->concurrency);
     cJSON_AddNumberToObject(o, "prompts", n_prompts);
@@ -281,10 +239,10 @@ static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const
 
 static void print_table(const ev_args *a, int n_prompts, const ev_total *s, const ev_total *b, int checked) {
     printf("eval: %d prompts, spec %s, schedule %s, temp %g, up to %ld tokens each, concurrency %ld\n", n_prompts,
-           spec_name(a->spec.kind), schedule_name(a->spec.schedule), (double)a->sp.temperature, a->max_tokens,
+           cli_spec_name(a->spec.kind), schedule_name(a->spec.schedule), (double)a->sp.temperature, a->max_tokens,
            a->concurrency);
     printf("%-16s %10s %8s %7s %11s %13s\n", "", "tokens", "rounds", "tau", "tok/s", "request tok/s");
-    printf("%-16s %10ld %8ld %7.3f %11.1f %13.1f\n", spec_name(a->spec.kind), s->generated, s->rounds, tau_of(s),
+    printf("%-16s %10ld %8ld %7.3f %11.1f %13.1f\n", cli_spec_name(a->spec.kind), s->generated, s->rounds, tau_of(s),
            rate_of(s), request_rate_of(s));
     printf("%-16s %10ld %8ld %7.3f %11.1f %13.1f\n", "none (baseline)", b->generated, b->rounds, tau_of(b), rate_of(b),
            request_rate_of(b));
@@ -390,7 +348,7 @@ int cmd_eval(int argc, char **argv) {
                 while (k < ns && k < nb && os[k] == ob[k]) k++;
                 snprintf(first_diff, sizeof first_diff,
                          "%s:%d differs at generated token %d (%s: %d, plain: %d; %d vs %d tokens)", a.prompts,
-                         g.prompts->line[i], k, spec_name(a.spec.kind), k < ns ? os[k] : -1, k < nb ? ob[k] : -1, ns, nb);
+                         g.prompts->line[i], k, cli_spec_name(a.spec.kind), k < ns ? os[k] : -1, k < nb ? ob[k] : -1, ns, nb);
             }
         }
     }
@@ -399,7 +357,7 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr,
                 "dspark: eval: NOT LOSSLESS: %d of %d prompts decoded with --spec %s differ from plain greedy decoding; "
                 "first: %s\n",
-                n_diff, n_done, spec_name(a.spec.kind), first_diff);
+                n_diff, n_done, cli_spec_name(a.spec.kind), first_diff);
         ev_free(&g);
         return 1;
     }

@@ -13,7 +13,8 @@ typedef struct {
     ds_sampler_params sp;
     ds_spec_params spec;
     ds_cost_table costs;
-    int spec_given, schedule_given, json, stats;
+    unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
+    int json, stats;
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -47,7 +48,6 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double f;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             gen_usage(stdout);
             exit(0);
@@ -60,6 +60,10 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
         i++;
+        int r = cli_sampling_option(o, v, &a->sp);
+        if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
+        if (r < 0) return -r;
+        if (r) continue;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
         else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->prompt = v;
         else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
@@ -68,59 +72,14 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             if (!cli_parse_int(v, 1, 1024, &a->threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
         } else if (!strcmp(o, "--seed")) {
             if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &a->seed)) return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
-        } else if (!strcmp(o, "--temp")) {
-            if (!cli_parse_float(v, 0, 100, &f)) return cli_usage_error("--temp expects 0..100, got '%s'", v);
-            a->sp.temperature = (float)f;
-        } else if (!strcmp(o, "--top-k")) {
-            long k;
-            if (!cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k expects a count, got '%s'", v);
-            a->sp.top_k = (int)k;
-        } else if (!strcmp(o, "--top-p")) {
-            if (!cli_parse_float(v, 1e-6, 1, &f)) return cli_usage_error("--top-p expects (0, 1], got '%s'", v);
-            a->sp.top_p = (float)f;
-        } else if (!strcmp(o, "--min-p")) {
-            if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--min-p expects [0, 1], got '%s'", v);
-            a->sp.min_p = (float)f;
         } else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) {
             a->drafter = v;
-        } else if (!strcmp(o, "--spec")) {
-            a->spec_given = 1;
-            if (!strcmp(v, "none")) a->spec.kind = DS_SPEC_NONE;
-            else if (!strcmp(v, "dspark")) a->spec.kind = DS_SPEC_DSPARK;
-            else if (!strcmp(v, "ngram")) a->spec.kind = DS_SPEC_NGRAM;
-            else return cli_usage_error("--spec expects none, dspark or ngram, got '%s'", v);
-        } else if (!strcmp(o, "--draft-max")) {
-            long k;
-            if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--draft-max expects 1..64, got '%s'", v);
-            a->spec.draft_max = (int)k;
-        } else if (!strcmp(o, "--conf-threshold")) {
-            if (!cli_parse_float(v, 0, 1, &f)) return cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
-            a->spec.conf_threshold = (float)f;
-        } else if (!strcmp(o, "--schedule")) {
-            a->schedule_given = 1;
-            if (!strcmp(v, "fixed")) a->spec.schedule = DS_SCHEDULE_FIXED;
-            else if (!strcmp(v, "threshold")) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
-            else if (!strcmp(v, "auto")) a->spec.schedule = DS_SCHEDULE_AUTO;
-            else return cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
-        } else if (!strcmp(o, "--costs")) {
-            ds_status st = ds_cost_table_load(v, &a->costs);
-            if (st) return cli_fail(st);
-            a->spec.costs = &a->costs;
-        } else if (!strcmp(o, "--ngram")) {
-            long k;
-            if (!cli_parse_int(v, 1, 64, &k)) return cli_usage_error("--ngram expects 1..64, got '%s'", v);
-            a->spec.ngram_n = (int)k;
         } else {
             return cli_usage_error("unknown option '%s' (see dspark generate --help)", o);
         }
     }
     if (!a->prompt) return cli_usage_error("generate needs a prompt (-p TEXT)");
-    if (!a->spec_given) a->spec.kind = a->drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
-    if (!a->schedule_given && a->spec.conf_threshold > 0) a->spec.schedule = DS_SCHEDULE_THRESHOLD;
-    if (a->spec.kind == DS_SPEC_DSPARK && !a->drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
-    if (a->spec.kind != DS_SPEC_DSPARK && a->drafter)
-        return cli_usage_error("-d is only used with --spec dspark");
-    return 0;
+    return cli_spec_finish(&a->spec, a->given, a->drafter);
 }
 
 // State of one generation, so that clean-up happens in one place.
@@ -157,10 +116,6 @@ static int append_text(gen_state *g, const char *s, int n) {
     return 1;
 }
 
-static const char *spec_name(ds_spec_kind k) {
-    return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
-}
-
 static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "text", g->text ? g->text : "");
@@ -173,7 +128,7 @@ static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int 
     cJSON_AddNumberToObject(o, "generated_tokens", n_gen);
     cJSON_AddNumberToObject(o, "prompt_tok_per_s", t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0);
     cJSON_AddNumberToObject(o, "gen_tok_per_s", t_gen > 0 ? n_gen / t_gen : 0);
-    cJSON_AddStringToObject(o, "spec", spec_name(a->spec.kind));
+    cJSON_AddStringToObject(o, "spec", cli_spec_name(a->spec.kind));
     cJSON_AddNumberToObject(o, "rounds", t->rounds);
     cJSON_AddNumberToObject(o, "tau", t->tau);
     cJSON *acc = cJSON_AddArrayToObject(o, "acceptance_by_position");
@@ -189,7 +144,7 @@ static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int 
 
 static void print_stats(const gen_args *a, const ds_seq_stats *t) {
     fprintf(stderr, "dspark: spec %s: %d rounds, tau %.3f, %d/%d drafts accepted; draft %.1f ms, verify %.1f ms\n",
-            spec_name(a->spec.kind), t->rounds, t->tau, t->accepted, t->drafted, t->draft_s * 1e3, t->verify_s * 1e3);
+            cli_spec_name(a->spec.kind), t->rounds, t->tau, t->accepted, t->drafted, t->draft_s * 1e3, t->verify_s * 1e3);
     if (t->tried_by_pos[0]) {
         fprintf(stderr, "dspark: acceptance by position:");
         for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)

@@ -17,21 +17,6 @@ typedef struct {
     int quick;
 } prof_args;
 
-// Fail early (before minutes of work) when the output's directory cannot take a new file.
-static int check_writable_dir(const char *file) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", file);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    if (access(dir, W_OK | X_OK) != 0) {
-        fprintf(stderr, "dspark: cannot write %s: %s: %s\n", file, dir, strerror(errno));
-        return 0;
-    }
-    return 1;
-}
-
 static void prof_usage(FILE *f) {
     fprintf(f,
             "usage: dspark profile [-m TARGET] [-d DRAFTER] [options]\n"
@@ -176,7 +161,7 @@ int cmd_profile(int argc, char **argv) {
     char out[4096];
     if (a.out) snprintf(out, sizeof out, "%s", a.out);
     else default_out(path, threads, out, sizeof out);
-    if (!check_writable_dir(out)) {
+    if (!cli_check_writable(out)) {
         ds_drafter_free(d);
         ds_model_free(m);
         return 1;
