@@ -282,22 +282,12 @@ int cmd_calibrate(int argc, char **argv) {
     else snprintf(out_path, sizeof out_path, "%s/calibration.json", a.drafter);
     if (!cli_check_writable(out_path)) return 1;
     if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
-    const char *path = cli_model_path(a.model);
-    if (!path) {
+    if (!(g.model = cli_load_text_model(a.model, a.threads)) || !(g.drafter = cli_load_drafter(a.drafter, g.model))) {
         cal_free(&g);
         return 1;
     }
-    ds_model_params mp = {.n_threads = (int)a.threads};
-    if ((st = ds_model_load(path, &mp, &g.model))) goto fail;
     const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
-    if (!tok) {
-        fprintf(stderr, "dspark: %s has no tokenizer dspark supports, so it cannot take text prompts\n", path);
-        cal_free(&g);
-        return 1;
-    }
-    if ((st = ds_drafter_load(a.drafter, g.model, &g.drafter))) goto fail;
-    if (ds_drafter_warning(g.drafter)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(g.drafter));
     const ds_drafter_info *di = ds_drafter_get_info(g.drafter);
     if (!di->has_confidence) {
         fprintf(stderr,

@@ -31,6 +31,11 @@ int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_
 // drafter checks. Returns 0 or the usage-error status.
 int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter);
 const char *cli_spec_name(ds_spec_kind k);
+// The target for a command that takes text (the default model when model_arg is NULL), with
+// `threads`; NULL after printing why (no model, a load error, no tokenizer).
+ds_model *cli_load_text_model(const char *model_arg, long threads);
+// A drafter paired with m (printing a target_id warning); NULL after printing the error.
+ds_drafter *cli_load_drafter(const char *dir, const ds_model *m);
 // Fail early (before minutes of work) when the directory of `file` cannot take a new file.
 int cli_check_writable(const char *file);
 

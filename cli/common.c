@@ -177,3 +177,32 @@ int cli_check_writable(const char *file) {
     }
     return 1;
 }
+
+ds_model *cli_load_text_model(const char *model_arg, long threads) {
+    const char *path = cli_model_path(model_arg);
+    if (!path) return NULL;
+    ds_model *m;
+    ds_model_params mp = {.n_threads = (int)threads};
+    ds_status st = ds_model_load(path, &mp, &m);
+    if (st) {
+        cli_fail(st);
+        return NULL;
+    }
+    if (!ds_model_tokenizer(m)) {
+        fprintf(stderr, "dspark: %s has no tokenizer dspark supports, so it cannot take text prompts\n", path);
+        ds_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+ds_drafter *cli_load_drafter(const char *dir, const ds_model *m) {
+    ds_drafter *d;
+    ds_status st = ds_drafter_load(dir, m, &d);
+    if (st) {
+        cli_fail(st);
+        return NULL;
+    }
+    if (ds_drafter_warning(d)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(d));
+    return d;
+}

@@ -264,24 +264,13 @@ int cmd_eval(int argc, char **argv) {
     ev_state g = {0};
     ds_status st;
     if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
-    const char *path = cli_model_path(a.model);
-    if (!path) {
+    if (!(g.model = cli_load_text_model(a.model, a.threads)) ||
+        (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model)))) {
         ev_free(&g);
         return 1;
     }
-    ds_model_params mp = {.n_threads = (int)a.threads};
-    if ((st = ds_model_load(path, &mp, &g.model))) goto fail;
     const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
-    if (!tok) {
-        fprintf(stderr, "dspark: %s has no tokenizer dspark supports, so it cannot take text prompts\n", path);
-        ev_free(&g);
-        return 1;
-    }
-    if (a.drafter) {
-        if ((st = ds_drafter_load(a.drafter, g.model, &g.drafter))) goto fail;
-        if (ds_drafter_warning(g.drafter)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(g.drafter));
-    }
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.spec)) || (st = ds_engine_init(g.model, NULL, &none, &g.base)))
         goto fail;

@@ -175,22 +175,14 @@ int cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc;
-    const char *path = cli_model_path(a.model);
-    if (!path) return 1;
     gen_state g = {0};
-    ds_model_params mp = {.n_threads = (int)a.threads};
-    ds_status st = ds_model_load(path, &mp, &g.model);
-    if (st) return cli_fail(st);
+    if (!(g.model = cli_load_text_model(a.model, a.threads))) return 1;
     const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
-    if (!tok) {
-        fprintf(stderr, "dspark: %s has no tokenizer dspark supports, so it cannot take a text prompt\n", path);
+    ds_status st;
+    if (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model))) {
         gen_free(&g);
         return 1;
-    }
-    if (a.drafter) {
-        if ((st = ds_drafter_load(a.drafter, g.model, &g.drafter))) goto fail;
-        if (ds_drafter_warning(g.drafter)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(g.drafter));
     }
     const size_t plen = strlen(a.prompt);
     int n_prompt = 0;
