@@ -24,7 +24,10 @@ fi
 
 echo "== speculative decoding with it (same greedy text, verified losslessly)"
 "$BIN" generate -p "Once upon a time" -n 64 --temp 0 -d "$DRAFTER" --stats
-echo "== held-out prompts: tau and speed against plain decoding, measured in the same run"
+echo "== held-out prompts: tau and speed against plain decoding, measured in the same run (full blocks)"
 "$BIN" eval --prompts docs/prompts/stories-heldout.txt --spec dspark -d "$DRAFTER" --temp 0 --max-tokens 128
-echo "(stories260K is tiny and compute-bound on a CPU, so verifying a block costs about as much as"
-echo " decoding its tokens one by one; speculation pays on memory-bound targets: see make bench.)"
+echo "(stories260K is tiny and compute-bound on a CPU: verifying a block costs about as much as decoding"
+echo " its tokens one by one, and drafting costs about a decode step, so full blocks lose here.)"
+echo "== the same with --schedule auto: the scheduler measures this machine and verifies only what pays"
+"$BIN" eval --prompts docs/prompts/stories-heldout.txt --spec dspark -d "$DRAFTER" --temp 0 --max-tokens 128 \
+  --schedule auto
