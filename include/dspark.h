@@ -252,6 +252,17 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
 ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
                            const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf);
 
+// Draft for R sequences at once: the block forwards of all of them share every matrix product (one
+// pass over the drafter's weights, lm_head included); the Markov walk runs per sequence with its own
+// parameters and random stream. Equivalent to R calls of ds_drafter_draft (up to float rounding).
+typedef struct ds_draft_batch ds_draft_batch;
+ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out);
+void ds_draft_batch_free(ds_draft_batch *b);
+ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, ds_draft_state *const *states,
+                                 const int32_t *anchors, const int *n_slots, int R, const ds_sampler_params *const *sp,
+                                 ds_rng *const *rng, int32_t *const *tokens, float *const *logits,
+                                 float *const *conf);
+
 
 typedef struct {
     int n_layers;        // draft layers (0 = 5)

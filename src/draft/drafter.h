@@ -62,14 +62,9 @@ struct ds_drafter {
     ds_safetensors *st;
 };
 
-struct ds_draft_state {
-    const ds_drafter *d;
-    int len;        // committed context rows
-    int cap;        // allocated rows (context + one block)
-    int max_ctx;
-    float **k;      // (n_layers) each (nkv, hd, cap), K after k_norm and RoPE, transposed per head
-    float **v;      // (n_layers) each (nkv, hd, cap)
-    // Scratch, grown with the largest append / block seen (never per token in steady state).
+// Scratch of a block forward or context append over up to cap_rows rows (one sequence's chunk, or
+// R sequences' blocks drafted together).
+typedef struct {
     int cap_rows;
     float *x;       // (cap_rows, max(H, T*H))
     float *xn;      // (cap_rows, H)
@@ -80,13 +75,22 @@ struct ds_draft_state {
     float *hb;      // (cap_rows, F)
     float *hb2;     // (cap_rows, F)
     float *rcos, *rsin; // (cap_rows, hd / 2)
-    float *scores;  // (n_threads, cap)
+    float *scratch; // (n_procs, matmul tile) widening scratch
+} ds_draft_bufs;
+
+struct ds_draft_state {
+    const ds_drafter *d;
+    int len;        // committed context rows
+    int cap;        // allocated rows (context + one block)
+    int max_ctx;
+    float **k;      // (n_layers) each (nkv, hd, cap), K after k_norm and RoPE, transposed per head
+    float **v;      // (n_layers) each (nkv, hd, cap)
+    ds_draft_bufs b; // scratch for appends and single-sequence blocks
+    float *scores;  // (scores_thr, cap) attention scores per thread
     int scores_thr;
-    float *mv;      // (3r + H + r) Markov / confidence features
+    float *mv;      // (8r + H + 1) Markov / confidence features
     float *probs;   // (V) processed distribution of one slot
     void *sscratch; // sampler scratch for V
-    float *scratch; // (n_threads, matmul tile) widening scratch
-    size_t scratch_floats;
 };
 
 #endif

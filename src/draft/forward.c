@@ -23,6 +23,38 @@
 
 // ---- state ---------------------------------------------------------------------------------------
 
+// Size b for `rows` rows (grows; frees nothing on failure).
+static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
+    if (rows <= b->cap_rows) return DS_OK;
+    const size_t wide = (size_t)(d->T * d->H > d->H ? d->T * d->H : d->H);
+    const size_t qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd, r = (size_t)rows;
+    float **bufs[] = {&b->x, &b->xn, &b->q, &b->kb, &b->vb, &b->att, &b->hb, &b->hb2, &b->rcos, &b->rsin};
+    const size_t sizes[] = {wide, (size_t)d->H, qd, kvd, kvd, qd, (size_t)d->F, (size_t)d->F, (size_t)d->hd / 2,
+                            (size_t)d->hd / 2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        float *p = realloc(*bufs[i], sizeof(float) * r * sizes[i]);
+        if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory for a draft block of %d rows", rows);
+        *bufs[i] = p;
+    }
+    if (!b->scratch) {
+        size_t sc = 0;
+        const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_gate,
+                                 &d->layers[0].w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            if (ws[i]->data && ds_matmul_scratch_floats(ws[i]) > sc) sc = ds_matmul_scratch_floats(ws[i]);
+        if (!(b->scratch = malloc(sizeof(float) * (sc ? sc : 1) * (size_t)omp_get_num_procs())))
+            return ds_fail(DS_ERR_NOMEM, "out of memory for draft scratch");
+    }
+    b->cap_rows = rows;
+    return DS_OK;
+}
+
+static void bufs_free(ds_draft_bufs *b) {
+    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    memset(b, 0, sizeof *b);
+}
+
 ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state **out) {
     *out = NULL;
     if (max_ctx <= 0) return ds_fail(DS_ERR_INVALID, "draft context must hold at least one row");
@@ -32,33 +64,12 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
     s->max_ctx = max_ctx;
     s->k = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
     s->v = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
-    const int rows = d->info.block_size > DS_DRAFT_CHUNK ? d->info.block_size : DS_DRAFT_CHUNK;
-    const size_t wide = (size_t)(d->T * d->H > d->H ? d->T * d->H : d->H);
-    const size_t qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd;
-    s->cap_rows = rows;
-    s->x = malloc(sizeof(float) * rows * wide);
-    s->xn = malloc(sizeof(float) * rows * d->H);
-    s->q = malloc(sizeof(float) * rows * qd);
-    s->kb = malloc(sizeof(float) * rows * kvd);
-    s->vb = malloc(sizeof(float) * rows * kvd);
-    s->att = malloc(sizeof(float) * rows * qd);
-    s->hb = malloc(sizeof(float) * rows * d->F);
-    s->hb2 = malloc(sizeof(float) * rows * d->F);
-    s->rcos = malloc(sizeof(float) * rows * (d->hd / 2));
-    s->rsin = malloc(sizeof(float) * rows * (d->hd / 2));
     // Markov/confidence features: v (r) | z (2r + H) | g (3r) | W1[prev] (r) | rnn state (r)
     s->mv = malloc(sizeof(float) * (8 * (size_t)d->r + d->H + 1));
     s->probs = malloc(sizeof(float) * d->V);
     s->sscratch = malloc(ds_sampler_scratch_size(d->V));
-    size_t sc = 0;
-    const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_gate,
-                             &d->layers[0].w_down};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-        if (ws[i]->data && ds_matmul_scratch_floats(ws[i]) > sc) sc = ds_matmul_scratch_floats(ws[i]);
-    s->scratch_floats = sc;
-    s->scratch = malloc(sizeof(float) * (sc ? sc : 1) * (size_t)omp_get_num_procs());
-    if (!s->k || !s->v || !s->x || !s->xn || !s->q || !s->kb || !s->vb || !s->att || !s->hb || !s->hb2 || !s->rcos ||
-        !s->rsin || !s->mv || !s->probs || !s->sscratch || !s->scratch) {
+    const int rows = d->info.block_size > DS_DRAFT_CHUNK ? d->info.block_size : DS_DRAFT_CHUNK;
+    if (!s->k || !s->v || !s->mv || !s->probs || !s->sscratch || bufs_reserve(d, &s->b, rows)) {
         ds_draft_state_free(s);
         return ds_fail(DS_ERR_NOMEM, "out of memory for a draft state");
     }
@@ -72,9 +83,10 @@ void ds_draft_state_free(ds_draft_state *s) {
         if (s->k) free(s->k[l]);
         if (s->v) free(s->v[l]);
     }
-    float *bufs[] = {s->x, s->xn, s->q, s->kb, s->vb, s->att, s->hb, s->hb2, s->rcos, s->rsin, s->scores, s->mv,
-                     s->probs, s->scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    bufs_free(&s->b);
+    free(s->scores);
+    free(s->mv);
+    free(s->probs);
     free(s->sscratch);
     free(s->k);
     free(s->v);
@@ -133,34 +145,36 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int rows, i
     for (int i = 0; i < rows; i++) ds_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
 }
 
-// K and V rows (n, nkv·hd) of `src` (n, H) for layer l, with k_norm and RoPE at positions pos0..:
+// K and V rows (n, nkv·hd) of `src` (n, H) for layer l into b->kb / b->vb, with k_norm and RoPE at
+// positions pos[i] (or pos0 + i when pos is NULL):
 // K = RoPE(k_norm(src·Wkᵀ + bk)); V = src·Wvᵀ + bv, or (Gemma, K = V) v_norm(src·Wkᵀ), weightless.
-static void project_kv(const ds_drafter *d, ds_draft_state *s, int l, const float *src, int n, int pos0) {
+static void project_kv(const ds_drafter *d, ds_draft_bufs *b, int l, const float *src, int n, const int *pos,
+                       int pos0) {
     const ds_draft_layer *y = &d->layers[l];
     const int kvd = d->nkv * d->hd, half = d->hd / 2;
-    ds_matmul(s->kb, src, &y->wk, n, s->scratch);
-    add_bias(s->kb, y->bk, n, kvd);
+    ds_matmul(b->kb, src, &y->wk, n, b->scratch);
+    add_bias(b->kb, y->bk, n, kvd);
     if (d->style == DS_STYLE_QWEN3) {
-        ds_matmul(s->vb, src, &y->wv, n, s->scratch);
-        add_bias(s->vb, y->bv, n, kvd);
+        ds_matmul(b->vb, src, &y->wv, n, b->scratch);
+        add_bias(b->vb, y->bv, n, kvd);
     } else {
-        rmsnorm_rows(s->vb, s->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
+        rmsnorm_rows(b->vb, b->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
     }
     for (int i = 0; i < n; i++) {
-        float *k = s->kb + (size_t)i * kvd;
+        float *k = b->kb + (size_t)i * kvd;
         rmsnorm_rows(k, k, y->k_norm, d->nkv, d->hd, d->eps);
-        ds_rope_angles(s->rcos, s->rsin, d->inv_freq, half, pos0 + i);
-        ds_rope(k, d->nkv, d->hd, s->rcos, s->rsin, DS_ROPE_HALVES);
+        ds_rope_angles(b->rcos, b->rsin, d->inv_freq, half, pos ? pos[i] : pos0 + i);
+        ds_rope(k, d->nkv, d->hd, b->rcos, b->rsin, DS_ROPE_HALVES);
     }
 }
 
-// Write K/V rows (n) into the transposed cache of layer l at columns col0..col0+n-1.
-static void store_kv(ds_draft_state *s, int l, int col0, int n) {
+// Write K/V rows row0..row0+n-1 of b into s's transposed cache of layer l at columns col0...
+static void store_kv(ds_draft_state *s, const ds_draft_bufs *b, int l, int col0, int row0, int n) {
     const int kvd = s->d->nkv * s->d->hd;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < kvd; j++) {
-            s->k[l][(size_t)j * s->cap + col0 + i] = s->kb[(size_t)i * kvd + j];
-            s->v[l][(size_t)j * s->cap + col0 + i] = s->vb[(size_t)i * kvd + j];
+            s->k[l][(size_t)j * s->cap + col0 + i] = b->kb[(size_t)(row0 + i) * kvd + j];
+            s->v[l][(size_t)j * s->cap + col0 + i] = b->vb[(size_t)(row0 + i) * kvd + j];
         }
 }
 
@@ -173,11 +187,12 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
     for (int done = 0; done < n; done += DS_DRAFT_CHUNK) {
         const int m = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
         // c = RMSNorm_hidden_norm(taps · fcᵀ)   (m, H)
-        ds_matmul(s->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, s->scratch);
-        rmsnorm_rows(s->xn, s->xn, d->hidden_norm, m, d->H, d->eps);
+        ds_draft_bufs *b = &s->b;
+        ds_matmul(b->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, b->scratch);
+        rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
         for (int l = 0; l < d->info.n_layers; l++) {
-            project_kv(d, s, l, s->xn, m, s->len);
-            store_kv(s, l, s->len, m);
+            project_kv(d, b, l, b->xn, m, NULL, s->len);
+            store_kv(s, b, l, s->len, 0, m);
         }
         s->len += m;
     }
@@ -193,55 +208,60 @@ static void gelu_tanh_mul(float *a, const float *b, int n) {
     }
 }
 
-// One draft layer over the B block rows in s->x (B, H).
-static void block_layer(const ds_drafter *d, ds_draft_state *s, int l, int B) {
+// One draft layer over the blocks of R sequences: rows r·B .. r·B+B−1 of b->x belong to st[r].
+// Matrix products run over all R·B rows at once (one pass over the layer's weights); each
+// sequence's rows attend to its own context and its own block.
+static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st, const int *pos, int R,
+                        int B, int l) {
     const ds_draft_layer *y = &d->layers[l];
-    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, group = d->nq / d->nkv;
-    const int n_ctx = s->len + B; // every query sees all context rows and the whole block
-    rmsnorm_rows(s->xn, s->x, y->input_norm, B, H, d->eps);
-    ds_matmul(s->q, s->xn, &y->wq, B, s->scratch);
-    add_bias(s->q, y->bq, B, qd);
-    for (int i = 0; i < B; i++) {
-        float *q = s->q + (size_t)i * qd;
+    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, group = d->nq / d->nkv, M = R * B;
+    rmsnorm_rows(b->xn, b->x, y->input_norm, M, H, d->eps);
+    ds_matmul(b->q, b->xn, &y->wq, M, b->scratch);
+    add_bias(b->q, y->bq, M, qd);
+    for (int i = 0; i < M; i++) {
+        float *q = b->q + (size_t)i * qd;
         rmsnorm_rows(q, q, y->q_norm, d->nq, d->hd, d->eps);
-        ds_rope_angles(s->rcos + (size_t)i * half, s->rsin + (size_t)i * half, d->inv_freq, half, s->len + i);
-        ds_rope(q, d->nq, d->hd, s->rcos + (size_t)i * half, s->rsin + (size_t)i * half, DS_ROPE_HALVES);
+        ds_rope_angles(b->rcos, b->rsin, d->inv_freq, half, pos[i]);
+        ds_rope(q, d->nq, d->hd, b->rcos, b->rsin, DS_ROPE_HALVES);
     }
-    project_kv(d, s, l, s->xn, B, s->len);
-    store_kv(s, l, s->len, B);
-#pragma omp parallel for schedule(static) if ((long)B * d->nq * n_ctx * d->hd > (1L << 16))
-    for (int job = 0; job < B * d->nq; job++) {
+    project_kv(d, b, l, b->xn, M, pos, 0);
+    for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->len, r * B, B);
+    long work = 0;
+    for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->len + B) * d->hd;
+#pragma omp parallel for schedule(dynamic, 2) if (work > (1L << 16))
+    for (int job = 0; job < M * d->nq; job++) {
         const int i = job / d->nq, h = job % d->nq;
+        const ds_draft_state *s = st[i / B];
         const size_t line = (size_t)(h / group) * d->hd * s->cap;
-        ds_attend(s->att + (size_t)i * qd + (size_t)h * d->hd, s->q + (size_t)i * qd + (size_t)h * d->hd,
-                  s->k[l] + line, s->v[l] + line, n_ctx, s->cap, d->hd, d->attn_scale,
+        ds_attend(b->att + (size_t)i * qd + (size_t)h * d->hd, b->q + (size_t)i * qd + (size_t)h * d->hd,
+                  s->k[l] + line, s->v[l] + line, s->len + B, s->cap, d->hd, d->attn_scale,
                   s->scores + (size_t)omp_get_thread_num() * s->cap);
     }
-    ds_matmul(s->xn, s->att, &y->wo, B, s->scratch);
-    add_bias(s->xn, y->bo, B, H);
+    ds_matmul(b->xn, b->att, &y->wo, M, b->scratch);
+    add_bias(b->xn, y->bo, M, H);
     if (d->style == DS_STYLE_QWEN3) {
         // x = x + attn; x = x + down(silu(gate(n)) ⊙ up(n)), n = post_attention_layernorm(x)
-        ds_add(s->x, s->xn, B * H);
-        rmsnorm_rows(s->xn, s->x, y->post_attn_norm, B, H, d->eps);
-        ds_matmul(s->hb, s->xn, &y->w_gate, B, s->scratch);
-        ds_matmul(s->hb2, s->xn, &y->w_up, B, s->scratch);
-        ds_swiglu(s->hb, s->hb2, B * d->F);
-        ds_matmul(s->xn, s->hb, &y->w_down, B, s->scratch);
-        ds_add(s->x, s->xn, B * H);
+        ds_add(b->x, b->xn, M * H);
+        rmsnorm_rows(b->xn, b->x, y->post_attn_norm, M, H, d->eps);
+        ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
+        ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
+        ds_swiglu(b->hb, b->hb2, M * d->F);
+        ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
+        ds_add(b->x, b->xn, M * H);
     } else {
         // Gemma sandwich: x = x + post_attn_norm(attn); x = x + post_ffn_norm(mlp(pre_ffn_norm(x)));
         // x = x · layer_scalar; MLP = down(gelu_tanh(gate) ⊙ up).
-        rmsnorm_rows(s->xn, s->xn, y->post_attn_norm, B, H, d->eps);
-        ds_add(s->x, s->xn, B * H);
-        rmsnorm_rows(s->xn, s->x, y->pre_ffn_norm, B, H, d->eps);
-        ds_matmul(s->hb, s->xn, &y->w_gate, B, s->scratch);
-        ds_matmul(s->hb2, s->xn, &y->w_up, B, s->scratch);
-        gelu_tanh_mul(s->hb, s->hb2, B * d->F);
-        ds_matmul(s->xn, s->hb, &y->w_down, B, s->scratch);
-        rmsnorm_rows(s->xn, s->xn, y->post_ffn_norm, B, H, d->eps);
-        ds_add(s->x, s->xn, B * H);
+        rmsnorm_rows(b->xn, b->xn, y->post_attn_norm, M, H, d->eps);
+        ds_add(b->x, b->xn, M * H);
+        rmsnorm_rows(b->xn, b->x, y->pre_ffn_norm, M, H, d->eps);
+        ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
+        ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
+        gelu_tanh_mul(b->hb, b->hb2, M * d->F);
+        ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
+        rmsnorm_rows(b->xn, b->xn, y->post_ffn_norm, M, H, d->eps);
+        ds_add(b->x, b->xn, M * H);
         if (y->layer_scalar != 1.0f)
-            for (int i = 0; i < B * H; i++) s->x[i] *= y->layer_scalar;
+            for (int i = 0; i < M * H; i++) b->x[i] *= y->layer_scalar;
     }
 }
 
@@ -261,14 +281,14 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
     case DS_MARKOV_GATED: // v = σ(gate_proj([h ; W1[prev]])) ⊙ W1[prev]
         memcpy(z, h, sizeof(float) * H);
         memcpy(z + H, w1, sizeof(float) * r);
-        ds_matmul(g, z, &d->gate_proj, 1, s->scratch);
+        ds_matmul(g, z, &d->gate_proj, 1, s->b.scratch);
         for (int i = 0; i < r; i++) v[i] = sigmoidf_(g[i] + d->gate_bias[i]) * w1[i];
         break;
     case DS_MARKOV_RNN: // z = [s ; W1[prev] ; h]; (g, c, o) = split3(joint_proj(z)); v = tanh(o)
         memcpy(z, state, sizeof(float) * r);
         memcpy(z + r, w1, sizeof(float) * r);
         memcpy(z + 2 * r, h, sizeof(float) * H);
-        ds_matmul(g, z, &d->joint_proj, 1, s->scratch);
+        ds_matmul(g, z, &d->joint_proj, 1, s->b.scratch);
         for (int i = 0; i < 3 * r; i++) g[i] += d->joint_bias[i];
         for (int i = 0; i < r; i++) {
             const float gate = sigmoidf_(g[i]);
@@ -278,36 +298,21 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         break;
     }
     // logits += W2 · v (s->probs is free until the slot is sampled)
-    ds_matmul(s->probs, v, &d->markov_w2, 1, s->scratch);
+    ds_matmul(s->probs, v, &d->markov_w2, 1, s->b.scratch);
     ds_add(logits, s->probs, d->V);
 }
 
-ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
-                           const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
-    const int B = d->info.block_size, H = d->H, V = d->V, r = d->r;
-    if (n_slots < 1 || n_slots > B) return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots, B);
-    if (anchor < 0 || anchor >= V) return ds_fail(DS_ERR_INVALID, "anchor token %d is outside the vocabulary", anchor);
-    ds_status st = reserve(s, s->len + B);
-    if (st) return st;
-    // x = embed_tokens[anchor, MASK × (B−1)] · embed_scale   (B, H)
-    for (int i = 0; i < B; i++) {
-        ds_weight_row_f32(&d->embed, i == 0 ? anchor : d->info.mask_token_id, s->x + (size_t)i * H);
-        if (d->embed_scale != 1.0f)
-            for (int j = 0; j < H; j++) s->x[(size_t)i * H + j] *= d->embed_scale;
-    }
-    for (int l = 0; l < d->info.n_layers; l++) block_layer(d, s, l, B);
-    // h = norm(x); U = h · lm_headᵀ for the slots we use (Gemma: softcap tanh(U/c)·c)
-    rmsnorm_rows(s->xn, s->x, d->norm, n_slots, H, d->eps);
-    ds_matmul(logits, s->xn, &d->lm_head, n_slots, s->scratch);
-    if (d->softcap > 0)
-        for (size_t i = 0; i < (size_t)n_slots * V; i++) logits[i] = tanhf(logits[i] / d->softcap) * d->softcap;
-    // Markov walk and confidences, slot by slot.
+// The Markov walk and confidences of one sequence over its slots' hidden states h (n_slots, H)
+// and base logits U in `logits` (n_slots, V), which become the Markov-corrected logits.
+static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots, const float *h_rows,
+                      const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
+    const int H = d->H, V = d->V, r = d->r;
     float *w1 = s->mv + 6 * (size_t)r + H; // (r) W1[prev]
     float *state = w1 + r;                 // (r) the rnn head's s_k, s_0 = 0
     memset(state, 0, sizeof(float) * (size_t)r);
     int32_t prev = anchor;
     for (int k = 0; k < n_slots; k++) {
-        const float *h = s->xn + (size_t)k * H;
+        const float *h = h_rows + (size_t)k * H;
         float *lk = logits + (size_t)k * V;
         if (r > 0) {
             ds_weight_row_f32(&d->markov_w1, prev, w1);
@@ -326,10 +331,120 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
         if (sp->temperature == 0) {
             tokens[k] = ds_argmax(lk, V);
         } else {
-            if ((st = ds_probs_process(sp, lk, V, s->probs, s->sscratch))) return st;
+            ds_status st = ds_probs_process(sp, lk, V, s->probs, s->sscratch);
+            if (st) return st;
             tokens[k] = ds_sample_probs(s->probs, V, rng);
         }
         prev = tokens[k];
+    }
+    return DS_OK;
+}
+
+// Block forward for R sequences with buffers b: h = norm(x) of every row left in b->xn.
+static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st,
+                               const int32_t *anchors, int R, int *pos) {
+    const int B = d->info.block_size, H = d->H;
+    ds_status e = bufs_reserve(d, b, R * B);
+    if (e) return e;
+    for (int r = 0; r < R; r++) {
+        if (anchors[r] < 0 || anchors[r] >= d->V)
+            return ds_fail(DS_ERR_INVALID, "anchor token %d is outside the vocabulary", anchors[r]);
+        if ((e = reserve(st[r], st[r]->len + B))) return e;
+        // x = embed_tokens[anchor, MASK × (B−1)] · embed_scale   (B, H), positions s..s+B−1
+        for (int i = 0; i < B; i++) {
+            float *x = b->x + (size_t)(r * B + i) * H;
+            ds_weight_row_f32(&d->embed, i == 0 ? anchors[r] : d->info.mask_token_id, x);
+            if (d->embed_scale != 1.0f)
+                for (int j = 0; j < H; j++) x[j] *= d->embed_scale;
+            pos[r * B + i] = st[r]->len + i;
+        }
+    }
+    for (int l = 0; l < d->info.n_layers; l++) block_layer(d, b, st, pos, R, B, l);
+    rmsnorm_rows(b->xn, b->x, d->norm, R * B, H, d->eps);
+    return DS_OK;
+}
+
+// U = h · lm_headᵀ for n rows (Gemma: softcap tanh(U/c)·c).
+static void output_logits(const ds_drafter *d, ds_draft_bufs *b, const float *h, int n, float *logits) {
+    ds_matmul(logits, h, &d->lm_head, n, b->scratch);
+    if (d->softcap > 0)
+        for (size_t i = 0; i < (size_t)n * d->V; i++) logits[i] = tanhf(logits[i] / d->softcap) * d->softcap;
+}
+
+ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
+                           const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
+    const int B = d->info.block_size;
+    if (n_slots < 1 || n_slots > B) return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots, B);
+    int pos[64];
+    ds_status st = block_forward(d, &s->b, &s, &anchor, 1, pos);
+    if (st) return st;
+    output_logits(d, &s->b, s->b.xn, n_slots, logits);
+    return walk(d, s, anchor, n_slots, s->b.xn, sp, rng, tokens, logits, conf);
+}
+
+// ---- batches of sequences ------------------------------------------------------------------------
+
+struct ds_draft_batch {
+    const ds_drafter *d;
+    ds_draft_bufs b;
+    int *pos;      // (cap rows) block positions
+    float *h;      // (cap rows, H) gathered hidden rows of the slots drafted
+    float *U;      // (cap rows, V) their logits
+    int cap;
+};
+
+ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out) {
+    *out = ds_calloc(1, sizeof **out);
+    if (!*out) return DS_ERR_NOMEM;
+    (*out)->d = d;
+    return DS_OK;
+}
+
+void ds_draft_batch_free(ds_draft_batch *bt) {
+    if (!bt) return;
+    bufs_free(&bt->b);
+    free(bt->pos);
+    free(bt->h);
+    free(bt->U);
+    free(bt);
+}
+
+ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, ds_draft_state *const *states,
+                                 const int32_t *anchors, const int *n_slots, int R, const ds_sampler_params *const *sp,
+                                 ds_rng *const *rng, int32_t *const *tokens, float *const *logits,
+                                 float *const *conf) {
+    const int B = d->info.block_size, H = d->H, V = d->V;
+    if (R <= 0) return DS_OK;
+    for (int r = 0; r < R; r++)
+        if (n_slots[r] < 1 || n_slots[r] > B)
+            return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots[r], B);
+    const int M = R * B;
+    if (M > bt->cap) {
+        int *p = realloc(bt->pos, sizeof(int) * (size_t)M);
+        if (p) bt->pos = p;
+        float *h = p ? realloc(bt->h, sizeof(float) * (size_t)M * H) : NULL;
+        if (h) bt->h = h;
+        float *u = h ? realloc(bt->U, sizeof(float) * (size_t)M * V) : NULL;
+        if (!u) return ds_fail(DS_ERR_NOMEM, "out of memory drafting for %d sequences", R);
+        bt->U = u;
+        bt->cap = M;
+    }
+    ds_status st = block_forward(d, &bt->b, states, anchors, R, bt->pos);
+    if (st) return st;
+    // One pass over lm_head for the drafted slots of every sequence.
+    int n = 0;
+    for (int r = 0; r < R; r++) {
+        memcpy(bt->h + (size_t)n * H, bt->b.xn + (size_t)r * B * H, sizeof(float) * (size_t)n_slots[r] * H);
+        n += n_slots[r];
+    }
+    output_logits(d, &bt->b, bt->h, n, bt->U);
+    n = 0;
+    for (int r = 0; r < R; r++) {
+        memcpy(logits[r], bt->U + (size_t)n * V, sizeof(float) * (size_t)n_slots[r] * V);
+        if ((st = walk(d, states[r], anchors[r], n_slots[r], bt->h + (size_t)n * H, sp[r], rng[r], tokens[r],
+                       logits[r], conf ? conf[r] : NULL)))
+            return st;
+        n += n_slots[r];
     }
     return DS_OK;
 }

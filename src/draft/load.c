@@ -123,7 +123,7 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
         (st = ds_json_int(j, path, "num_attention_heads", -1, 4096, &d->nq)) ||
         (st = ds_json_int(j, path, "num_hidden_layers", -1, 1024, &c->layers)) ||
         (st = ds_json_int(j, path, "num_target_layers", -1, 4096, &c->target_layers)) ||
-        (st = ds_json_int(j, path, "block_size", -1, 1024, &c->block)) ||
+        (st = ds_json_int(j, path, "block_size", -1, 64, &c->block)) ||
         (st = ds_json_int(j, path, "mask_token_id", -1, 1 << 30, &c->mask)) ||
         (st = ds_json_int(j, path, "markov_rank", 0, 1 << 16, &c->rank)) ||
         (st = ds_json_bool(j, path, "enable_confidence_head", 0, &c->conf)) ||

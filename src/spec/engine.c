@@ -70,6 +70,16 @@ struct ds_engine {
     double gate_acc[DS_MAX_DRAFT];   // decayed counts of slot j accepted ...
     double gate_try[DS_MAX_DRAFT];   // ... and verified with slots < j accepted
     int gate_obs, gate_skipped;
+    // This round's drafter batch (cap_seqs entries each).
+    ds_draft_batch *bt;
+    int bt_n;
+    ds_draft_state **bt_states;
+    int32_t *bt_anchor;
+    int *bt_k, *bt_owner;
+    const ds_sampler_params **bt_sp;
+    ds_rng **bt_rng;
+    int32_t **bt_tok;
+    float **bt_logits, **bt_conf;
 };
 
 static double now_s(void) {
@@ -92,6 +102,11 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
         const ds_drafter_info *di = ds_drafter_get_info(drafter);
         e->d = drafter;
         e->tap_w = di->n_taps * di->hidden;
+        ds_status bst = ds_draft_batch_init(drafter, &e->bt);
+        if (bst) {
+            free(e);
+            return bst;
+        }
         e->K = sp->draft_max ? sp->draft_max : di->block_size;
         if (e->K > di->block_size) e->K = di->block_size;
     } else if (sp->kind == DS_SPEC_NGRAM) {
@@ -103,7 +118,7 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
         if (sp->costs) e->costs = *sp->costs;
         else st = ds_profile_costs(m, 64, 256, 3, 1, &e->costs); // quick start-up profile
         if (st) {
-            free(e);
+            ds_engine_free(e);
             return st;
         }
     }
@@ -143,6 +158,10 @@ void ds_engine_free(ds_engine *e) {
     free(e->sched_ell);
     free(e->sched_owner);
     free(e->sched_scratch);
+    void *arrs[] = {e->bt_states, e->bt_anchor, e->bt_k, e->bt_owner, e->bt_sp, e->bt_rng, e->bt_tok, e->bt_logits,
+                    e->bt_conf};
+    for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++) free(arrs[i]);
+    ds_draft_batch_free(e->bt);
     ds_workspace_free(e->ws);
     free(e->vs.p);
     free(e->vs.q);
@@ -196,6 +215,14 @@ static ds_status slot_for(ds_engine *e, int *id) {
         void *ss = so ? realloc(e->sched_scratch, ds_schedule_scratch_size(cap * (DS_MAX_DRAFT + 1))) : NULL;
         if (ss) e->sched_scratch = ss;
         if (!ss) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        void **arrs[] = {(void **)&e->bt_states, (void **)&e->bt_anchor, (void **)&e->bt_k, (void **)&e->bt_owner,
+                         (void **)&e->bt_sp, (void **)&e->bt_rng, (void **)&e->bt_tok, (void **)&e->bt_logits,
+                         (void **)&e->bt_conf};
+        for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++) {
+            void *p = realloc(*arrs[i], sizeof(void *) * (size_t)cap); // every element is at most a pointer wide
+            if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory");
+            *arrs[i] = p;
+        }
         e->cap_seqs = cap;
     }
     memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
@@ -265,31 +292,57 @@ fail:
     return st;
 }
 
-// Choose this round's drafts for s: fills s->rows[1..ell] (and q_logits/conf for dspark). K_cap
-// bounds the depth (Algorithm 1's admission bound under DS_SCHEDULE_AUTO).
-static ds_status draft_round(ds_engine *e, seq *s, int K_cap) {
+// Prepare s's drafts for this round (depth at most K_cap): ngram proposes at once; for a DeepSpec
+// drafter the pending tap rows are fed to its context and the sequence is queued in the round's
+// batch (e->bt_*), drafted for all sequences together by draft_batch.
+static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
     s->ell = 0;
     s->n_drafted = 0;
     const int remaining = s->max_new - s->n_gen; // tokens this sequence may still commit
     int K = e->K < remaining - 1 ? e->K : remaining - 1;
     if (K > K_cap) K = K_cap;
     if (e->sp.kind == DS_SPEC_NONE || K <= 0) return DS_OK;
-    const double t0 = now_s();
-    ds_status st = DS_OK;
-    const int32_t anchor = s->toks[s->n_toks - 1];
     if (e->sp.kind == DS_SPEC_NGRAM) {
         s->ell = s->n_drafted = ds_ngram_propose(s->toks, s->n_toks, e->sp.ngram_n, K, s->rows + 1);
-    } else {
-        if (s->n_pending) {
-            if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
-            s->n_pending = 0;
-        }
-        // The draft context must hold exactly the committed positions before the anchor.
-        if (ds_draft_state_len(s->ds) != s->n_toks - 1)
-            return ds_fail(DS_ERR_INVALID, "internal: draft context holds %d rows for anchor position %d",
-                           ds_draft_state_len(s->ds), s->n_toks - 1);
-        if ((st = ds_drafter_draft(e->d, s->ds, anchor, K, &s->sp, &s->rng, s->rows + 1, s->q_logits, s->conf)))
-            return st;
+        return DS_OK;
+    }
+    const double t0 = now_s();
+    ds_status st;
+    if (s->n_pending) {
+        if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
+        s->n_pending = 0;
+    }
+    // The draft context must hold exactly the committed positions before the anchor.
+    if (ds_draft_state_len(s->ds) != s->n_toks - 1)
+        return ds_fail(DS_ERR_INVALID, "internal: draft context holds %d rows for anchor position %d",
+                       ds_draft_state_len(s->ds), s->n_toks - 1);
+    const int j = e->bt_n++;
+    e->bt_states[j] = s->ds;
+    e->bt_anchor[j] = s->toks[s->n_toks - 1];
+    e->bt_k[j] = K;
+    e->bt_sp[j] = &s->sp;
+    e->bt_rng[j] = &s->rng;
+    e->bt_tok[j] = s->rows + 1;
+    e->bt_logits[j] = s->q_logits;
+    e->bt_conf[j] = s->conf;
+    e->bt_owner[j] = (int)(s - e->seqs);
+    s->stats.draft_s += now_s() - t0;
+    return DS_OK;
+}
+
+// Draft every queued sequence in one batched drafter forward; then each one's ℓ for the fixed and
+// threshold schedules.
+static ds_status draft_batch(ds_engine *e) {
+    if (!e->bt_n) return DS_OK;
+    const double t0 = now_s();
+    ds_status st = ds_drafter_draft_batch(e->d, e->bt, e->bt_states, e->bt_anchor, e->bt_k, e->bt_n, e->bt_sp,
+                                          e->bt_rng, e->bt_tok, e->bt_logits, e->bt_conf);
+    if (st) return st;
+    const double per = (now_s() - t0) / e->bt_n; // drafting time per sequence-round
+    for (int j = 0; j < e->bt_n; j++) {
+        seq *s = &e->seqs[e->bt_owner[j]];
+        const int K = e->bt_k[j];
+        s->stats.draft_s += per;
         s->ell = s->n_drafted = K;
         // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
         if (e->sp.schedule == DS_SCHEDULE_THRESHOLD && ds_drafter_get_info(e->d)->has_confidence)
@@ -299,13 +352,10 @@ static ds_status draft_round(ds_engine *e, seq *s, int K_cap) {
                     break;
                 }
     }
-    const double dt = now_s() - t0;
-    s->stats.draft_s += dt;
-    if (s->n_drafted) {
-        e->gate_draft_s = e->gate_obs ? 0.9 * e->gate_draft_s + 0.1 * dt : dt;
-        e->gate_obs++;
-    }
-    return st;
+    e->gate_draft_s = e->gate_obs ? 0.9 * e->gate_draft_s + 0.1 * per : per;
+    e->gate_obs++;
+    e->bt_n = 0;
+    return DS_OK;
 }
 
 // Verify and commit s's round after the shared forward.
@@ -392,8 +442,9 @@ ds_status ds_engine_step(ds_engine *e) {
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished) continue;
-        if ((st = draft_round(e, s, K_cap))) return st;
+        if ((st = draft_prepare(e, s, K_cap))) return st;
     }
+    if ((st = draft_batch(e))) return st;
     if (auto_sched) schedule_auto(e);
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
