@@ -82,3 +82,34 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap) {
     while (k < cap && ds_cost_sps(t, R + k) / ds_cost_sps(t, R + k + 1) - 1.0 < 1.0 / R) k++;
     return k;
 }
+
+int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
+    if (cap > 64) cap = 64;
+    if (cap <= 0 || g->observed < 4 || g->skipped >= 64) { // explore
+        g->skipped = 0;
+        return cap > 0 ? cap : 0;
+    }
+    const double none = R * ds_cost_sps(t, R);
+    double best = 0, surv = 1, tau = 1;
+    for (int k = 1; k <= cap; k++) {
+        surv *= g->tried[k - 1] > 0 ? g->acc[k - 1] / g->tried[k - 1] : 0;
+        tau += surv;
+        const double theta = R * tau / (R * g->draft_s + 1.0 / ds_cost_sps(t, R * (1 + k)));
+        best = theta > best ? theta : best;
+    }
+    if (best > none) return cap;
+    g->skipped++;
+    return 0;
+}
+
+void ds_gate_observe_draft(ds_draft_gate *g, double seconds_per_sequence) {
+    g->draft_s = g->observed ? 0.9 * g->draft_s + 0.1 * seconds_per_sequence : seconds_per_sequence;
+    g->observed++;
+}
+
+void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted) {
+    for (int k = 0; k < ell && k <= accepted && k < 64; k++) {
+        g->acc[k] = 0.95 * g->acc[k] + (k < accepted);
+        g->tried[k] = 0.95 * g->tried[k] + 1;
+    }
+}

@@ -30,6 +30,26 @@ size_t ds_schedule_scratch_size(int n_candidates);
 // would throw away (on a compute-bound target it is often 0: no drafting at all).
 int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
 
+// The drafting gate of DS_SCHEDULE_AUTO. Algorithm 1's Θ = τ·SPS(B) prices verification only; when
+// drafting itself costs about a decode step (small targets, CPUs), a round that drafts can lose to
+// one that does not, whatever it admits. The gate estimates from PAST rounds only (so the output
+// distribution is untouched) the best expected throughput of drafting k slots,
+//   R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (R·draft_s + 1/SPS(R(1 + k))),
+// against R·SPS(R) without drafting, and drafts only when that wins; it explores at the start and
+// every 64 skipped rounds so its estimates stay current.
+typedef struct {
+    double draft_s;   // EMA of drafting seconds per sequence-round
+    double acc[64];   // decayed counts of slot j accepted ...
+    double tried[64]; // ... and verified with the slots before it accepted
+    int observed, skipped;
+} ds_draft_gate;
+
+// How deep to draft this round for R requests: `cap` (explore, or drafting pays) or 0.
+int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap);
+void ds_gate_observe_draft(ds_draft_gate *g, double seconds_per_sequence);
+// One verified round: ell slots verified, `accepted` of them accepted.
+void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted);
+
 // The retrospective variant that searches past drops (the argmax of Θ over every admission
 // prefix). NOT lossless: only for the statistical test that shows why the early stop is needed.
 void ds_schedule_retrospective(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,

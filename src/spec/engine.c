@@ -60,16 +60,7 @@ struct ds_engine {
     void *sched_scratch;
     ds_round_observer observer;
     void *observer_ctx;
-    // DS_SCHEDULE_AUTO's drafting gate. Algorithm 1's Θ = τ·SPS(B) prices verification only; when
-    // drafting itself costs about a decode step (small targets, CPUs) a round that drafts can lose
-    // to one that does not, whatever it admits. The gate estimates, from PAST rounds only (so the
-    // output distribution is untouched), the best expected throughput of drafting k slots,
-    // R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (R·draft_s + 1/SPS(R(1+k))), against R·SPS(R) without
-    // drafting, and drafts only when that wins; it re-explores every 64 skipped rounds.
-    double gate_draft_s;             // EMA of drafting seconds per sequence-round
-    double gate_acc[DS_MAX_DRAFT];   // decayed counts of slot j accepted ...
-    double gate_try[DS_MAX_DRAFT];   // ... and verified with slots < j accepted
-    int gate_obs, gate_skipped;
+    ds_draft_gate gate;  // DS_SCHEDULE_AUTO: whether drafting pays (see schedule.h)
     // This round's drafter batch (cap_seqs entries each).
     ds_draft_batch *bt;
     int bt_n;
@@ -352,8 +343,7 @@ static ds_status draft_batch(ds_engine *e) {
                     break;
                 }
     }
-    e->gate_draft_s = e->gate_obs ? 0.9 * e->gate_draft_s + 0.1 * per : per;
-    e->gate_obs++;
+    ds_gate_observe_draft(&e->gate, per);
     e->bt_n = 0;
     return DS_OK;
 }
@@ -374,11 +364,10 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     t->rounds++;
     t->drafted += s->ell;
     t->accepted += a;
+    ds_gate_observe_round(&e->gate, s->ell, a);
     for (int k = 0; k < s->ell && k <= a && k < 64; k++) {
         t->tried_by_pos[k]++;
         if (k < a) t->accepted_by_pos[k]++;
-        e->gate_acc[k] = 0.95 * e->gate_acc[k] + (k < a);
-        e->gate_try[k] = 0.95 * e->gate_try[k] + 1;
     }
     int more = 1;
     for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
@@ -413,32 +402,14 @@ static void schedule_auto(ds_engine *e) {
     for (int j = 0; j < R; j++) e->seqs[e->sched_owner[j]].ell = e->sched_ell[j];
 }
 
-// How deep to draft this round under DS_SCHEDULE_AUTO: 0 when past rounds say drafting loses.
-static int gate_depth(ds_engine *e, int R, int cap) {
-    if (cap <= 0 || e->gate_obs < 4 || e->gate_skipped >= 64) { // explore
-        e->gate_skipped = 0;
-        return cap;
-    }
-    const double none = R * ds_cost_sps(&e->costs, R);
-    double best = 0, surv = 1, tau = 1;
-    for (int k = 1; k <= cap; k++) {
-        surv *= e->gate_try[k - 1] > 0 ? e->gate_acc[k - 1] / e->gate_try[k - 1] : 0;
-        tau += surv;
-        const double theta = R * tau / (R * e->gate_draft_s + 1.0 / ds_cost_sps(&e->costs, R * (1 + k)));
-        best = theta > best ? theta : best;
-    }
-    if (best > none) return cap;
-    e->gate_skipped++;
-    return 0;
-}
-
 ds_status ds_engine_step(ds_engine *e) {
     ds_status st;
     int n = 0;
     const int auto_sched =
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
     const int R = ds_engine_active(e);
-    const int K_cap = auto_sched ? gate_depth(e, R, ds_schedule_max_admissions(&e->costs, R, e->K)) : e->K;
+    const int K_cap =
+        auto_sched ? ds_gate_depth(&e->gate, &e->costs, R, ds_schedule_max_admissions(&e->costs, R, e->K)) : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished) continue;
