@@ -34,22 +34,31 @@
 //       3. Drafting cost. A real DSpark drafter of matching shape (the trained drafter's layers,
 //          block, Markov head and tap count, at the synthetic target's hidden size, vocabulary and
 //          weight type; written once with ds_drafter_init_write to --synthetic-drafter, default
-//          DIR-drafter) is timed here: draft_ms[K] = the median time of one round of drafting K
-//          slots (ds_drafter_append of 2 new context rows, then ds_drafter_draft of K slots, after
-//          64 rows of context), K = 1..7. Its cost is then CHARGED, not spent: every request that
-//          drafts K slots in a round adds draft_ms[K] to that round's time (the engine drafts
-//          sequence by sequence, so R requests cost the sum). The alternative the setup line also
-//          prints, the stories260K drafter's measured round time scaled by (hidden ratio)², is not
-//          used: it ignores the vocabulary (512 vs 32000), whose LM head and Markov head dominate.
+//          DIR-drafter) is timed here as the engine drafts: draft_ms[r][K] = the median wall time
+//          of one batched drafting round of r sequences (each: ds_drafter_append of 2 new context
+//          rows after 62 rows of context), then ONE ds_drafter_draft_batch of K slots for all r),
+//          for r = 1 and every --conc value, K = 1..7. Its cost is then CHARGED, not spent: a round
+//          in which n requests draft (the deepest drafting K slots) adds draft_ms[n][K] to that
+//          round's time, once (one batched forward, not n × one sequence's time; n between two
+//          timed r is interpolated linearly; every drafting request is charged at the deepest K).
+//          A round in which no request drafts (none, or auto with depth 0) charges nothing. The
+//          alternative the setup line also prints, the stories260K drafter's measured round time
+//          scaled by (hidden ratio)², is not used: it ignores the vocabulary (512 vs 32000), whose
+//          LM head and Markov head dominate.
 //       4. Rounds. Each run has 2R requests, R in flight, each with a budget of
 //          --synthetic-tokens (default 32) tokens after a 64-token random context (prefilled once
 //          per slot, outside the timing; a joining request truncates its slot's cache back to the
 //          context, so joining costs nothing). Request j replays the trace from index
 //          (j·7919) mod N onwards, one recorded round per round, the same for every policy. Per
 //          round: each request takes its next recorded round (c, a_full) and may draft
-//          K = min(7 (fixed: L), remaining − 1) slots; the policy picks ℓ (fixed: K; threshold:
-//          the first k with c_k < 0.5; auto: ds_schedule_auto over every request's c_1..c_K and
-//          the synthetic cost table); then ONE real ds_model_forward over all requests' rows (ℓ + 1
+//          K = min(7 (fixed: L; auto: the depth cap below), remaining − 1) slots; the policy picks
+//          ℓ (fixed: K; threshold: the first k with c_k < 0.5; auto: ds_schedule_auto over every
+//          request's c_1..c_K and the synthetic cost table). Auto's depth cap, as in the engine, is
+//          ds_gate_depth(gate, costs, R, ds_schedule_max_admissions(costs, R, 7)) (R requests in
+//          flight: the admission bound, or 0 when the drafting gate says drafting does not pay);
+//          the gate (one per run, fresh) observes the charged draft time per drafting request
+//          (draft_ms[n][K] / n) in every round that drafts, and after the forward every request's
+//          (ℓ, min(ℓ, a_full)) with ds_gate_observe_round. Then ONE real ds_model_forward over all requests' rows (ℓ + 1
 //          rows each, arbitrary token ids, logits for every row, real KV caches) and the argmax of
 //          each committed row, timed; the request advances by min(ℓ, a_full) + 1 tokens (capped
 //          at its budget): what greedy verification would have accepted; its cache is truncated
@@ -63,8 +72,8 @@
 // summary: the best fixed length, auto, and whether auto >= the best fixed length (within 5%) and
 // >= none (within 5%). Every line also gives verify_only_tok_per_s = tokens / (round time −
 // drafting time), and the summary the same comparison on it ("verify_only"): Algorithm 1 optimizes
-// the verification side only (Θ = τ·SPS(B)), and drafting (done sequence by sequence, always the
-// full block for threshold and auto) is paid whatever the schedule. Progress goes to stderr. Threads: --threads (default 1; the 2-core
+// the verification side only (Θ = τ·SPS(B)); drafting (one batched drafter forward per round; the
+// full block for threshold, auto's depth cap for auto) is what the drafting gate weighs. Progress goes to stderr. Threads: --threads (default 1; the 2-core
 // development machine is shared, so 1 is the stable setting).
 #include <math.h>
 #include <stdio.h>
@@ -234,8 +243,25 @@ typedef struct {
     float *logits[MAX_CONC];     // (GAMMA + 1, V)
     int32_t rows[MAX_CONC][GAMMA + 1];
     ds_cost_table costs;
-    double draft_ms[GAMMA + 1]; // charged per request-round, by slots drafted
+    double draft_ms[MAX_CONC + 1][GAMMA + 1]; // charged per round: [sequences drafting][slots], batched
 } synth;
+
+// The charged time of one batched drafting round: n sequences drafting up to K slots each (all
+// charged at K, the deepest). Rows timed: 1 and the concurrencies; n between two timed rows is
+// interpolated linearly, past the last one scaled in proportion.
+static double draft_cost_s(const synth *sy, int n, int K) {
+    if (n <= 0 || K <= 0) return 0;
+    if (sy->draft_ms[n][K] > 0) return 1e-3 * sy->draft_ms[n][K];
+    int lo = 1, hi = 0;
+    for (int r = 1; r <= MAX_CONC; r++) {
+        if (!(sy->draft_ms[r][K] > 0)) continue;
+        if (r < n) lo = r;
+        else if (!hi) hi = r;
+    }
+    const double tl = sy->draft_ms[lo][K];
+    if (!hi) return 1e-3 * tl * n / lo;
+    return 1e-3 * (tl + (sy->draft_ms[hi][K] - tl) * (n - lo) / (hi - lo));
+}
 
 // One run of the replay: n_req requests, R in flight, `budget` tokens each.
 static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req, int budget, result *res) {
@@ -248,6 +274,8 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
     double vt = 0, step_s = 0, draft_s = 0, rate_sum = 0;
     int next = 0, n_active = 0;
     uint32_t lcg = 12345;
+    ds_draft_gate gate;
+    memset(&gate, 0, sizeof gate); // a fresh gate per run, as a fresh engine has
     memset(res, 0, sizeof *res);
     for (;;) {
         for (int k = 0; k < R && next < n_req; k++) {
@@ -263,10 +291,12 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
         }
         if (!n_active) break;
         // Drafting (charged) and the schedule.
-        int n = 0;
-        double round_draft = 0;
-        // auto drafts no deeper than Algorithm 1 could admit (as the engine does)
-        const int auto_cap = policy == 9 ? ds_schedule_max_admissions(&sy->costs, n_active, GAMMA) : GAMMA;
+        int n = 0, n_draft = 0, k_draft = 0;
+        // auto drafts no deeper than Algorithm 1 could admit, and not at all unless the gate says
+        // drafting pays (as the engine does)
+        const int auto_cap =
+            policy == 9 ? ds_gate_depth(&gate, &sy->costs, n_active, ds_schedule_max_admissions(&sy->costs, n_active, GAMMA))
+                        : GAMMA;
         for (int k = 0; k < R; k++) {
             if (!active[k]) continue;
             const trace_round *rr = &tr->r[cursor[k]];
@@ -274,7 +304,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             const int kmax = policy == 0 ? 0 : policy <= 7 ? policy : policy == 9 ? auto_cap : GAMMA;
             K[n] = kmax < remaining - 1 ? kmax : remaining - 1;
             if (K[n] < 0) K[n] = 0;
-            round_draft += K[n] ? sy->draft_ms[K[n]] * 1e-3 : 0;
+            if (K[n]) n_draft++, k_draft = K[n] > k_draft ? K[n] : k_draft;
             confp[n] = rr->conf;
             ell[n] = K[n];
             if (policy == 8)
@@ -285,6 +315,9 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
                     }
             owner[n++] = k;
         }
+        // One batched drafter forward for every request that drafts (charged once for the round).
+        const double round_draft = draft_cost_s(sy, n_draft, k_draft);
+        if (policy == 9 && n_draft) ds_gate_observe_draft(&gate, round_draft / n_draft);
         if (policy == 9) ds_schedule_auto(confp, K, n, &sy->costs, ell, scratch); // (K = 0 rows: ℓ = 0)
         // ONE forward over every request's verification rows, then the committed rows' argmax.
         for (int i = 0; i < n; i++) {
@@ -310,6 +343,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             res->rounds++;
             res->accepted += a;
             res->verified += ell[i];
+            if (policy == 9) ds_gate_observe_round(&gate, ell[i], a);
         }
         const double dt = now() - t0 + round_draft;
         vt += dt;
@@ -336,41 +370,67 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
     res->lossless = -1;
 }
 
-// Time one drafting round of K slots of a real drafter for `m` (median of `reps`).
-static void time_drafter(const ds_model *m, const ds_drafter *d, double *draft_ms, int reps) {
+// Time one batched drafting round of a real drafter for `m`: r sequences (r = 1 and every
+// concurrency in `rs`), each with SYN_CTX − 2 rows of context, drafting K slots each (K = 1..7):
+// ds_drafter_append of 2 new context rows per sequence, then ONE ds_drafter_draft_batch of all r
+// (as the engine's draft_prepare / draft_batch do). draft_ms[r][K] = the median wall time of the
+// whole round (median of `reps`, after one warm-up); rows for r not timed stay 0.
+static void time_drafter(const ds_model *m, const ds_drafter *d, const int *rs, int n_rs,
+                         double (*draft_ms)[GAMMA + 1], int reps) {
     const ds_model_info *in = ds_model_get_info(m);
     const ds_drafter_info *di = ds_drafter_get_info(d);
     const int V = in->vocab_size, W = di->n_taps * in->dim, ctx = SYN_CTX;
+    int rmax = 1;
+    for (int i = 0; i < n_rs; i++) rmax = rs[i] > rmax ? rs[i] : rmax;
     ds_kv *kv;
     ds_workspace *ws;
-    ds_draft_state *s;
-    if (ds_kv_init(m, ctx + 8, &kv) || ds_workspace_init(m, &ws) || ds_draft_state_init(d, ctx + 16, &s)) die("drafter");
+    ds_draft_batch *bt;
+    if (ds_kv_init(m, ctx + 8, &kv) || ds_workspace_init(m, &ws) || ds_draft_batch_init(d, &bt)) die("drafter");
     int32_t tok[SYN_CTX];
     for (int i = 0; i < ctx; i++) tok[i] = (int32_t)((i * 7919 + 3) % V);
-    float *taps = malloc(sizeof(float) * (size_t)ctx * W), *ql = malloc(sizeof(float) * GAMMA * (size_t)V);
+    float *taps = malloc(sizeof(float) * (size_t)ctx * W);
     ds_forward_seq pf = {.kv = kv, .tokens = tok, .n_tokens = ctx, .tap_layers = di->tap_layers, .n_taps = di->n_taps,
                          .taps = taps};
     if (ds_model_forward(m, ws, &pf, 1)) die("forward");
-    if (ds_drafter_append(d, s, taps, ctx - 2)) die("append");
     const ds_sampler_params smp = ds_sampler_default();
-    ds_rng rng = ds_rng_init(1, 0);
-    int32_t out[GAMMA];
-    float conf[GAMMA];
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int K = 1; K <= GAMMA; K++) {
-        for (int r = 0; r < reps + 1; r++) {
-            const double t0 = now();
-            if (ds_drafter_append(d, s, taps + (size_t)(ctx - 2) * W, 2) ||
-                ds_drafter_draft(d, s, tok[0], K, &smp, &rng, out, ql, conf))
-                die("draft");
-            if (r) t[r - 1] = now() - t0; // the first run warms up
-            ds_draft_state_truncate(s, ctx - 2);
-        }
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        draft_ms[K] = 1e3 * t[reps / 2];
+    ds_draft_state *st[MAX_CONC];
+    ds_rng rng[MAX_CONC], *rngp[MAX_CONC];
+    const ds_sampler_params *spp[MAX_CONC];
+    int32_t anchor[MAX_CONC], out[MAX_CONC][GAMMA], *outp[MAX_CONC];
+    float conf[MAX_CONC][GAMMA], *confp[MAX_CONC], *ql[MAX_CONC];
+    int nk[MAX_CONC];
+    for (int i = 0; i < rmax; i++) {
+        if (ds_draft_state_init(d, ctx + 16, &st[i])) die("drafter");
+        if (ds_drafter_append(d, st[i], taps, ctx - 2)) die("append");
+        rng[i] = ds_rng_init(1, (uint64_t)i);
+        rngp[i] = &rng[i];
+        spp[i] = &smp;
+        anchor[i] = tok[i % ctx];
+        outp[i] = out[i];
+        confp[i] = conf[i];
+        if (!(ql[i] = malloc(sizeof(float) * GAMMA * (size_t)V))) die("out of memory");
     }
-    free(t), free(taps), free(ql);
-    ds_draft_state_free(s);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    for (int ri = -1; ri < n_rs; ri++) {
+        const int R = ri < 0 ? 1 : rs[ri];
+        if (ri >= 0 && R == 1) continue;
+        for (int K = 1; K <= GAMMA; K++) {
+            for (int i = 0; i < R; i++) nk[i] = K;
+            for (int r = 0; r < reps + 1; r++) {
+                const double t0 = now();
+                for (int i = 0; i < R; i++)
+                    if (ds_drafter_append(d, st[i], taps + (size_t)(ctx - 2) * W, 2)) die("append");
+                if (ds_drafter_draft_batch(d, bt, st, anchor, nk, R, spp, rngp, outp, ql, confp)) die("draft");
+                if (r) t[r - 1] = now() - t0; // the first run warms up
+                for (int i = 0; i < R; i++) ds_draft_state_truncate(st[i], ctx - 2);
+            }
+            qsort(t, (size_t)reps, sizeof *t, cmp_double);
+            draft_ms[R][K] = 1e3 * t[reps / 2];
+        }
+    }
+    for (int i = 0; i < rmax; i++) ds_draft_state_free(st[i]), free(ql[i]);
+    free(t), free(taps);
+    ds_draft_batch_free(bt);
     ds_workspace_free(ws);
     ds_kv_free(kv);
 }
@@ -591,7 +651,7 @@ int main(int argc, char **argv) {
     ds_drafter *sd;
     if (ds_drafter_load(synth_drafter, sy.m, &sd)) die(synth_drafter);
     fprintf(stderr, "bench_sched: timing the matching drafter, profiling the synthetic target (B = 1..%d)\n", 8 * rmax);
-    time_drafter(sy.m, sd, sy.draft_ms, 5);
+    time_drafter(sy.m, sd, conc, n_conc, sy.draft_ms, 5);
     const int sd_layers = ds_drafter_get_info(sd)->n_layers, sd_rank = ds_drafter_get_info(sd)->markov_rank;
     ds_drafter_free(sd);
     if (ds_profile_costs(sy.m, 8 * rmax, SYN_CTX, 3, 1, &sy.costs)) die("profile");
@@ -605,8 +665,17 @@ int main(int argc, char **argv) {
            si->name, si->dim, si->n_layers, si->vocab_size, ds_dtype_name(si->weight_type), threads, tr.n,
            1.0 + (double)acc / tr.n, by_len[0], by_len[1], by_len[2], by_len[3], by_len[4], by_len[5], by_len[6],
            by_len[7], sd_layers,
-           sd_rank, sy.draft_ms[1], sy.draft_ms[2], sy.draft_ms[3], sy.draft_ms[4], sy.draft_ms[5], sy.draft_ms[6],
-           sy.draft_ms[7], 1e3 / ds_cost_sps(&sy.costs, 1), stories_draft_ms, stories_draft_ms * scale);
+           sd_rank, sy.draft_ms[1][1], sy.draft_ms[1][2], sy.draft_ms[1][3], sy.draft_ms[1][4], sy.draft_ms[1][5],
+           sy.draft_ms[1][6], sy.draft_ms[1][7], 1e3 / ds_cost_sps(&sy.costs, 1), stories_draft_ms, stories_draft_ms * scale);
+    printf("\"batched_draft_ms\": {");
+    for (int r = 1, first = 1; r <= MAX_CONC; r++) {
+        if (!(sy.draft_ms[r][1] > 0)) continue;
+        printf("%s\"%d\": [", first ? "" : ", ", r);
+        for (int K = 1; K <= GAMMA; K++) printf("%s%.2f", K > 1 ? ", " : "", sy.draft_ms[r][K]);
+        printf("]");
+        first = 0;
+    }
+    printf("}, ");
     print_sps(&sy.costs, 8 * rmax);
     printf("}\n");
     fflush(stdout);

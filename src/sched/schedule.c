@@ -85,9 +85,13 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap) {
 
 int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
     if (cap > 64) cap = 64;
-    if (cap <= 0 || g->observed < 4 || g->skipped >= 64) { // explore
+    if (!g->explore_every) g->explore_every = 64;
+    if (cap <= 0) return 0;
+    if (g->observed < 4) return cap; // first estimates
+    if (g->skipped >= g->explore_every) { // explore again, and back off while it keeps losing
         g->skipped = 0;
-        return cap > 0 ? cap : 0;
+        if (g->explore_every < 4096) g->explore_every *= 2;
+        return cap;
     }
     const double none = R * ds_cost_sps(t, R);
     double best = 0, surv = 1, tau = 1;
@@ -97,7 +101,10 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
         const double theta = R * tau / (R * g->draft_s + 1.0 / ds_cost_sps(t, R * (1 + k)));
         best = theta > best ? theta : best;
     }
-    if (best > none) return cap;
+    if (best > none) {
+        g->explore_every = 64;
+        return cap;
+    }
     g->skipped++;
     return 0;
 }

@@ -35,13 +35,14 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
 // one that does not, whatever it admits. The gate estimates from PAST rounds only (so the output
 // distribution is untouched) the best expected throughput of drafting k slots,
 //   R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (R·draft_s + 1/SPS(R(1 + k))),
-// against R·SPS(R) without drafting, and drafts only when that wins; it explores at the start and
-// every 64 skipped rounds so its estimates stay current.
+// against R·SPS(R) without drafting, and drafts only when that wins. It explores at the start and
+// after `explore_every` skipped rounds (64, doubling up to 4096 while exploring keeps confirming
+// that drafting loses) so its estimates stay current.
 typedef struct {
     double draft_s;   // EMA of drafting seconds per sequence-round
     double acc[64];   // decayed counts of slot j accepted ...
     double tried[64]; // ... and verified with the slots before it accepted
-    int observed, skipped;
+    int observed, skipped, explore_every;
 } ds_draft_gate;
 
 // How deep to draft this round for R requests: `cap` (explore, or drafting pays) or 0.
