@@ -88,12 +88,19 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
     if (!g->explore_every) g->explore_every = 64;
     if (cap <= 0) return 0;
     if (g->observed < 4) return cap; // first estimates
+    const double none = R * ds_cost_sps(t, R);
+    // If drafting could not pay even with every drafted token accepted, there is nothing to explore.
+    double bound = 0;
+    for (int k = 1; k <= cap; k++) {
+        const double theta = R * (1.0 + k) / (R * g->draft_s + 1.0 / ds_cost_sps(t, R * (1 + k)));
+        bound = theta > bound ? theta : bound;
+    }
+    if (bound <= none) return 0;
     if (g->skipped >= g->explore_every) { // explore again, and back off while it keeps losing
         g->skipped = 0;
         if (g->explore_every < 4096) g->explore_every *= 2;
         return cap;
     }
-    const double none = R * ds_cost_sps(t, R);
     double best = 0, surv = 1, tau = 1;
     for (int k = 1; k <= cap; k++) {
         surv *= g->tried[k - 1] > 0 ? g->acc[k - 1] / g->tried[k - 1] : 0;

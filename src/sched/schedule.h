@@ -37,7 +37,8 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
 //   R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (R·draft_s + 1/SPS(R(1 + k))),
 // against R·SPS(R) without drafting, and drafts only when that wins. It explores at the start and
 // after `explore_every` skipped rounds (64, doubling up to 4096 while exploring keeps confirming
-// that drafting loses) so its estimates stay current.
+// that drafting loses) so its estimates stay current — unless drafting could not pay even with
+// every drafted token accepted (at the measured drafting cost and this R): then it never drafts.
 typedef struct {
     double draft_s;   // EMA of drafting seconds per sequence-round
     double acc[64];   // decayed counts of slot j accepted ...

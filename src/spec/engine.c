@@ -378,8 +378,17 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     if ((st = ds_kv_truncate(s->kv, base + a + 1))) return st;
     if (e->d) { // queue the rows; they reach the drafter when it next drafts (batched if it skips rounds)
         if (s->n_pending + a + 1 > s->cap_pending) {
-            if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
-            s->n_pending = 0;
+            // Grow the queue up to 64 MiB (a drafter that is not drafting costs nothing), else flush.
+            const size_t row = sizeof(float) * (size_t)e->tap_w;
+            const int limit = (int)((64u << 20) / row);
+            float *p = 2 * s->cap_pending <= limit ? realloc(s->pending, row * 2 * (size_t)s->cap_pending) : NULL;
+            if (p) {
+                s->pending = p;
+                s->cap_pending *= 2;
+            } else {
+                if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
+                s->n_pending = 0;
+            }
         }
         memcpy(s->pending + (size_t)s->n_pending * e->tap_w, s->taps, sizeof(float) * (size_t)(a + 1) * e->tap_w);
         s->n_pending += a + 1;
