@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,40 +22,22 @@
 // ---------------------------------------------------------------------------------------------
 // Temporary files
 
-static char g_base[512];
-static int g_counter;
-
 static int setup_all(void **state) {
     (void)state;
-    const char *tmp = getenv("DSPARK_TMP");
-    if (!tmp || !tmp[0]) tmp = "/tmp";
-    snprintf(g_base, sizeof g_base, "%s/test_data.%ld", tmp, (long)getpid());
-    return mkdir(g_base, 0777) == 0 ? 0 : -1;
+    return tmpdir_create("test_data");
 }
 
 static int teardown_all(void **state) {
     (void)state;
-    DIR *d = opendir(g_base);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", g_base, de->d_name);
-        unlink(sub);
-    }
-    if (d) closedir(d);
-    rmdir(g_base);
-    return 0;
+    return tmpdir_remove();
 }
 
-static void tmp_path(char *out, size_t cap, const char *what) {
-    snprintf(out, cap, "%s/%s.%d.dat", g_base, what, g_counter++);
-}
+static void tmp_path(char *out, size_t cap, const char *what) { tmpdir_path(out, cap, what, ".dat"); }
 
-// Entries of g_base whose name contains ".tmp." (left-over temporary files).
+// Entries of g_tmp_base whose name contains ".tmp." (left-over temporary files).
 static int count_tmp_files(void) {
     int n = 0;
-    DIR *d = opendir(g_base);
+    DIR *d = opendir(g_tmp_base);
     struct dirent *de;
     while (d && (de = readdir(d))) n += strstr(de->d_name, ".tmp.") != NULL;
     if (d) closedir(d);
@@ -316,7 +300,7 @@ static void test_writer_rejects_bad_sequences(void **state) {
 static void test_missing_directory(void **state) {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s/no-such-dir/x.dat", g_base);
+    snprintf(path, sizeof path, "%s/no-such-dir/x.dat", g_tmp_base);
     ds_data_writer *w = NULL;
     assert_int_not_equal(ds_data_writer_open(path, 100, 0, &w), DS_OK);
     assert_null(w);
@@ -324,7 +308,7 @@ static void test_missing_directory(void **state) {
     assert_int_not_equal(ds_data_writer_open(path, 100, 1, &w), DS_OK);
     struct stat sb;
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/no-such-dir", g_base);
+    snprintf(dir, sizeof dir, "%s/no-such-dir", g_tmp_base);
     assert_int_not_equal(stat(dir, &sb), 0);
     assert_int_equal(count_tmp_files(), 0);
     expect_open_error(path, DS_ERR_IO, "cannot open");
@@ -449,7 +433,7 @@ static void test_bad_contents(void **state) {
     write_raw(path, &b);
     expect_open_error(path, DS_ERR_FORMAT, "unexpected bytes");
     // Not a regular file / missing.
-    expect_open_error(g_base, DS_ERR_IO, NULL);
+    expect_open_error(g_tmp_base, DS_ERR_IO, NULL);
     tmp_path(path, sizeof path, "missing");
     expect_open_error(path, DS_ERR_IO, "cannot open");
 }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,35 +22,17 @@
 // ---------------------------------------------------------------------------------------------
 // Temporary files
 
-static char g_base[512]; // this run's private folder under $DSPARK_TMP (or /tmp)
-static int g_counter;
-
 static int setup_all(void **state) {
     (void)state;
-    const char *tmp = getenv("DSPARK_TMP");
-    if (!tmp || !tmp[0]) tmp = "/tmp";
-    snprintf(g_base, sizeof g_base, "%s/test_gguf.%ld", tmp, (long)getpid());
-    return mkdir(g_base, 0777) == 0 ? 0 : -1;
+    return tmpdir_create("test_gguf");
 }
 
 static int teardown_all(void **state) {
     (void)state;
-    DIR *d = opendir(g_base);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", g_base, de->d_name);
-        unlink(sub);
-    }
-    if (d) closedir(d);
-    rmdir(g_base);
-    return 0;
+    return tmpdir_remove();
 }
 
-static void tmp_path(char *out, size_t cap, const char *what) {
-    snprintf(out, cap, "%s/%s.%d.gguf", g_base, what, g_counter++);
-}
+static void tmp_path(char *out, size_t cap, const char *what) { tmpdir_path(out, cap, what, ".gguf"); }
 
 static void write_bytes(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -1003,8 +987,8 @@ static void test_missing_file(void **state) {
     assert_non_null(strstr(ds_last_error(), path));
     assert_null(g.kv);
     // A directory is not a GGUF file.
-    assert_int_equal(ds_gguf_open(&g, g_base), DS_ERR_IO);
-    assert_non_null(strstr(ds_last_error(), g_base));
+    assert_int_equal(ds_gguf_open(&g, g_tmp_base), DS_ERR_IO);
+    assert_non_null(strstr(ds_last_error(), g_tmp_base));
 }
 
 int main(void) {
