@@ -97,6 +97,9 @@ void ds_model_free(ds_model *m);
 const ds_model_info *ds_model_get_info(const ds_model *m);
 // The model's tokenizer, or NULL when the checkpoint has none we support.
 const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
+// Whether generating `id` ends a sequence: the EOS id, and any further stop ids the checkpoint
+// declares (Hugging Face generation_config.json "eos_token_id" may list several).
+int ds_model_is_stop(const ds_model *m, int32_t id);
 // Set the number of threads used by forward passes (OpenMP and OpenBLAS). 0 = all cores.
 void ds_set_threads(int n_threads);
 
@@ -164,6 +167,21 @@ void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space);
 int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap);
 // Flush an incomplete character at the end of the stream as U+FFFD: returns 3, 0, or -3 if cap < 3.
 int ds_detok_flush(ds_detok *d, char *out, int cap);
+
+// Chat: render a conversation as the prompt text the model was trained on. The format comes from
+// the tokenizer (built-in ChatML for Qwen, Gemma turns, Llama 3 headers, chosen from
+// tokenizer_config.json); tokenizers without one use a plain "role: content" transcript.
+typedef struct {
+    const char *role;    // "system", "user", "assistant"
+    const char *content; // UTF-8
+} ds_chat_message;
+
+// `add_generation_prompt` ends the text with the opening of an assistant turn. *out is allocated
+// with malloc (the caller frees it). Invalid UTF-8 or an unknown role is an error.
+ds_status ds_chat_render(const ds_tokenizer *t, const ds_chat_message *msgs, int n, int add_generation_prompt,
+                         char **out);
+// The name of the tokenizer's chat format ("chatml", "gemma", "llama3", "plain").
+const char *ds_chat_format_name(const ds_tokenizer *t);
 
 // ---------------------------------------------------------------------------------------------
 // Sampling

@@ -38,6 +38,7 @@ void ds_model_free(ds_model *m) {
 
 const ds_model_info *ds_model_get_info(const ds_model *m) { return &m->info; }
 const ds_tokenizer *ds_model_tokenizer(const ds_model *m) { return m->tok; }
+int ds_model_is_stop(const ds_model *m, int32_t id) { return id >= 0 && id == m->info.eos_id; }
 
 void ds_set_threads(int n) {
     if (n <= 0) n = omp_get_num_procs();

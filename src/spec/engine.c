@@ -164,7 +164,7 @@ static seq *get(const ds_engine *e, int id) { return id >= 0 && id < e->n_seqs &
 
 // Append committed token t; returns 0 when the sequence ends here (EOS or max_new reached).
 static int commit(const ds_engine *e, seq *s, int32_t t) {
-    if (t == e->m->info.eos_id) {
+    if (ds_model_is_stop(e->m, t)) {
         s->finished = 1;
         return 0;
     }
