@@ -67,6 +67,10 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_int(v, 0, 1 << 20, &queue)) return cli_usage_error("--queue expects 0..1048576, got '%s'", v);
         } else if (!strcmp(o, "--max-body")) {
             if (!cli_parse_int(v, 64, 1L << 30, &max_body)) return cli_usage_error("--max-body expects 64..2^30 bytes, got '%s'", v);
+        } else if (!strcmp(o, "--step-delay-ms")) { // testing: a slow target (undocumented)
+            long ms;
+            if (!cli_parse_int(v, 0, 10000, &ms)) return cli_usage_error("--step-delay-ms expects 0..10000, got '%s'", v);
+            sp.step_delay_ms = (int)ms;
         } else if (!strcmp(o, "--drain-timeout")) {
             if (!cli_parse_float(v, 0, 86400, &drain)) return cli_usage_error("--drain-timeout expects seconds, got '%s'", v);
         } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {

@@ -235,6 +235,10 @@ static void *engine_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         const ds_status st = ds_engine_step(s->e);
+        if (s->p.step_delay_ms > 0) {
+            struct timespec ts = {s->p.step_delay_ms / 1000, (s->p.step_delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         pthread_mutex_lock(&s->mu);
         s->mt.steps++;
         merge_rounds(s);
