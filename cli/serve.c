@@ -108,6 +108,7 @@ int cmd_serve(int argc, char **argv) {
     sp.model = m;
     sp.drafter = d;
     sp.spec = spec;
+    sp.n_threads = (int)threads;
     sp.port = (int)port;
     sp.max_concurrency = (int)maxc;
     sp.queue_max = (int)queue;

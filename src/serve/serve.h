@@ -86,6 +86,7 @@ typedef struct {
     size_t max_body;              // request body limit in bytes (default 1 MiB); larger gets 413
     int max_connections;          // open connections (threads) at once (default 256)
     const char *model_name;       // the id /v1/models reports and responses carry
+    int n_threads;                // forward-pass threads of the engine thread (0 = all cores)
     int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)
 } ds_serve_params;
 
