@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "serve/serve.h"
@@ -30,6 +31,14 @@ static void serve_usage(FILE *f) {
             "GET /metrics (Prometheus).\n");
 }
 
+// A second SIGINT/SIGTERM while draining: leave at once.
+static void *second_signal(void *arg) {
+    int sig;
+    sigwait((sigset_t *)arg, &sig);
+    fprintf(stderr, "dspark: second signal: exiting without draining\n");
+    _exit(130);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *drafter = NULL;
     long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20;
@@ -52,6 +61,8 @@ int cmd_serve(int argc, char **argv) {
             no_spec = 1;
             continue;
         }
+        if (!strcmp(o, "--schedule") && strcmp(v, "auto") && strcmp(v, "fixed") && strcmp(v, "threshold"))
+            return cli_usage_error("--schedule expects auto, fixed, threshold or none, got '%s'", v);
         const int r = cli_spec_option(o, v, &spec, &costs, &given);
         if (r < 0) return -r;
         if (r) continue;
@@ -129,7 +140,9 @@ int cmd_serve(int argc, char **argv) {
             ds_model_get_info(m)->name, sp.host, ds_server_port(srv), cli_spec_name(spec.kind), sched, maxc, queue);
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "dspark: %s: draining (up to %g s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", drain);
+    fprintf(stderr, "dspark: %s: draining (up to %g s; signal again to exit now)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", drain);
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, second_signal, &sigs) == 0) pthread_detach(watcher);
     const int cut = ds_server_drain(srv, drain);
     if (cut) fprintf(stderr, "dspark: %d requests cut off at shutdown\n", cut);
     ds_server_free(srv);
