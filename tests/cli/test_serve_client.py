@@ -192,6 +192,11 @@ for p in PROMPTS[:3]:
 st, o = A.post("/v1/completions", {"prompt": REF[PROMPTS[0]]["prompt_ids"], "max_tokens": N, "temperature": 0})
 check(st == 200 and o["choices"][0]["text"] == REF[PROMPTS[0]]["text"], "token-id prompt: %s" % o)
 
+st, o = A.post("/v1/completions", {"prompt": [PROMPTS[1]], "max_tokens": N, "temperature": 0, "unknown_field": {"x": 1}})
+check(st == 200 and o["choices"][0]["text"] == REF[PROMPTS[1]]["text"], "prompt as [string] + unknown field: %s" % o)
+st, o = A.post("/v1/completions", {"prompt": "\u00e9t\u00e9 \ud83d\ude00", "max_tokens": 4, "temperature": 0})
+check(st == 200 and o["usage"]["completion_tokens"] == 4, "non-ASCII prompt: %s" % o)
+
 # 2. Streaming equals non-streaming, for completions and chat.
 for p in PROMPTS[:2]:
     check_greedy(A, p, "A", stream=True)
