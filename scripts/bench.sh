@@ -36,3 +36,5 @@ if [ -f "$BUILD/demo/drafter/config.json" ]; then
 else
   echo "bench: skipping bench_sched: it needs a trained drafter in $BUILD/demo/drafter (make demo trains one)" >&2
 fi
+echo "bench: dspark serve under load on loopback: --schedule none vs auto (bench_serve)" >&2
+if [ -f "$BUILD/demo/drafter/config.json" ]; then "$BIN/bench_serve" -m "$STORIES" -d "$BUILD/demo/drafter"; else "$BIN/bench_serve" -m "$STORIES"; fi
