@@ -3,6 +3,7 @@
 // Per layer (pre-norm decoder):  h = x + Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n),  n = RMSNorm(x)
 //                                x = h + Wdown · (silu(Wgate·m) ⊙ Wup·m),         m = RMSNorm(h)
 // logits = Wout · RMSNorm(x). Attention is causal over the sequence's KV cache, with GQA.
+#include "base/threads.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -39,11 +40,6 @@ void ds_model_free(ds_model *m) {
 const ds_model_info *ds_model_get_info(const ds_model *m) { return &m->info; }
 const ds_tokenizer *ds_model_tokenizer(const ds_model *m) { return m->tok; }
 int ds_model_is_stop(const ds_model *m, int32_t id) { return id >= 0 && id == m->info.eos_id; }
-
-void ds_set_threads(int n) {
-    if (n <= 0) n = omp_get_num_procs();
-    omp_set_num_threads(n);
-}
 
 float *ds_model_own(ds_model *m, size_t n) {
     if (m->owned_used + n > m->owned_cap) return NULL;
@@ -259,7 +255,7 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         }
         ws->cap_rows = rows;
     }
-    const int nthr = omp_get_max_threads();
+    const int nthr = ds_threads();
     if (ctx > ws->cap_ctx || nthr > ws->n_thr) {
         int cap = ws->cap_ctx > ctx ? ws->cap_ctx : ctx;
         if (cap < 256) cap = 256;
@@ -326,7 +322,7 @@ static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs,
     const long total = (long)R * nh;
     long work = 0;
     for (int r = 0; r < R; r++) work += (long)(ws->row_pos[r] + 1) * nh * hd;
-#pragma omp parallel for schedule(dynamic, 4) if (work > (1L << 16))
+#pragma omp parallel for schedule(dynamic, 4) if (work > (1L << 16)) num_threads(ds_threads())
     for (long job = 0; job < total; job++) {
         const int r = (int)(job / nh), h = (int)(job % nh);
         const ds_kv *kv = seqs[ws->row_seq[r]].kv;
