@@ -83,13 +83,25 @@ static int truthy(const cJSON *v) {
 
 // One line naming the first field of `c` that asks for something we do not implement.
 static ds_status refuse_unsupported(const cJSON *c, const char *path) {
-    static const char *fields[] = {"num_experts", "num_local_experts", "n_routed_experts", "enable_moe_block",
-                                   "hidden_size_per_layer_input", "num_kv_shared_layers", "attn_logit_softcapping",
-                                   "mlp_bias", "use_sliding_window"};
+    static const struct { const char *field, *what; } fields[] = {
+        {"num_experts", "mixture of experts"},
+        {"num_local_experts", "mixture of experts"},
+        {"n_routed_experts", "mixture of experts"},
+        {"enable_moe_block", "mixture of experts"},
+        {"hidden_size_per_layer_input", "per-layer input embeddings"},
+        {"num_kv_shared_layers", "KV sharing across layers"},
+        {"attn_logit_softcapping", "attention logit softcapping"},
+        {"mlp_bias", "MLP biases"},
+        {"use_sliding_window", "sliding-window attention for this architecture"},
+    };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-        if (truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i])))
-            return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; %s is not supported", path, fields[i],
-                           i < 4 ? "mixture of experts" : i == 4 ? "per-layer input embeddings" : "this feature");
+        if (truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i].field)))
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; %s is not supported", path, fields[i].field,
+                           fields[i].what);
+    const cJSON *bidi = cJSON_GetObjectItemCaseSensitive(c, "use_bidirectional_attention");
+    if (cJSON_IsTrue(bidi) || (cJSON_IsString(bidi) && strcmp(bidi->valuestring, "all") == 0))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: 'use_bidirectional_attention' is set; only causal text attention is supported",
+                       path);
     for (const cJSON *it = c->child; it; it = it->next)
         if (it->string && strncmp(it->string, "moe_", 4) == 0 && truthy(it))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; mixture of experts is not supported", path, it->string);
