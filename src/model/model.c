@@ -43,6 +43,7 @@ void ds_model_free(ds_model *m) {
 const ds_model_info *ds_model_get_info(const ds_model *m) { return &m->info; }
 const ds_tokenizer *ds_model_tokenizer(const ds_model *m) { return m->tok; }
 int ds_model_is_stop(const ds_model *m, int32_t id) {
+    if (id >= 0 && id == m->info.eos_id) return 1; // (a GGUF tokenizer sets it after ds_model_finish)
     for (int i = 0; i < m->n_stop; i++)
         if (m->stop_ids[i] == id) return 1;
     return 0;
