@@ -369,9 +369,10 @@ typedef struct ds_engine ds_engine;
 // `drafter` is required for DS_SPEC_DSPARK and ignored otherwise.
 ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out);
 void ds_engine_free(ds_engine *e);
-// Start a sequence: prefills all prompt tokens but the last, which becomes the first round's
-// anchor (so every generated token goes through verification). Stops after max_new tokens or at
-// EOS (not included). Returns its id in *id.
+// Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks, inside the same
+// batched forward as the other sequences' rounds); the last becomes its first round's anchor (so
+// every generated token goes through verification). Stops after max_new tokens or at a stop id
+// (ds_model_is_stop; not included). Returns its id in *id.
 ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
                         uint64_t seed, int *id);
 // One round for every unfinished sequence.
@@ -382,6 +383,10 @@ int ds_engine_finished(const ds_engine *e, int id);
 // Copy tokens committed since the last call (up to cap); returns how many.
 int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap);
 const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
+// Why a sequence ended: DS_FINISH_NONE while it runs, DS_FINISH_STOP at a stop id (given in
+// *stop_token when non-NULL; -1 otherwise), DS_FINISH_LENGTH at its token budget.
+typedef enum { DS_FINISH_NONE = 0, DS_FINISH_STOP, DS_FINISH_LENGTH } ds_finish_reason;
+ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token);
 // Drop a sequence (finished or not) and free its state.
 ds_status ds_engine_remove(ds_engine *e, int id);
 // Called after every verified round of every sequence: its drafted slots' confidences (NULL without

@@ -182,7 +182,7 @@ static int deliver(ds_server *s, srv_req *r) {
         if (w > 0) text_append(r, tail, (size_t)w);
         const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
         if (at >= 0) r->len = (size_t)at;
-        r->finish = at >= 0 || r->n_completion < r->oa.max_tokens ? "stop" : "length"; // EOS or stop id
+        r->finish = at >= 0 || ds_engine_finish_reason(s->e, r->eid, NULL) == DS_FINISH_STOP ? "stop" : "length";
     }
     if (r->text) r->text[r->len] = 0;
     r->safe = r->finish ? r->len : r->len - ds_stop_holdback(r->text, r->len, r->oa.stops, r->oa.n_stops);
