@@ -282,6 +282,8 @@ static int byte_piece(const char *s) {
 }
 
 // The bytes token i decodes to (ds_token_bytes), written to out (when not NULL); returns the length.
+// Added (non-special) tokens go through the decoder's Replace but not its byte-level mapping, as
+// transformers.js does (the contents of these families' added tokens are the same either way).
 static size_t decode_token(const builder *b, int i, char *out) {
     const ds_tokenizer *t = b->t;
     const char *p = b->piece[i];
@@ -289,9 +291,7 @@ static size_t decode_token(const builder *b, int i, char *out) {
     size_t n = strlen(p), o = 0;
     switch (t->types[i]) {
     case DS_TOKTYPE_CONTROL: return 0;
-    case DS_TOKTYPE_USER_DEFINED:
-        if (out) memcpy(out, p, n);
-        return n;
+    case DS_TOKTYPE_USER_DEFINED: break; // the decoder's Replace applies, its byte-level mapping does not
     case DS_TOKTYPE_BYTE:
         if (b->has_byte_fallback_dec) {
             if (out) out[0] = (char)byte_piece(p);
@@ -307,7 +307,7 @@ static size_t decode_token(const builder *b, int i, char *out) {
             o += tn, k += fn;
             continue;
         }
-        if (b->byte_level_dec) {
+        if (b->byte_level_dec && t->types[i] != DS_TOKTYPE_USER_DEFINED) {
             uint32_t cp;
             int l = utf8_get(p + k, n - k, &cp);
             int byte = cp < 324 ? b->cp2byte[cp] : -1;
