@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "io/json.h"
@@ -139,6 +140,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
 #undef W
 #undef V
     }
+    char tokjson[4096]; // the tokenizer, when the directory has one (tokenizer.json + tokenizer_config.json)
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", dir);
+    if (access(tokjson, F_OK) == 0 && (st = ds_tokenizer_load(dir, &m->tok))) goto fail;
     if ((st = ds_model_finish(m, dir))) goto fail;
     *out = m;
     return DS_OK;
