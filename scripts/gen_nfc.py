@@ -59,3 +59,8 @@ out.write("static const uint32_t k_comp[][3] = { // first, second, composite\n")
 for a, b, c in comp:
     out.write("{0x%X,0x%X,0x%X}," % (a, b, c))
 out.write("\n};\n")
+seconds = sorted(set(b for _, b, _ in comp))
+out.write("static const uint32_t k_second[] = { // every code point that is the second of a composition pair\n")
+for i in range(0, len(seconds), 12):
+    out.write(",".join("0x%X" % x for x in seconds[i:i + 12]) + ",\n")
+out.write("};\n")

@@ -14,12 +14,6 @@
 enum { S_BASE = 0xAC00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11A7, L_COUNT = 19, V_COUNT = 21, T_COUNT = 28 };
 enum { N_COUNT = V_COUNT * T_COUNT, S_COUNT = L_COUNT * N_COUNT };
 
-int ds_nfc_quick_check(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if ((uint8_t)s[i] >= 0xCC) return 0; // lead byte of U+0300 and above
-    return 1;
-}
-
 static int ccc(uint32_t cp) {
     if (cp < 0x300) return 0;
     size_t lo = 0, hi = sizeof k_ccc / sizeof k_ccc[0];
@@ -44,6 +38,41 @@ static const uint32_t *decomposition(uint32_t cp, int *n) {
         else hi = m;
     }
     return NULL;
+}
+
+static int is_second(uint32_t cp) {
+    if ((cp >= V_BASE && cp < V_BASE + V_COUNT) || (cp > T_BASE && cp < T_BASE + T_COUNT)) return 1; // Hangul jamo
+    size_t lo = 0, hi = sizeof k_second / sizeof k_second[0];
+    while (lo < hi) {
+        size_t m = (lo + hi) / 2;
+        if (k_second[m] == cp) return 1;
+        if (k_second[m] < cp) lo = m + 1;
+        else hi = m;
+    }
+    return 0;
+}
+
+// A conservative NFC_Quick_Check: a text whose every character is a starter that neither
+// decomposes nor can be the second of a composition is unchanged by NFC (decomposition is the
+// identity, there is nothing to reorder and nothing to compose). Anything else takes the full path.
+int ds_nfc_quick_check(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const uint8_t *u = (const uint8_t *)s + i;
+        if (u[0] < 0xCC) { // below U+0300
+            i++;
+            continue;
+        }
+        int l = ds_utf8_seq_len(u[0]);
+        if (l < 2 || (size_t)l > n - i) return 0;
+        uint32_t c = l == 2 ? (uint32_t)(u[0] & 31) << 6 | (u[1] & 63)
+                   : l == 3 ? (uint32_t)(u[0] & 15) << 12 | (uint32_t)(u[1] & 63) << 6 | (u[2] & 63)
+                            : (uint32_t)(u[0] & 7) << 18 | (uint32_t)(u[1] & 63) << 12 | (uint32_t)(u[2] & 63) << 6 | (u[3] & 63);
+        i += (size_t)l;
+        if (c >= 0x4E00 && c <= 0x9FFF) continue; // CJK unified ideographs: none decompose or combine
+        int dn;
+        if (ccc(c) != 0 || is_second(c) || (c >= S_BASE && c < S_BASE + S_COUNT ? 0 : decomposition(c, &dn) != NULL)) return 0;
+    }
+    return 1;
 }
 
 static uint32_t compose(uint32_t a, uint32_t b) {

@@ -7,7 +7,8 @@
 
 #include "dspark.h"
 
-// 1 when s[0..n) is certainly already NFC (every character below U+0300), so NFC can be skipped.
+// 1 when s[0..n) is certainly already NFC (no character that decomposes, is a combining mark or
+// can compose with what precedes it), so NFC can be skipped; 0 means "maybe not".
 int ds_nfc_quick_check(const char *s, size_t n);
 // NFC of the valid UTF-8 s[0..n) into *buf (grown with realloc as needed; *cap its capacity);
 // *out_n gets the length.
