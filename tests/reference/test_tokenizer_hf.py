@@ -11,7 +11,9 @@ For Qwen3, Gemma 3 and Llama 3 (the real tokenizer.json / tokenizer_config.json 
   - chat rendering == apply_chat_template where the JavaScript Jinja can run the model's template
     (Llama 3), else == the text the official template produces, written out by hand;
   - `dspark tokenize` (the CLI) agrees with the library and round-trips through --decode;
-  - `dspark tokenize` on the stories260K GGUF == the independent SentencePiece reference.
+  - `dspark tokenize` on the stories260K GGUF == the independent SentencePiece reference;
+  - the same vocabularies stored as llama.cpp stores byte-level BPE in GGUF (Qwen3, Llama 3: written
+    by gguf_tok_writer.py) encode and stream-decode exactly as the reference too.
 """
 
 import json
@@ -22,6 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import gguf_tok_writer  # noqa: E402
 import spm_tokenizer  # noqa: E402
 
 NODE_DIR = os.path.join(common.REPO, "tests", "node")
@@ -76,6 +79,7 @@ EXPECTED_CHAT = {
         "<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n",
     ],
 }
+GGUF_PRE = {"qwen3": "qwen2", "llama3": "llama-bpe"}  # llama.cpp's names for their pre-tokenizers
 FORMATS = {"qwen3": ("chatml", "<|im_end|>"), "gemma3": ("gemma", "<end_of_turn>"), "llama3": ("llama3", "<|eot_id|>")}
 
 
@@ -115,9 +119,20 @@ def check_pkg(pkg):
         json.dump({"texts_hex": [t.encode().hex() for t in CORPUS] + [b.hex() for b in INVALID],
                    "decode": decode_lists, "chat": CHATS}, f)
     ours = json.loads(common.run([common.tool("ds_tok_dump"), tokdir, ours_req], timeout=600))
+    errors = []
+    if pkg in GGUF_PRE:
+        gguf = os.path.join(tmp, f"tok_{pkg}_{os.getpid()}.gguf")
+        gguf_tok_writer.write_from_hf(tokdir, gguf, GGUF_PRE[pkg])
+        g = json.loads(common.run([common.tool("ds_tok_dump"), gguf, ours_req], timeout=600))
+        os.remove(gguf)
+        for key, rkey in (("encode", "encode"), ("encode_nospecial", "encode_nospecial"), ("stream", "decode_stream")):
+            for i, text in enumerate(CORPUS):
+                if g[key][i] != ref[rkey][i]:
+                    errors.append(f"{pkg} GGUF {key} of {text[:60]!r}:\n  ours {g[key][i]}\n  ref  {ref[rkey][i]}")
+        if g["format"] != FORMATS[pkg][0] or g["eot"] != vocab_id(pkg, FORMATS[pkg][1]):
+            errors.append(f"{pkg} GGUF: chat format {g['format']} eot {g['eot']}")
     os.remove(req)
     os.remove(ours_req)
-    errors = []
     n = len(CORPUS)
     for i, text in enumerate(CORPUS):
         for key in ("encode", "encode_nospecial"):
