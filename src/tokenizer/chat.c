@@ -9,7 +9,8 @@
 //                   system message is folded into the first user turn as "{system}\n\n"; the
 //                   roles must alternate user/assistant.
 //   llama3:         "<|begin_of_text|>" then "<|start_header_id|>{role}<|end_header_id|>\n\n
-//                   {content|trim}<|eot_id|>" per message.
+//                   {content|trim}<|eot_id|>" per message (Llama 3's template adds the assistant
+//                   header unconditionally; here add_generation_prompt decides, as elsewhere).
 //   plain:          "role: content\n" per message (tokenizers without a chat template).
 // The rendered text already holds BOS where the template puts it: tokenize it with ds_tokenize
 // (which never doubles a leading BOS) or ds_tokenize_ex without DS_TOK_ADD_SPECIAL.
@@ -114,7 +115,7 @@ static void render_chatml(const ds_tokenizer *t, sbuf *b, const ds_chat_message 
                 while (*content == '\n') content++;
             }
             puts_(b, "<|im_start|>assistant\n");
-            if (i > last_user && i == n - 1) {
+            if (i > last_user && (i == n - 1 || content != c)) { // the template: loop.last or reasoning_content
                 // reasoning_content: the text before the first </think>, after the last <think>.
                 puts_(b, "<think>\n");
                 if (content != c) {

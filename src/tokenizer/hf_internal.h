@@ -26,7 +26,6 @@ struct ds_hf {
     int nfc;
     char *rep_from, *rep_to;
     size_t rep_from_n, rep_to_n;
-    int prepend_n;            // Prepend normalizer: rep... (unused by the supported families)
 
     // Pre-tokenizer: split stages applied in order, then (byte_level) bytes -> GPT-2 characters.
     ds_hf_split splits[DS_HF_MAX_SPLITS];
