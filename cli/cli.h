@@ -48,5 +48,6 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -100,7 +100,8 @@ const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
 // Whether generating `id` ends a sequence: the EOS id, and any further stop ids the checkpoint
 // declares (Hugging Face generation_config.json "eos_token_id" may list several).
 int ds_model_is_stop(const ds_model *m, int32_t id);
-// Set the number of threads used by forward passes (OpenMP and OpenBLAS). 0 = all cores.
+// Set the number of threads used by forward passes (OpenMP and OpenBLAS), process-wide (whichever
+// thread runs them). 0 = all cores.
 void ds_set_threads(int n_threads);
 
 // KV cache of one sequence. Grows as rows are appended (amortized doubling) up to max_ctx.
@@ -268,6 +269,9 @@ const char *ds_drafter_warning(const ds_drafter *d);
 // calibration.json in the drafter's directory when present; set (n = 0 clears) for calibrating.
 ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n);
 int ds_drafter_calibration(const ds_drafter *d, const float **temps); // returns n (0 = none)
+// The calibration run's realized prefix acceptance per slot (the fraction of rounds that accepted
+// slots 1..k), the scheduler's prior; returns how many positions (0 = none recorded).
+int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept);
 // The identity of a target as drafters record it: "<name>:<16 hex digits>", a hash of the
 // architecture and a fixed sample of every tensor's bytes (fast on any model size).
 void ds_model_target_id(const ds_model *m, char *out, size_t cap);
@@ -351,6 +355,9 @@ typedef struct {
 // with `ctx` rows of context each (median of `repeats`). `quick` measures B = 1, 2, 4, ... only and
 // interpolates between them.
 ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, int quick, ds_cost_table *out);
+// Median seconds of one batched drafting round of R sequences as the engine runs it: each appends one
+// context row (after `ctx` rows) and then ONE ds_drafter_draft_batch drafts K slots for all of them.
+ds_status ds_drafter_profile_round(const ds_drafter *d, int R, int K, int ctx, int repeats, double *seconds);
 ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int threads, const char *path);
 ds_status ds_cost_table_load(const char *path, ds_cost_table *out);
 

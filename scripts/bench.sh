@@ -42,3 +42,5 @@ for p in qwen3 llama3 gemma3; do
   if [ -d "$tok" ]; then "$BIN/bench_tokenizer" "$tok" --kib 256 --repeats 5; fi
 done
 "$BIN/bench_tokenizer" "$STORIES" --kib 256 --repeats 5
+echo "bench: dspark serve under load on loopback: --schedule none vs auto (bench_serve)" >&2
+if [ -f "$BUILD/demo/drafter/config.json" ]; then "$BIN/bench_serve" -m "$STORIES" -d "$BUILD/demo/drafter"; else "$BIN/bench_serve" -m "$STORIES"; fi

@@ -64,6 +64,7 @@ struct ds_engine {
     // This round's drafter batch (cap_seqs entries each).
     ds_draft_batch *bt;
     int bt_n;
+    double bt_append_s;  // seconds this round spent feeding queued context rows to the drafter
     ds_draft_state **bt_states;
     int32_t *bt_anchor;
     int *bt_k, *bt_owner;
@@ -108,6 +109,19 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
         ds_status st = DS_OK;
         if (sp->costs) e->costs = *sp->costs;
         else st = ds_profile_costs(m, 64, 256, 3, 1, &e->costs); // quick start-up profile
+        // The drafting gate's priors: the drafter's round cost on this machine (measured now at R = 1
+        // and 4, fitted as a + b·R) and the acceptance its calibration run realized.
+        double a = 0, b = 0;
+        if (!st && sp->kind == DS_SPEC_DSPARK && ds_drafter_get_info(drafter)->has_confidence && e->K > 0) {
+            double d1 = 0, d4 = 0;
+            st = ds_drafter_profile_round(drafter, 1, e->K, 64, 3, &d1);
+            if (!st) st = ds_drafter_profile_round(drafter, 4, e->K, 64, 3, &d4);
+            b = d4 > d1 ? (d4 - d1) / 3 : 0;
+            a = d1 - b > 0 ? d1 - b : 0;
+        }
+        const float *prior = NULL;
+        const int n_prior = e->d ? ds_drafter_acceptance_prior(e->d, &prior) : 0;
+        ds_gate_init(&e->gate, a, b, prior, n_prior);
         if (st) {
             ds_engine_free(e);
             return st;
@@ -303,6 +317,7 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
         if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
         s->n_pending = 0;
     }
+    e->bt_append_s += now_s() - t0;
     // The draft context must hold exactly the committed positions before the anchor.
     if (ds_draft_state_len(s->ds) != s->n_toks - 1)
         return ds_fail(DS_ERR_INVALID, "internal: draft context holds %d rows for anchor position %d",
@@ -343,8 +358,9 @@ static ds_status draft_batch(ds_engine *e) {
                     break;
                 }
     }
-    ds_gate_observe_draft(&e->gate, per);
+    ds_gate_observe_draft(&e->gate, e->bt_n, e->bt_append_s + per * e->bt_n);
     e->bt_n = 0;
+    e->bt_append_s = 0;
     return DS_OK;
 }
 
