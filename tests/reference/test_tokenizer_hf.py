@@ -49,6 +49,7 @@ CORPUS = [
     "emoji: 🙂 🚀 👨‍👩‍👧‍👦 👍🏽 🏳️‍🌈",
     "combining: e\u0301 a\u0300 n\u0303 o\u0308\u0304 \u1100\u1161\u11a8 café naïve",
     "Ω ≈ ç √ ∫ ˜ µ ≤ ≥ ÷ — “quotes” ‘single’ …",
+    "rare (Gemma byte fallback): 𓀀 𠜎 🧿 ꙮ 𝔘𝔫𝔦",
     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
     "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n",
     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
@@ -164,14 +165,14 @@ def check_pkg(pkg):
         if ours["chat"][k] != want:
             errors.append(f"{pkg} chat {k}: ours {ours['chat'][k]!r}\n  want {want!r}")
     # The CLI: one text, ids as the library gives them, and --decode back.
-    text = CORPUS[16]
+    text = CORPUS[17]
     out = common.run([common.tool("dspark"), "tokenize", "--tokenizer", tokdir, text], timeout=300)
-    if json.loads(out) != ref["encode"][16]:
-        errors.append(f"{pkg}: dspark tokenize printed {out.strip()}, reference {ref['encode'][16]}")
+    if json.loads(out) != ref["encode"][17]:
+        errors.append(f"{pkg}: dspark tokenize printed {out.strip()}, reference {ref['encode'][17]}")
     out = common.run([common.tool("dspark"), "tokenize", "--tokenizer", tokdir, "--decode",
-                      json.dumps(ref["encode"][16])], timeout=300)
-    if out != ref["decode"][16] + "\n":
-        errors.append(f"{pkg}: dspark tokenize --decode printed {out!r}, reference {ref['decode'][16]!r}")
+                      json.dumps(ref["encode"][17])], timeout=300)
+    if out != ref["decode"][17] + "\n":
+        errors.append(f"{pkg}: dspark tokenize --decode printed {out!r}, reference {ref['decode'][17]!r}")
     print(f"{pkg}: {n} texts, {len(INVALID)} invalid, {len(CHATS)} chats; load {ours['load_ms']:.0f} ms; "
           f"{len(errors)} mismatches", flush=True)
     return errors
