@@ -11,11 +11,15 @@
 //   llama3:         "<|begin_of_text|>" then "<|start_header_id|>{role}<|end_header_id|>\n\n
 //                   {content|trim}<|eot_id|>" per message (Llama 3's template adds the assistant
 //                   header unconditionally; here add_generation_prompt decides, as elsewhere).
+//                   Llama 3.1/3.2 templates (they mention "Cutting Knowledge Date") always open
+//                   with a system turn: "Cutting Knowledge Date: December 2023\nToday Date: {date}
+//                   \n\n{system|trim}".
 //   plain:          "role: content\n" per message (tokenizers without a chat template).
 // The rendered text already holds BOS where the template puts it: tokenize it with ds_tokenize
 // (which never doubles a leading BOS) or ds_tokenize_ex without DS_TOK_ADD_SPECIAL.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 #include "dspark.h"
@@ -34,6 +38,8 @@ unsigned ds_chat_variant(const char *tmpl) {
     unsigned f = 0;
     if (tmpl && strstr(tmpl, "</think>") && strstr(tmpl, "reasoning_content")) f |= DS_CHAT_QWEN3_THINK;
     if (tmpl && strstr(tmpl, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")) f |= DS_CHAT_QWEN25_SYSTEM;
+    if (tmpl && strstr(tmpl, "Cutting Knowledge Date")) f |= DS_CHAT_LLAMA31_SYSTEM;
+    if (tmpl && strstr(tmpl, "strftime_now")) f |= DS_CHAT_DATE_NOW;
     return f;
 }
 
@@ -163,8 +169,25 @@ static ds_status render_gemma(const ds_tokenizer *t, sbuf *b, const ds_chat_mess
 }
 
 static void render_llama3(const ds_tokenizer *t, sbuf *b, const ds_chat_message *m, int n, int gen) {
+    if (t->chat_flags & DS_CHAT_LLAMA31_SYSTEM) {
+        // Llama 3.1 / 3.2: BOS, then always a system turn with the knowledge cutoff and the date
+        // ("26 Jul 2024", or today's as strftime_now("%d %b %Y") when the template asks), then the
+        // (trimmed) system message, if any.
+        char date[32] = "26 Jul 2024";
+        if (t->chat_flags & DS_CHAT_DATE_NOW) {
+            time_t now = time(NULL);
+            struct tm tm;
+            if (localtime_r(&now, &tm)) strftime(date, sizeof date, "%d %b %Y", &tm);
+        }
+        if (t->bos >= 0) puts_(b, token_text(t, t->bos));
+        puts_(b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+        puts_(b, date);
+        puts_(b, "\n\n");
+        if (n > 0 && !strcmp(m[0].role, "system")) put_trimmed(b, m[0].content ? m[0].content : ""), m++, n--;
+        puts_(b, "<|eot_id|>");
+    }
     for (int i = 0; i < n; i++) {
-        if (i == 0 && t->bos >= 0) puts_(b, token_text(t, t->bos));
+        if (i == 0 && t->bos >= 0 && !(t->chat_flags & DS_CHAT_LLAMA31_SYSTEM)) puts_(b, token_text(t, t->bos));
         puts_(b, "<|start_header_id|>");
         puts_(b, m[i].role);
         puts_(b, "<|end_header_id|>\n\n");

@@ -15,7 +15,7 @@ struct ds_tokenizer {
     int kind;             // DS_TOK_SPM (GGUF SentencePiece) or DS_TOK_HF (tokenizer.json BPE)
     ds_hf *hf;            // kind == DS_TOK_HF: normalizer, pre-tokenizer, merges, added tokens
     int chat_format;      // DS_CHAT_* (chat.c), from tokenizer_config.json's chat_template
-    unsigned chat_flags;  // DS_CHAT_QWEN3_THINK | DS_CHAT_QWEN25_SYSTEM: template variants
+    unsigned chat_flags;  // DS_CHAT_QWEN3_THINK | ...: template variants (chat.c)
     int n_vocab;
     int bos, eos, unk;    // -1 when absent
     int add_space_prefix;
@@ -64,7 +64,7 @@ int ds_hf_cleanup_spaces(const ds_tokenizer *t);
 enum { DS_CHAT_PLAIN = 0, DS_CHAT_CHATML, DS_CHAT_GEMMA, DS_CHAT_LLAMA3 };
 // The format a chat_template implements (recognized by its markers); DS_CHAT_PLAIN when unknown.
 int ds_chat_detect(const char *chat_template);
-enum { DS_CHAT_QWEN3_THINK = 1, DS_CHAT_QWEN25_SYSTEM = 2 };
+enum { DS_CHAT_QWEN3_THINK = 1, DS_CHAT_QWEN25_SYSTEM = 2, DS_CHAT_LLAMA31_SYSTEM = 4, DS_CHAT_DATE_NOW = 8 };
 unsigned ds_chat_variant(const char *chat_template);
 
 // The id whose piece is exactly s[0..n), or -1.

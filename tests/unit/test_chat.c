@@ -126,6 +126,22 @@ static void test_llama3(void **state) {
     ds_tokenizer_free(t);
 }
 
+static void test_llama31(void **state) {
+    const char *sp[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    ds_tokenizer *t = make(sp, 4, "<|begin_of_text|>", "{{ '<|start_header_id|>' }} Cutting Knowledge Date: December 2023");
+    assert_string_equal(ds_chat_format_name(t), "llama3");
+    expect(t, k_conv, 4, 1,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+           "Today Date: 26 Jul 2024\n\nYou are terse.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    // Without a system message the system turn is still there, empty after the date.
+    expect(t, k_conv + 3, 1, 0,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+           "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>");
+    ds_tokenizer_free(t);
+}
+
 static void test_plain_and_errors(void **state) {
     const char *sp[] = {"<x>"};
     ds_tokenizer *t = make(sp, 1, NULL, "no known markers here");
@@ -150,6 +166,7 @@ int main(void) {
         cmocka_unit_test(test_chatml_qwen25),
         cmocka_unit_test(test_gemma),
         cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_llama31),
         cmocka_unit_test(test_plain_and_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
