@@ -144,11 +144,29 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
 // to *n_out (if *n_out > cap, call again with a larger buffer). Invalid UTF-8 is an error.
 ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
                       int cap, int *n_out);
+// Flags of ds_tokenize_ex. ADD_SPECIAL: add the special tokens the tokenizer's own configuration
+// adds (tokenizer.json post-processor, e.g. Gemma's <bos>; BOS for GGUF SentencePiece).
+// PARSE_SPECIAL: special tokens written in the text (e.g. "<|im_start|>") become their ids
+// (tokenizer.json only; GGUF SentencePiece never parses them, as llama.cpp with parse_special off).
+// ds_tokenize(add_bos) is ds_tokenize_ex(ADD_SPECIAL | PARSE_SPECIAL, or PARSE_SPECIAL), except
+// that it never adds a BOS in front of text that already starts with the BOS text.
+enum { DS_TOK_ADD_SPECIAL = 1, DS_TOK_PARSE_SPECIAL = 2 };
+ds_status ds_tokenize_ex(const ds_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out,
+                         int cap, int *n_out);
+// A tokenizer on its own: a tokenizer.json file, a directory holding tokenizer.json (and
+// tokenizer_config.json), or a GGUF file. Free with ds_tokenizer_free.
+ds_status ds_tokenizer_load(const char *path, ds_tokenizer **out);
+void ds_tokenizer_free(ds_tokenizer *t);
+// Whole-sequence decode as Hugging Face's decode(ids): special tokens as their text unless
+// skip_special, then clean_up_tokenization_spaces when tokenizer_config.json asks for it; invalid
+// UTF-8 becomes U+FFFD. *out is malloc'ed and NUL-terminated; *n_out (optional) its length.
+ds_status ds_detokenize(const ds_tokenizer *t, const int32_t *ids, int n, int skip_special, char **out, size_t *n_out);
 int ds_tokenizer_vocab_size(const ds_tokenizer *t);
 int ds_tokenizer_bos(const ds_tokenizer *t);
 int ds_tokenizer_eos(const ds_tokenizer *t);
-// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space;
-// control, unknown and unused tokens give nothing). Returns the full length but writes at most
+// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space,
+// byte-level BPE pieces give the bytes they encode; control/special, unknown and unused tokens give
+// nothing). Returns the full length but writes at most
 // `cap` bytes; an out-of-range id gives 0.
 int ds_token_bytes(const ds_tokenizer *t, int32_t id, char *buf, int cap);
 
@@ -164,7 +182,8 @@ typedef struct {
 void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space);
 // Append the text of `id` to out; returns bytes written, or -(bytes needed) when they do not fit in
 // `cap` (then nothing is consumed: call again with a larger buffer). 64 bytes fit every piece of up
-// to 61 bytes. The leading space is stripped from the first non-empty piece when asked.
+// to 61 bytes. The leading space is stripped from the first non-empty piece when asked (GGUF
+// SentencePiece; a tokenizer.json tokenizer only when its decoder has a Strip step).
 int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap);
 // Flush an incomplete character at the end of the stream as U+FFFD: returns 3, 0, or -3 if cap < 3.
 int ds_detok_flush(ds_detok *d, char *out, int cap);
@@ -183,6 +202,8 @@ ds_status ds_chat_render(const ds_tokenizer *t, const ds_chat_message *msgs, int
                          char **out);
 // The name of the tokenizer's chat format ("chatml", "gemma", "llama3", "plain").
 const char *ds_chat_format_name(const ds_tokenizer *t);
+// The chat format's end-of-turn token (<|im_end|>, <end_of_turn>, <|eot_id|>), or -1 (plain).
+int ds_chat_eot(const ds_tokenizer *t);
 
 // ---------------------------------------------------------------------------------------------
 // Sampling

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "io/json.h"
@@ -557,6 +558,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
 #undef W
 #undef V
     }
+    char tokjson[4096]; // the tokenizer, when the directory has one (tokenizer.json + tokenizer_config.json)
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", dir);
+    if (access(tokjson, F_OK) == 0 && (st = ds_tokenizer_load(dir, &m->tok))) goto fail;
     free(h.sliding);
     h.sliding = NULL;
     if ((st = ds_model_finish(m, dir))) goto fail;
