@@ -46,5 +46,6 @@ int cmd_datagen(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 #endif

@@ -6,17 +6,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "model/st_weights.h"
+#include "quant/qconfig.h"
 
 static void st_backing_free(void *p) { ds_st_close(p); }
 
-static ds_status take_weight(const ds_safetensors *st, const char *dir, const char *name, ds_weight *w, int optional) {
-    return ds_st_weight(st, dir, name, -1, -1, optional, w); // shapes are checked in ds_model_finish
+static ds_status take_weight(const ds_safetensors *st, const char *dir, const char *name, ds_weight *w, int optional,
+                             const ds_quant_config *q) {
+    // shapes are checked in ds_model_finish; MLX affine weights against q (config.json's block)
+    return ds_st_weight_q(st, dir, name, -1, -1, optional, q, w);
 }
 
 static ds_status take_vector(ds_model *m, const ds_safetensors *st, const char *dir, const char *name, int n,
@@ -96,7 +100,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     if (!m) return DS_ERR_NOMEM;
     m->info.bos_id = m->info.eos_id = m->info.unk_id = -1;
     int tied = 0, qk_norm = 0;
+    ds_quant_config qc = {0};
     ds_status st = read_config(m, dir, &tied, &qk_norm);
+    if (!st) st = ds_quant_config_load(dir, &qc);
     if (st) goto fail;
     const char *base = strrchr(dir, '/');
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
@@ -116,8 +122,8 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
         st = DS_ERR_NOMEM;
         goto fail;
     }
-    if ((st = take_weight(sf, dir, "model.embed_tokens.weight", &m->tok_embd, 0)) ||
-        (st = take_weight(sf, dir, "lm_head.weight", &m->output, tied)) ||
+    if ((st = take_weight(sf, dir, "model.embed_tokens.weight", &m->tok_embd, 0, &qc)) ||
+        (st = take_weight(sf, dir, "lm_head.weight", &m->output, tied, &qc)) ||
         (st = take_vector(m, sf, dir, "model.norm.weight", in->dim, &m->out_norm)))
         goto fail;
     if (!m->output.data) m->output = m->tok_embd;
@@ -126,7 +132,7 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
         char name[128];
 #define W(field, suffix)                                                  \
     snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, suffix);  \
-    if ((st = take_weight(sf, dir, name, &L->field, 0))) goto fail;
+    if ((st = take_weight(sf, dir, name, &L->field, 0, &qc))) goto fail;
 #define V(field, suffix, n)                                               \
     snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, suffix);  \
     if ((st = take_vector(m, sf, dir, name, n, &L->field))) goto fail;
@@ -139,10 +145,15 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
 #undef W
 #undef V
     }
+    char tp[4200]; // a GGUF conversion's tokenizer (dspark quantize --target)
+    snprintf(tp, sizeof tp, "%s/tokenizer.gguf", dir);
+    if (!access(tp, R_OK) && (st = ds_model_load_gguf_tokenizer(m, tp))) goto fail;
     if ((st = ds_model_finish(m, dir))) goto fail;
+    ds_quant_config_free(&qc);
     *out = m;
     return DS_OK;
 fail:
+    ds_quant_config_free(&qc);
     ds_model_free(m);
     return st;
 }
