@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "  --keep PATTERN         keep modules matching the glob (e.g. 'layers.0.*') in full precision\n"
             "                         (repeatable; recorded as false in config.json)\n"
             "  --override PATTERN=BITS:GROUP  per-module bits and group size (repeatable)\n"
-            "  --max-shard-mb N       shard above N MiB of data (default 5 GiB)\n"
+            "  --max-shard-mb N       shard above N MiB of data (default 5 GiB; fractions allowed)\n"
             "  --skip-load-smoke      do not reload the result and run one quantized projection\n"
             "Drafters: every 2-D weight whose input width the group size divides is quantized, the\n"
             "embed_tokens and markov_w1 gather tables included; confidence_head.* and 1-D tensors stay as they are.\n");
@@ -71,8 +71,9 @@ int cmd_quantize(int argc, char **argv) {
                 p.override_bits[p.n_override] = b;
                 p.override_group[p.n_override++] = g;
             } else if (!strcmp(o, "--max-shard-mb")) {
-                if (!cli_parse_int(v, 1, 1L << 30, &n)) return cli_usage_error("--max-shard-mb: '%s' is not a size", v);
-                p.max_shard_bytes = (size_t)n << 20;
+                double mb;
+                if (!cli_parse_float(v, 0.001, 1 << 30, &mb)) return cli_usage_error("--max-shard-mb: '%s' is not a size", v);
+                p.max_shard_bytes = (size_t)(mb * 1048576.0);
             } else {
                 return cli_usage_error("quantize: unknown option '%s' (see dspark quantize --help)", o);
             }
