@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/half.h"
 #include "quant/affine.h"
 
 // Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c) and the most groups
@@ -23,14 +24,20 @@
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VSUM(v) _mm512_reduce_add_ps(v)
 #define VLOAD_F32(p) _mm512_loadu_ps(p)
-// 16 bytes -> 16 floats
-#define VQ8(b, j) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j)))))
-// 8 bytes = 16 nibbles: split low/high nibbles and interleave them back into element order
-#define VQ4(b, j) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nib16_avx512((b) + (j) / 2)))
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m128i nib16_avx512(const uint8_t *p) {
-    const __m128i v = _mm_loadl_epi64((const __m128i *)p), m = _mm_set1_epi8(0x0F);
-    return _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
-}
+// 2 x 16 bytes -> 2 x 16 floats
+#define VQ8(b, j, v0, v1)                                                                             \
+    do {                                                                                              \
+        v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j))))); \
+        v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j) + 16)))); \
+    } while (0)
+// 16 bytes = 32 nibbles: split low/high nibbles and interleave them back into element order
+#define VQ4(b, j, v0, v1)                                                                           \
+    do {                                                                                            \
+        const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j) / 2)), m_ = _mm_set1_epi8(0x0F); \
+        const __m128i lo_ = _mm_and_si128(raw_, m_), hi_ = _mm_and_si128(_mm_srli_epi16(raw_, 4), m_); \
+        v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo_, hi_)));                 \
+        v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo_, hi_)));                 \
+    } while (0)
 #include "kernels/qmatmul_isa.inc"
 #undef ISA
 #undef ISA_TARGET
@@ -51,12 +58,6 @@ __attribute__((target("avx2,fma"))) static inline float qhsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-__attribute__((target("avx2,fma"))) static inline __m128i nib8_avx2(const uint8_t *p) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    const __m128i v = _mm_cvtsi32_si128((int)u), m = _mm_set1_epi8(0x0F);
-    return _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
-}
 #define ISA avx2
 #define ISA_TARGET __attribute__((target("avx2,fma,f16c")))
 #define VLEN 8
@@ -66,8 +67,21 @@ __attribute__((target("avx2,fma"))) static inline __m128i nib8_avx2(const uint8_
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VSUM(v) qhsum256(v)
 #define VLOAD_F32(p) _mm256_loadu_ps(p)
-#define VQ8(b, j) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((b) + (j)))))
-#define VQ4(b, j) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib8_avx2((b) + (j) / 2)))
+// 16 bytes -> 2 x 8 floats
+#define VQ8(b, j, v0, v1)                                                                  \
+    do {                                                                                   \
+        const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j)));                \
+        v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(raw_));                               \
+        v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(raw_, raw_)));     \
+    } while (0)
+// 8 bytes = 16 nibbles -> 2 x 8 floats
+#define VQ4(b, j, v0, v1)                                                                          \
+    do {                                                                                           \
+        const __m128i raw_ = _mm_loadl_epi64((const __m128i *)((b) + (j) / 2)), m_ = _mm_set1_epi8(0x0F); \
+        const __m128i n_ = _mm_unpacklo_epi8(_mm_and_si128(raw_, m_), _mm_and_si128(_mm_srli_epi16(raw_, 4), m_)); \
+        v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(n_));                                         \
+        v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(n_, n_)));                 \
+    } while (0)
 #include "kernels/qmatmul_isa.inc"
 #undef ISA
 #undef ISA_TARGET
@@ -91,6 +105,6 @@ __attribute__((target("avx2,fma"))) static inline __m128i nib8_avx2(const uint8_
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define VSUM(v) (v)
 #define VLOAD_F32(p) (*(p))
-#define VQ8(b, j) ((float)(b)[j])
-#define VQ4(b, j) ((float)(((b)[(j) / 2] >> (((j) & 1) * 4)) & 15))
+#define VQ8(b, j, v0, v1) (v0 = (float)(b)[j], v1 = (float)(b)[(j) + 1])
+#define VQ4(b, j, v0, v1) (v0 = (float)((b)[(j) / 2] & 15), v1 = (float)((b)[(j) / 2] >> 4))
 #include "kernels/qmatmul_isa.inc"
