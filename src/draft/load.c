@@ -463,7 +463,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 static uint64_t hash_weight(uint64_t h, const ds_weight *w) {
-    const size_t bytes = ds_weight_bytes(w);
+    const size_t bytes = ds_weight_data_bytes(w); // the bytes at w->data (affine: packed words only)
     h = fnv(h, &w->type, sizeof w->type);
     h = fnv(h, &w->rows, sizeof w->rows);
     h = fnv(h, &w->cols, sizeof w->cols);

@@ -172,6 +172,11 @@ size_t ds_weight_bytes(const ds_weight *w) {
     }
 }
 
+size_t ds_weight_data_bytes(const ds_weight *w) {
+    if (ds_weight_bits(w)) return (size_t)w->rows * (size_t)w->cols * (size_t)ds_weight_bits(w) / 8;
+    return ds_weight_bytes(w);
+}
+
 static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1) {
     const isa_table *t = isa_get();
     switch (w->type) {

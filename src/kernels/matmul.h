@@ -27,8 +27,10 @@ static inline int ds_weight_bits(const ds_weight *w) {
     return w->type == DS_AFFINE4 ? 4 : w->type == DS_AFFINE8 ? 8 : 0;
 }
 
-// Bytes one weight occupies (what a decode step reads).
+// Bytes one weight occupies (what a decode step reads; affine: packed words + scales + biases).
 size_t ds_weight_bytes(const ds_weight *w);
+// Bytes at w->data alone (affine: the packed words only).
+size_t ds_weight_data_bytes(const ds_weight *w);
 
 // y (n, w->rows) = x (n, w->cols) · Wᵀ. Few rows run a hand-vectorized kernel that reads each
 // weight row once for all rows (memory-bound decode/verify); many rows go to OpenBLAS sgemm (BF16/F16

@@ -156,6 +156,11 @@ case "$got" in
 ", there was a little girl named Lily"*) ;;
 *) fail "8-bit target greedy text: '$got'" ;;
 esac
+# Both quantized: the 8-bit drafter on the 8-bit target, still lossless (= the target's own greedy text).
+t8plain=$("$BIN" generate -m "$TMP/t8" -p "Once upon a time" -n 48 --temp 0 2>/dev/null)
+t8spec=$("$BIN" generate -m "$TMP/t8" -d "$TMP/q8" -p "Once upon a time" -n 48 --temp 0 2>"$TMP/g2.err") ||
+  fail "quantized drafter on the quantized target: $(cat "$TMP/g2.err")"
+[ -n "$t8plain" ] && [ "$t8spec" = "$t8plain" ] || fail "speculative greedy text on the 8-bit target differs"
 refuse "already quantized" "already quantized" "$TMP/o8" "$TMP/t8" "$TMP/o8" --target --bits 4 --group-size 64
 refuse "target in drafter mode" "use --target" "$TMP/o9" "$TMP/t8" "$TMP/o9" --bits 4 --group-size 64
 
