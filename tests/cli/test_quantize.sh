@@ -88,6 +88,11 @@ assert 'markov_head.markov_w1.scales' in t and 'layers.0.self_attn.q_proj.scales
 assert t['layers.1.self_attn.q_proj.weight'][0]=='U32' and t['confidence_head.proj.weight'][0]=='F32'
 assert not any(n.endswith('.scales') for n in t if n.startswith('confidence_head')) and 'norm.scales' not in t
 print('layout ok: %d shards' % len(shards))" || fail "layout of the quantized drafter"
+# Mixed precision (full-precision layer 0, 8-bit lm_head, 4-bit rest, sharded) runs losslessly.
+mixed=$("$BIN" generate -m "$MODEL" -d "$TMP/q" -p "Once upon a time" -n 32 --temp 0 2>"$TMP/m.err") ||
+  fail "generate with the mixed-precision drafter: $(cat "$TMP/m.err")"
+[ "$mixed" = "$("$BIN" generate -m "$MODEL" -p "Once upon a time" -n 32 --temp 0 2>/dev/null)" ] ||
+  fail "mixed-precision drafter changed the greedy output"
 j=$(cat "$TMP/q.json")
 py "import json; j=json.loads('''$j'''); assert j['shards']>=2 and 0<j['ratio']<0.6, j" || fail "summary: $j"
 

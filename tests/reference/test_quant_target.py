@@ -67,6 +67,23 @@ def main():
                 words, sc, bi = ref.quantize(w, bits, gs)
                 assert np.array_equal(t[hf + ".weight"][1], words), hf + ": packed words differ"
                 assert np.array_equal(t[hf + ".scales"][1], sc) and np.array_equal(t[hf + ".biases"][1], bi), hf
+        # An HF safetensors source (bf16, sharded, tied embeddings): the 8-bit copy keeps bf16 scales
+        # and its logits stay close to the source's.
+        import make_hf_llama  # noqa: E402
+        hf = make_hf_llama.make_hf_llama(os.path.join(tmp, "hf"), seed=3, dim=128, layers=2, heads=4, kv_heads=2,
+                                         ffn=192, vocab=300, shards=2, tied=True, dtype="bf16")
+        out = os.path.join(tmp, "hf_q8")
+        common.run([dspark, "quantize", hf, out, "--target", "--bits", "8", "--group-size", "64"])
+        t, meta = ref.read_dir(out)
+        assert t["model.embed_tokens.scales"][0] == "BF16" and "lm_head.weight" not in t, sorted(t)[:5]
+        ids = [1, 17, 42, 99, 123, 7, 250, 3]
+        a = common.ref_dump(hf, ids, tag="hf_base")["logits"]
+        b = common.ref_dump(out, ids, tag="hf_q8")["logits"]
+        d = float(np.abs(a - b).max())
+        mean, same = float(np.abs(a - b).mean()), float((a.argmax(1) == b.argmax(1)).mean())
+        print("HF bf16 source, 8-bit group 64: |dlogit| max %.4f = %.3f, mean %.4f = %.3f of the spread; argmax %.3f"
+              % (d, d / float(a.std()), mean, mean / float(a.std()), same))
+        assert d <= 0.1 * float(a.std()) and mean <= 0.02 * float(a.std()) and same >= 0.85
         print("OK")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
