@@ -70,13 +70,24 @@ float ds_affine_load_scale(const void *p, ds_dtype stype, size_t g) {
 }
 
 // fp-contract=off: scale·q + bias rounds twice, as the contract's fp32 formula does, on every target.
-__attribute__((optimize("fp-contract=off"))) void ds_affine_dequantize_row(const uint32_t *packed, const void *scales, const void *biases, ds_dtype stype,
-                              int cols, int bits, int group_size, float *out) {
+// Element j of a row sits at byte j·bits/8 (low nibble first for 4 bits): the words are
+// little-endian, as on every machine we build for.
+__attribute__((optimize("fp-contract=off"))) void ds_affine_dequantize_row(const uint32_t *packed, const void *scales,
+                                                                           const void *biases, ds_dtype stype, int cols,
+                                                                           int bits, int group_size, float *out) {
+    const uint8_t *q = (const uint8_t *)packed;
     for (int g = 0; g < cols / group_size; g++) {
         const float s = ds_affine_load_scale(scales, stype, (size_t)g), b = ds_affine_load_scale(biases, stype, (size_t)g);
-        for (int i = 0; i < group_size; i++) {
-            const int j = g * group_size + i;
-            out[j] = s * (float)ds_affine_q(packed, bits, j) + b; // w = scale·q + bias
+        float *o = out + (size_t)g * group_size;
+        if (bits == 8) {
+            const uint8_t *p = q + (size_t)g * group_size;
+            for (int i = 0; i < group_size; i++) o[i] = s * (float)p[i] + b; // w = scale·q + bias
+        } else {
+            const uint8_t *p = q + (size_t)g * group_size / 2;
+            for (int i = 0; i < group_size / 2; i++) {
+                o[2 * i] = s * (float)(p[i] & 15) + b;
+                o[2 * i + 1] = s * (float)(p[i] >> 4) + b;
+            }
         }
     }
 }

@@ -585,7 +585,10 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
     return st;
 }
 
-ds_status ds_quantize(const char *src, const char *out, const ds_quantize_params *p, ds_quantize_stats *stats) {
+ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_params *p, ds_quantize_stats *stats) {
+    char out[4096]; // without trailing slashes: OUT.tmp.<pid> must be its sibling
+    snprintf(out, sizeof out, "%s", out_arg);
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = 0;
     ds_quantize_stats dummy;
     if (!stats) stats = &dummy;
     memset(stats, 0, sizeof *stats);

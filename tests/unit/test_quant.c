@@ -92,6 +92,24 @@ static void test_pack8(void **state) {
     assert_int_equal(ds_affine_q(p, 8, 1), 247);
 }
 
+// The fast dequantization equals the contract's element formula (word j / (32/bits), offset
+// (j mod (32/bits))·bits) for both widths.
+static void test_dequant_formula(void **state) {
+    (void)state;
+    uint32_t p[16];
+    float s[2] = {0.25f, -0.5f}, b[2] = {1.0f, -2.0f}, out[128];
+    for (int k = 0; k < 16; k++) p[k] = 0x9E3779B9u * (uint32_t)(k + 1);
+    for (int bits = 4; bits <= 8; bits += 4) {
+        const int cols = 16 * 32 / bits, gs = cols / 2;
+        ds_affine_dequantize_row(p, s, b, DS_F32, cols, bits, gs, out);
+        for (int j = 0; j < cols; j++) {
+            const uint32_t qj = (p[j / (32 / bits)] >> ((j % (32 / bits)) * bits)) & ((1u << bits) - 1);
+            volatile float sq = s[j / gs] * (float)qj;
+            assert_true(out[j] == sq + b[j / gs]);
+        }
+    }
+}
+
 static uint64_t g_rng = 88172645463325252ull;
 static float frand(void) { // uniform (-1, 1)
     g_rng ^= g_rng << 13;
@@ -340,6 +358,21 @@ static void test_st_weight(void **state) {
     assert_int_equal(ds_st_weight_q(st, "f", "m.weight", 4, 128, 0, &q, &w), DS_ERR_FORMAT);
     assert_non_null(strstr(ds_last_error(), "must match"));
     ds_st_close(st);
+    // Packed words with no scales at all.
+    {
+        static uint32_t words[4 * 16];
+        ds_st_writer *wr = ds_st_writer_new();
+        const int64_t ws[2] = {4, 16};
+        assert_int_equal(ds_st_writer_add(wr, "m.weight", DS_U32, 2, ws, words), DS_OK);
+        char path[1024];
+        tmpdir_path(path, sizeof path, "q", ".safetensors");
+        assert_int_equal(ds_st_writer_write_file(wr, path), DS_OK);
+        ds_st_writer_free(wr);
+        assert_int_equal(ds_st_open(path, &st), DS_OK);
+        assert_int_equal(ds_st_weight_q(st, "f", "m.weight", 4, 128, 0, &q, &w), DS_ERR_FORMAT);
+        assert_non_null(strstr(ds_last_error(), "no scales"));
+        ds_st_close(st);
+    }
     // Scales of an integer dtype.
     st = write_q(16, 2, DS_I32, DS_I32, 0);
     assert_int_equal(ds_st_weight_q(st, "f", "m.weight", 4, 128, 0, &q, &w), DS_ERR_FORMAT);
@@ -373,6 +406,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_edge_trick),      cmocka_unit_test(test_negative_scale),
         cmocka_unit_test(test_constant_groups), cmocka_unit_test(test_pack8),
+        cmocka_unit_test(test_dequant_formula),
         cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_kernels_large),   cmocka_unit_test(test_gather_bytes),
         cmocka_unit_test(test_st_weight),       cmocka_unit_test(test_config_refusals),
