@@ -84,6 +84,10 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (n_pos != 2) return cli_usage_error("quantize needs SRC_DIR and OUT_DIR (see dspark quantize --help)");
     if (!have_bits || !have_group) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
+    char out[4096];
+    snprintf(out, sizeof out, "%s", pos[1]);
+    for (size_t k = strlen(out); k > 1 && out[k - 1] == '/'; k--) out[k - 1] = 0;
+    pos[1] = out;
     if (!cli_check_writable(pos[1])) return 1;
     cli_catch_interrupt();
     p.interrupted = &cli_interrupted;
