@@ -30,13 +30,13 @@
         v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j))))); \
         v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j) + 16)))); \
     } while (0)
-// 16 bytes = 32 nibbles: split low/high nibbles and interleave them back into element order
+// 16 bytes = 32 nibbles: low nibbles (elements 0, 2, .., 30) and high nibbles (1, 3, .., 31) as two
+// vectors, no shuffles; the kernel pairs them with x de-interleaved the same way (QX_PERM4).
 #define VQ4(b, j, v0, v1)                                                                           \
     do {                                                                                            \
         const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j) / 2)), m_ = _mm_set1_epi8(0x0F); \
-        const __m128i lo_ = _mm_and_si128(raw_, m_), hi_ = _mm_and_si128(_mm_srli_epi16(raw_, 4), m_); \
-        v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo_, hi_)));                 \
-        v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo_, hi_)));                 \
+        v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw_, m_)));                     \
+        v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_)));  \
     } while (0)
 #include "kernels/qmatmul_isa.inc"
 #undef ISA
@@ -74,13 +74,12 @@ __attribute__((target("avx2,fma"))) static inline float qhsum256(__m256 v) {
         v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(raw_));                               \
         v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(raw_, raw_)));     \
     } while (0)
-// 8 bytes = 16 nibbles -> 2 x 8 floats
+// 8 bytes = 16 nibbles: low nibbles (even elements), high nibbles (odd elements), as for AVX-512
 #define VQ4(b, j, v0, v1)                                                                          \
     do {                                                                                           \
         const __m128i raw_ = _mm_loadl_epi64((const __m128i *)((b) + (j) / 2)), m_ = _mm_set1_epi8(0x0F); \
-        const __m128i n_ = _mm_unpacklo_epi8(_mm_and_si128(raw_, m_), _mm_and_si128(_mm_srli_epi16(raw_, 4), m_)); \
-        v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(n_));                                         \
-        v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(n_, n_)));                 \
+        v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(raw_, m_)));                   \
+        v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_))); \
     } while (0)
 #include "kernels/qmatmul_isa.inc"
 #undef ISA

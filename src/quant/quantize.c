@@ -529,7 +529,7 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
             ds_affine_quantize_row(f, (int)cols, bits, gs, packed + r * P, sc + r * G, bi + r * G);
         }
         if (st) break;
-        // scales/biases "stored in the source dtype" (Q8_0 sources: F16)
+        // scales/biases "stored in the source dtype" (the contract)
         void *scv = keep(&o, convert(sc, (size_t)(rows * G), out_dt));
         void *biv = keep(&o, convert(bi, (size_t)(rows * G), out_dt));
         if (!scv || !biv) {
