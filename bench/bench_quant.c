@@ -8,6 +8,7 @@
 //  - "gemv": y = W x for one row (decode) per weight type F32, BF16, Q8/Q4 x groups 32/64: time,
 //    effective GB/s (weight bytes incl. scales/biases / time), fraction of the bandwidth bound and
 //    speed-up over BF16; matrices are cycled through ~1 GiB of copies so they come from DRAM;
+//  - "multirow": n = 4..64 input rows, our kernel vs dequantized tiles + sgemm (the crossover);
 //  - "file_size": a synthetic realistic-shape Llama target (bf16, build/bench-models/quant-*),
 //    quantized with dspark's quantizer to 8 and 4 bits: bytes and ratio to bf16 (and to f32);
 //  - "decode": greedy decode tokens/s of that target at f32, bf16, 8-bit and 4-bit (group 64).
@@ -361,6 +362,41 @@ int main(int argc, char **argv) {
                kinds[k].name, rows, cols, nt, ds_matmul_isa(), ds_weight_bytes(&w.w), t * 1e6, gbs / 1e9, gbs / bw,
                t_bf16 > 0 ? t_bf16 / t : 0.0);
         fflush(stdout);
+        free(w.a);
+        free(w.b);
+        free(w.c);
+    }
+    // Several input rows (verification / prefill): our kernel vs dequantized tiles + sgemm, to place
+    // the crossover (ds_matmul switches at 16 rows for affine weights).
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        bench_w w;
+        make_weight(&w, rows, cols, 0, bits, 64);
+        const int ns[] = {4, 8, 16, 32, 64};
+        float *x = malloc(sizeof(float) * (size_t)cols * 64), *y = malloc(sizeof(float) * (size_t)rows * 64);
+        float *scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&w.w) * (size_t)nt);
+        for (size_t i = 0; i < (size_t)cols * 64; i++) x[i] = frand();
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+            double t[2];
+            for (int path = 0; path < 2; path++) {
+                ds_matmul_set_gemm_min_rows(path ? 1 : 1000000);
+                double best = 1e30;
+                for (int r = 0; r < repeats; r++) {
+                    const double t0 = now();
+                    ds_matmul(y, x, &w.w, ns[k], scratch);
+                    const double dt = now() - t0;
+                    best = dt < best ? dt : best;
+                }
+                t[path] = best;
+            }
+            ds_matmul_set_gemm_min_rows(0);
+            printf("{\"bench\": \"multirow\", \"weights\": \"q%d_g64\", \"n\": %d, \"kernel_us\": %.1f, \"sgemm_us\": %.1f, "
+                   "\"kernel_over_sgemm\": %.2f}\n",
+                   bits, ns[k], t[0] * 1e6, t[1] * 1e6, t[0] / t[1]);
+            fflush(stdout);
+        }
+        free(x);
+        free(y);
+        free(scratch);
         free(w.a);
         free(w.b);
         free(w.c);

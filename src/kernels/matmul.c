@@ -242,7 +242,10 @@ void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 
 static int gemm_min_rows(ds_dtype t) {
     if (g_gemm_min_rows) return g_gemm_min_rows;
-    if (t == DS_AFFINE4 || t == DS_AFFINE8) return 16; // dequantizing a tile costs more than widening BF16
+    // Affine: dequantizing tiles costs more than widening BF16 and our kernel is compute-bound, so the
+    // crossover (bench_quant "multirow", 2048 x 2048, 2 threads) is later: q8 ~32 rows, q4 ~64+.
+    if (t == DS_AFFINE8) return 32;
+    if (t == DS_AFFINE4) return 64;
     return t == DS_F32 ? 10 : 24;
 }
 // Below this many multiply-adds a product runs on the calling thread (fork/join costs more).

@@ -230,7 +230,7 @@ static void check_product(const qmat *m, int n) {
 static void test_kernels(void **state) {
     (void)state;
     const char *isas[] = {"avx512", "avx2", "scalar"};
-    const int ns[] = {1, 2, 3, 7, 8, 9, 16, 23};
+    const int ns[] = {1, 2, 3, 7, 8, 9, 16, 23, 33, 70};
     int tested = 0;
     for (size_t k = 0; k < 3; k++) {
         if (!ds_matmul_force_isa(isas[k])) continue;
@@ -255,7 +255,8 @@ static void test_kernels_large(void **state) {
     qmat_make(&m, 96, 9216, 4, 64, DS_BF16);
     check_product(&m, 1);
     check_product(&m, 5);
-    check_product(&m, 20); // sgemm over dequantized tiles
+    check_product(&m, 20);
+    check_product(&m, 66); // sgemm over dequantized tiles
     qmat_free(&m);
     qmat_make(&m, 70, 4096, 8, 32, DS_F16);
     check_product(&m, 3);
