@@ -243,8 +243,8 @@ void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 static int gemm_min_rows(ds_dtype t) {
     if (g_gemm_min_rows) return g_gemm_min_rows;
     // Affine: dequantizing tiles costs more than widening BF16 and our kernel is compute-bound, so the
-    // crossover (bench_quant "multirow", 2048 x 2048, 2 threads) is later: q8 ~32 rows, q4 ~64+.
-    if (t == DS_AFFINE8) return 32;
+    // crossover (bench_quant "multirow", 2048² and 4096², 2 busy threads) is later: 32-64 rows.
+    if (t == DS_AFFINE8) return 48;
     if (t == DS_AFFINE4) return 64;
     return t == DS_F32 ? 10 : 24;
 }
