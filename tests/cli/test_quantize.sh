@@ -96,20 +96,23 @@ mixed=$("$BIN" generate -m "$MODEL" -d "$TMP/q" -p "Once upon a time" -n 32 --te
 j=$(cat "$TMP/q.json")
 py "import json; j=json.loads('''$j'''); assert j['shards']>=2 and 0<j['ratio']<0.6, j" || fail "summary: $j"
 
-# 3. Ctrl-C during quantize leaves either nothing or the complete output, never a temporary directory
-# (a drafter this small often finishes first: then the output must be whole). The pause lets the
-# forked shell exec dspark before the signal (else the shell copy would run this script's EXIT trap).
-"$BIN" init-drafter -m "$MODEL" -o "$TMP/big" --layers 48 --seed 4 2>/dev/null || fail "init-drafter (48 layers)"
-"$BIN" quantize "$TMP/big" "$TMP/int" --bits 4 --group-size 64 >/dev/null 2>&1 &
+# 3. Ctrl-C during quantize: the signal is sent once the temporary directory exists (mid-run); the
+# run must stop with status 130 leaving neither OUT nor the temporary directory. (If a fast machine
+# finishes first, the output must be whole.)
+"$BIN" init-drafter -m "$MODEL" -o "$TMP/big" --layers 64 --seed 4 2>/dev/null || fail "init-drafter (64 layers)"
+"$BIN" quantize "$TMP/big" "$TMP/int" --bits 4 --group-size 64 >/dev/null 2>"$TMP/int.err" &
 pid=$!
-sleep 0.1
+until ls -d "$TMP"/int.tmp.* >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do :; done
 kill -INT $pid 2>/dev/null
 wait $pid
 rc=$?
-if [ -e "$TMP/int" ]; then
-  [ $rc -eq 0 ] && [ -s "$TMP/int/config.json" ] || fail "Ctrl-C left a partial $TMP/int (exit $rc)"
+if [ $rc -eq 130 ]; then
+  [ ! -e "$TMP/int" ] || fail "Ctrl-C left $TMP/int"
+  grep -q "interrupted" "$TMP/int.err" || fail "Ctrl-C message: $(tail -1 "$TMP/int.err")"
+  echo "Ctrl-C: interrupted mid-run, nothing left behind"
 else
-  [ $rc -ne 0 ] || fail "exit 0 but no output"
+  [ $rc -eq 0 ] && [ -s "$TMP/int/config.json" ] || fail "Ctrl-C: exit $rc with $(ls "$TMP" | grep int)"
+  echo "Ctrl-C: the run finished before the signal"
 fi
 ls -d "$TMP"/int.tmp.* >/dev/null 2>&1 && fail "Ctrl-C left a temporary directory"
 
