@@ -1,7 +1,7 @@
 // Decode throughput against the machine's memory-bandwidth bound.
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
-//                [--threads 1,2] [-n TOKENS] [--repeats R]
+//                [--preset qwen3-0.6b|qwen3-4b] [--threads 1,2] [-n TOKENS] [--repeats R]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -10,6 +10,9 @@
 // written as a Hugging Face directory first (if DIR does not hold one): weights do not change cost.
 // For small models (which fit in cache) the bound is meaningless; the line then also reports the
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
+// --preset sets a Qwen3 shape (Qwen3ForCausalLM: q/k norms, head_dim 128, tied embeddings, bf16):
+// qwen3-0.6b (hidden 1024, 28 layers, 16/8 heads, FFN 3072, vocab 151936; ~1.2 GB) or qwen3-4b
+// (2560, 36 layers, 32/8 heads, FFN 9728; ~8 GB on disk and in memory while written: opt-in only).
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -83,6 +86,8 @@ static double read_bandwidth(int threads) {
 typedef struct {
     int dim, layers, ffn, heads, kv_heads, vocab;
     ds_dtype dtype;
+    int head_dim; // 0 = dim / heads
+    int qwen3;    // Qwen3ForCausalLM: per-head q/k norms, tied embeddings
 } synth_shape;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -110,13 +115,13 @@ static int make_synthetic(const char *dir, const synth_shape *s) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     struct stat st;
     if (stat(path, &st) == 0) return 0; // already there
-    fprintf(stderr, "bench: writing a synthetic %s Llama (dim %d, %d layers) to %s\n", ds_dtype_name(s->dtype), s->dim,
-            s->layers, dir);
+    fprintf(stderr, "bench: writing a synthetic %s %s (dim %d, %d layers) to %s\n", ds_dtype_name(s->dtype),
+            s->qwen3 ? "Qwen3" : "Llama", s->dim, s->layers, dir);
     mkdir(dir, 0755);
     ds_st_writer *w = ds_st_writer_new();
-    void **owned = calloc((size_t)s->layers * 9 + 3, sizeof(void *));
+    void **owned = calloc((size_t)s->layers * 11 + 3, sizeof(void *));
     int n_owned = 0;
-    const int hd = s->dim / s->heads;
+    const int hd = s->head_dim ? s->head_dim : s->dim / s->heads;
     char name[128];
 #define ADD2(nm, r, c)                                                                           \
     do {                                                                                         \
@@ -133,7 +138,7 @@ static int make_synthetic(const char *dir, const synth_shape *s) {
         if (ds_st_writer_add(w, nm, DS_F32, 1, shape, d)) goto fail;                             \
     } while (0)
     ADD2("model.embed_tokens.weight", s->vocab, s->dim);
-    ADD2("lm_head.weight", s->vocab, s->dim);
+    if (!s->qwen3) ADD2("lm_head.weight", s->vocab, s->dim);
     ADD1("model.norm.weight", s->dim);
     for (int l = 0; l < s->layers; l++) {
         fprintf(stderr, "\rbench: layer %d/%d", l + 1, s->layers);
@@ -147,6 +152,10 @@ static int make_synthetic(const char *dir, const synth_shape *s) {
         ADD2(L("mlp.down_proj.weight"), s->dim, s->ffn);
         ADD1(L("input_layernorm.weight"), s->dim);
         ADD1(L("post_attention_layernorm.weight"), s->dim);
+        if (s->qwen3) {
+            ADD1(L("self_attn.q_norm.weight"), hd);
+            ADD1(L("self_attn.k_norm.weight"), hd);
+        }
 #undef L
     }
     fprintf(stderr, "\n");
@@ -154,11 +163,13 @@ static int make_synthetic(const char *dir, const synth_shape *s) {
     FILE *f = fopen(path, "w");
     if (!f) goto fail;
     fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d, "
+            "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
             "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
-            "\"num_key_value_heads\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 4096, "
-            "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false}\n",
-            s->dim, s->ffn, s->layers, s->heads, s->kv_heads, s->vocab);
+            "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 4096, "
+            "\"rms_norm_eps\": 1e-6, \"rope_theta\": %s, \"tie_word_embeddings\": %s}\n",
+            s->qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM", s->qwen3 ? "qwen3" : "llama", s->dim, s->ffn,
+            s->layers, s->heads, s->kv_heads, hd, s->vocab, s->qwen3 ? "1000000.0" : "10000.0",
+            s->qwen3 ? "true" : "false");
     fclose(f);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
@@ -240,7 +251,7 @@ int main(int argc, char **argv) {
         execv("/proc/self/exe", argv);
     }
     const char *model = NULL, *synth = NULL, *threads = "1,2";
-    synth_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32};
+    synth_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0};
     int n = 64, repeats = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
@@ -253,6 +264,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--heads")) s.heads = atoi(v);
         else if (!strcmp(o, "--kv-heads")) s.kv_heads = atoi(v);
         else if (!strcmp(o, "--vocab")) s.vocab = atoi(v);
+        else if (!strcmp(o, "--head-dim")) s.head_dim = atoi(v);
+        else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-0.6b"))
+            s = (synth_shape){1024, 28, 3072, 16, 8, 151936, DS_BF16, 128, 1};
+        else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-4b"))
+            s = (synth_shape){2560, 36, 9728, 32, 8, 151936, DS_BF16, 128, 1};
         else if (!strcmp(o, "--threads")) threads = v;
         else if (!strcmp(o, "-n")) n = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);

@@ -56,8 +56,10 @@
 //          request's c_1..c_K and the synthetic cost table). Auto's depth cap, as in the engine, is
 //          ds_gate_depth(gate, costs, R, ds_schedule_max_admissions(costs, R, 7)) (R requests in
 //          flight: the admission bound, or 0 when the drafting gate says drafting does not pay);
-//          the gate (one per run, fresh) observes the charged draft time per drafting request
-//          (draft_ms[n][K] / n) in every round that drafts, and after the forward every request's
+//          the gate (one per run, fresh, with the priors a fresh engine has: the round cost
+//          D(R) = a + b·R fitted to draft_ms at R = 1 and 4, and the stories drafter's calibration
+//          acceptance when DRAFTER_DIR has a calibration.json) observes the charged round time
+//          draft_ms[n][K] in every round that drafts, and after the forward every request's
 //          (ℓ, min(ℓ, a_full)) with ds_gate_observe_round. Then ONE real ds_model_forward over all requests' rows (ℓ + 1
 //          rows each, arbitrary token ids, logits for every row, real KV caches) and the argmax of
 //          each committed row, timed; the request advances by min(ℓ, a_full) + 1 tokens (capped
@@ -244,6 +246,9 @@ typedef struct {
     int32_t rows[MAX_CONC][GAMMA + 1];
     ds_cost_table costs;
     double draft_ms[MAX_CONC + 1][GAMMA + 1]; // charged per round: [sequences drafting][slots], batched
+    double gate_a, gate_b;     // auto's drafting gate priors, as the engine's: round cost a + b·R ...
+    const float *gate_accept;  // ... and the stories drafter's calibration acceptance (if calibrated)
+    int n_gate_accept;
 } synth;
 
 // The charged time of one batched drafting round: n sequences drafting up to K slots each (all
@@ -274,8 +279,8 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
     double vt = 0, step_s = 0, draft_s = 0, rate_sum = 0;
     int next = 0, n_active = 0;
     uint32_t lcg = 12345;
-    ds_draft_gate gate;
-    memset(&gate, 0, sizeof gate); // a fresh gate per run, as a fresh engine has
+    ds_draft_gate gate; // a fresh gate per run with the priors a fresh engine has
+    ds_gate_init(&gate, sy->gate_a, sy->gate_b, sy->gate_accept, sy->n_gate_accept);
     memset(res, 0, sizeof *res);
     for (;;) {
         for (int k = 0; k < R && next < n_req; k++) {
@@ -317,7 +322,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
         }
         // One batched drafter forward for every request that drafts (charged once for the round).
         const double round_draft = draft_cost_s(sy, n_draft, k_draft);
-        if (policy == 9 && n_draft) ds_gate_observe_draft(&gate, round_draft / n_draft);
+        if (policy == 9 && n_draft) ds_gate_observe_draft(&gate, n_draft, round_draft);
         if (policy == 9) ds_schedule_auto(confp, K, n, &sy->costs, ell, scratch); // (K = 0 rows: ℓ = 0)
         // ONE forward over every request's verification rows, then the committed rows' argmax.
         for (int i = 0; i < n; i++) {
@@ -655,6 +660,12 @@ int main(int argc, char **argv) {
     const int sd_layers = ds_drafter_get_info(sd)->n_layers, sd_rank = ds_drafter_get_info(sd)->markov_rank;
     ds_drafter_free(sd);
     if (ds_profile_costs(sy.m, 8 * rmax, SYN_CTX, 3, 1, &sy.costs)) die("profile");
+    { // the gate's priors, as ds_engine_init sets them: D(1), D(4) fitted as a + b·R; calibration acceptance
+        const double d1 = draft_cost_s(&sy, 1, GAMMA), d4 = draft_cost_s(&sy, 4, GAMMA);
+        sy.gate_b = d4 > d1 ? (d4 - d1) / 3 : 0;
+        sy.gate_a = d1 - sy.gate_b > 0 ? d1 - sy.gate_b : 0;
+        sy.n_gate_accept = ds_drafter_acceptance_prior(d, &sy.gate_accept);
+    }
     const double scale = ((double)si->dim / stories_hidden) * ((double)si->dim / stories_hidden);
     printf("{\"bench\": \"sched_setup\", \"target\": \"synthetic\", \"model\": \"%s\", \"dim\": %d, \"layers\": %d, "
            "\"vocab\": %d, \"weights\": \"%s\", \"threads\": %d, \"trace_rounds\": %d, \"trace_tau_full\": %.3f, "

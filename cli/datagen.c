@@ -255,7 +255,6 @@ int cmd_datagen(int argc, char **argv) {
     double last_report = t0;
     long next = 0, written = 0, n_main = 0, n_hold = 0, completed = 0;
     long long gen_tokens = 0;
-    const int eos = info->eos_id;
     for (;;) {
         // Fill free slots in index order.
         for (int r = 0; r < R && next < a.count && !cli_interrupted; r++) {
@@ -280,7 +279,9 @@ int cmd_datagen(int argc, char **argv) {
             s->n += got;
             gen_tokens += got;
             if (!ds_engine_finished(g.engine, s->id)) continue;
-            if (s->n - s->n_prompt < a.max_tokens && eos >= 0) s->toks[s->n++] = eos; // it stopped at EOS
+            int32_t stop_tok;
+            if (ds_engine_finish_reason(g.engine, s->id, &stop_tok) == DS_FINISH_STOP)
+                s->toks[s->n++] = stop_tok; // the stop id it produced (EOS, <|im_end|>, ...)
             ds_engine_remove(g.engine, s->id);
             completed++;
             // Hand the buffer over to the completed list; the slot gets a fresh one.

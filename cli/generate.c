@@ -14,7 +14,7 @@ typedef struct {
     ds_spec_params spec;
     ds_cost_table costs;
     unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
-    int json, stats;
+    int json, stats, chat;
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -37,6 +37,8 @@ static void gen_usage(FILE *f) {
             "                     --conf-threshold, else fixed)\n"
             "  --costs FILE       cost table for --schedule auto (dspark profile); default: profile now\n"
             "  --ngram N          ngram match length (default 3)\n"
+            "  --chat             the prompt is a user message in the model's chat format (ds_chat_render);\n"
+            "                     generation stops at the format's end-of-turn token\n"
             "  --stats            print speculation statistics to stderr\n"
             "  --json             print one JSON object instead of streaming text\n");
 }
@@ -56,6 +58,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             continue;
         } else if (!strcmp(o, "--stats")) {
             a->stats = 1;
+            continue;
+        } else if (!strcmp(o, "--chat")) {
+            a->chat = 1;
             continue;
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
@@ -88,7 +93,7 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *engine;
     int32_t *prompt_ids, *out_ids, *chunk;
-    char *text;
+    char *text, *chat; // chat: the --chat prompt as rendered
     size_t text_len, text_cap;
 } gen_state;
 
@@ -100,6 +105,7 @@ static void gen_free(gen_state *g) {
     free(g->out_ids);
     free(g->chunk);
     free(g->text);
+    free(g->chat);
 }
 
 static int append_text(gen_state *g, const char *s, int n) {
@@ -184,6 +190,12 @@ int cmd_generate(int argc, char **argv) {
         gen_free(&g);
         return 1;
     }
+    if (a.chat) { // the prompt as one user turn (the rendered text holds BOS where the format puts it)
+        ds_chat_message msg = {"user", a.prompt};
+        if ((st = ds_chat_render(tok, &msg, 1, 1, &g.chat))) goto fail;
+        a.prompt = g.chat;
+    }
+    const int eot = a.chat ? ds_chat_eot(tok) : -1;
     const size_t plen = strlen(a.prompt);
     int n_prompt = 0;
     if ((st = ds_tokenize(tok, a.prompt, plen, 1, NULL, 0, &n_prompt))) {
@@ -210,11 +222,16 @@ int cmd_generate(int argc, char **argv) {
     cli_catch_interrupt();
     ds_detok dt;
     ds_detok_init(&dt, tok, 0); // a continuation keeps its leading space
-    int n_gen = 0;
-    while (!ds_engine_finished(g.engine, id) && !cli_interrupted) {
+    int n_gen = 0, turn_ended = 0;
+    while (!turn_ended && !ds_engine_finished(g.engine, id) && !cli_interrupted) {
         if ((st = ds_engine_step(g.engine))) goto fail;
         int n;
-        while ((n = ds_engine_take(g.engine, id, g.chunk, 128)) > 0) {
+        while (!turn_ended && (n = ds_engine_take(g.engine, id, g.chunk, 128)) > 0) {
+            for (int i = 0; i < n && eot >= 0; i++)
+                if (g.chunk[i] == eot) { // --chat: the end of the assistant's turn (not shown)
+                    n = i;
+                    turn_ended = 1;
+                }
             memcpy(g.out_ids + n_gen, g.chunk, sizeof(int32_t) * (size_t)n);
             n_gen += n;
             if (!emit(&g, &dt, g.chunk, n, !a.json)) goto oom;

@@ -20,6 +20,9 @@ static void usage(FILE *f) {
             "  calibrate      fit the drafter's confidence calibration (STS) on held-out prompts\n"
             "  quantize       write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)\n"
             "  profile        measure the target's verification cost table SPS(B) for --schedule auto\n"
+            "  tokenize       text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer\n"
+            "  chat           interactive chat with a model (reads lines from stdin)\n"
+            "  serve          an OpenAI-compatible HTTP server (dspark serve --help)\n"
             "  version        print the version\n");
 }
 
@@ -47,6 +50,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "calibrate") == 0) return cmd_calibrate(argc - 1, argv + 1);
     if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
     if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("dspark 0.1.0\n");
         return 0;

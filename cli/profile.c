@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/threads.h"
 #include "cli.h"
 #include "io/json.h"
 
@@ -153,7 +154,7 @@ int cmd_profile(int argc, char **argv) {
     ds_model_params mp = {.n_threads = (int)a.threads};
     ds_status st = ds_model_load(path, &mp, &m);
     if (st) return cli_fail(st);
-    const int threads = a.threads ? (int)a.threads : omp_get_max_threads();
+    const int threads = a.threads ? (int)a.threads : ds_threads();
     if (a.drafter) {
         if ((st = ds_drafter_load(a.drafter, m, &d))) goto fail;
         if (ds_drafter_warning(d)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(d));

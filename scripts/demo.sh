@@ -22,6 +22,11 @@ if [ ! -f "$DRAFTER/trainer_state.json" ] || ! grep -q '"step":	300' "$DRAFTER/t
     --lr 3e-3 --seed 1 "${resume[@]}"
 fi
 
+if [ ! -f "$DRAFTER/calibration.json" ]; then
+  echo "== calibrating its confidences (STS) on prompts it was not trained on"
+  "$BIN" calibrate -d "$DRAFTER" --prompts docs/prompts/stories-calib.txt --max-tokens 128
+fi
+
 echo "== speculative decoding with it (same greedy text, verified losslessly)"
 "$BIN" generate -p "Once upon a time" -n 64 --temp 0 -d "$DRAFTER" --stats
 echo "== held-out prompts: tau and speed against plain decoding, measured in the same run (full blocks)"

@@ -57,6 +57,8 @@ struct ds_drafter {
     int tap_ids[64];
     float calib[64];      // STS temperatures per slot (n_calib of them); conf = σ(z / T)
     int n_calib;
+    float accept_prior[64]; // realized prefix acceptance per slot in the calibration run (calibration.json)
+    int n_accept_prior;
     char arch[32], markov_name[16], target_id[160], warning[512];
     float *owned;         // every f32 vector, one allocation
     size_t owned_used, owned_cap;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "base/status.h"
 #include "draft/drafter.h"
 #include "kernels/ops.h"
@@ -108,7 +109,7 @@ static ds_status reserve(ds_draft_state *s, int need) {
     if (need > s->max_ctx + d->info.block_size)
         return ds_fail(DS_ERR_INVALID, "draft context of %d rows exceeds its limit of %d", need - d->info.block_size,
                        s->max_ctx);
-    const int nthr = omp_get_max_threads();
+    const int nthr = ds_threads();
     if (need > s->cap) {
         int cap = s->cap ? s->cap : 256;
         while (cap < need) cap *= 2;
@@ -228,7 +229,7 @@ static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *c
     for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->len, r * B, B);
     long work = 0;
     for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->len + B) * d->hd;
-#pragma omp parallel for schedule(dynamic, 2) if (work > (1L << 16))
+#pragma omp parallel for schedule(dynamic, 2) if (work > (1L << 16)) num_threads(ds_threads())
     for (int job = 0; job < M * d->nq; job++) {
         const int i = job / d->nq, h = job % d->nq;
         const ds_draft_state *s = st[i / B];

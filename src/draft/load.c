@@ -31,7 +31,14 @@ int ds_drafter_calibration(const ds_drafter *d, const float **temps) {
     return d->n_calib;
 }
 
-// calibration.json next to the weights: {"method": "sts", "temperatures": [T_1, ...]}.
+int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept) {
+    *accept = d->accept_prior;
+    return d->n_accept_prior;
+}
+
+// calibration.json next to the weights: {"method": "sts", "temperatures": [T_1, ...],
+// "acceptance": [A_1, ...] (optional: the calibration run's realized prefix acceptance, null where
+// a position was not observed; the scheduler's prior)}.
 static ds_status load_calibration(ds_drafter *d, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/calibration.json", dir);
@@ -54,6 +61,20 @@ static ds_status load_calibration(ds_drafter *d, const char *dir) {
             return ds_fail(DS_ERR_FORMAT, "%s: temperatures must be positive numbers", path);
         }
         temps[n++] = (float)e->valuedouble;
+    }
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "acceptance");
+    d->n_accept_prior = 0;
+    if (acc && (!cJSON_IsArray(acc) || cJSON_GetArraySize(acc) > d->info.block_size)) {
+        cJSON_Delete(j);
+        return ds_fail(DS_ERR_FORMAT, "%s: \"acceptance\" must be a list of at most block_size numbers", path);
+    }
+    cJSON_ArrayForEach(e, acc) {
+        if (cJSON_IsNull(e)) break; // positions past here were not observed
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble <= 1)) {
+            cJSON_Delete(j);
+            return ds_fail(DS_ERR_FORMAT, "%s: acceptance rates must be numbers in [0, 1] (or null)", path);
+        }
+        d->accept_prior[d->n_accept_prior++] = (float)e->valuedouble;
     }
     cJSON_Delete(j);
     if (!d->conf_w) return ds_fail(DS_ERR_FORMAT, "%s: calibration for a drafter without a confidence head", path);

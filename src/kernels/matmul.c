@@ -1,4 +1,5 @@
 // y = x · Wᵀ for f32 activations and F32/F16/BF16/Q8_0 weights. See matmul.h.
+#include "base/threads.h"
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -273,12 +274,12 @@ void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scrat
     const int rows = w->rows;
     const int gemm = n >= gemm_min_rows(w->type) && w->type != DS_Q8_0;
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
-    if (macs < DS_PARALLEL_MIN_MACS || omp_get_max_threads() == 1) {
+    if (macs < DS_PARALLEL_MIN_MACS || ds_threads() == 1) {
         if (gemm) gemm_slice(y, x, w, n, 0, rows, scratch);
         else rows_dispatch(y, rows, x, n, w, 0, rows);
         return;
     }
-#pragma omp parallel
+#pragma omp parallel num_threads(ds_threads())
     {
         // Contiguous slices of output rows, 16-aligned so threads never share a cache line of y.
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();

@@ -49,6 +49,12 @@ static ds_status load_tokenizer(ds_model *m, const ds_gguf *g) {
     if (!ds_gguf_find_kv(g, "tokenizer.ggml.model")) return DS_OK;
     ds_status st = ds_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model);
     if (st) return st;
+    if (strcmp(model, "gpt2") == 0) { // byte-level BPE (src/tokenizer/load.c)
+        if ((st = ds_tokenizer_load(g->map.path, &m->tok))) return st;
+        m->info.bos_id = ds_tokenizer_bos(m->tok);
+        m->info.eos_id = ds_tokenizer_eos(m->tok);
+        return DS_OK;
+    }
     if (strcmp(model, "llama") != 0) return DS_OK; // other tokenizers: the model runs on token ids
     const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const ds_gguf_kv *scores = ds_gguf_find_kv(g, "tokenizer.ggml.scores");

@@ -1,8 +1,32 @@
-// Load a Llama-family target from a Hugging Face directory: config.json + model.safetensors (or
-// shards through model.safetensors.index.json). Tensors "model.embed_tokens.weight",
-// "model.layers.N.self_attn.q_proj.weight", ..., "model.norm.weight", "lm_head.weight" (absent when
-// tie_word_embeddings). HF Q/K rows use the "halves" RoPE pairing. Qwen3 adds per-head q/k norms.
+// Load a decoder-only target from a Hugging Face directory: config.json + model.safetensors (or
+// shards through model.safetensors.index.json), and the stop ids of generation_config.json.
+//
+// Architectures (config.json "architectures"[0]):
+//   LlamaForCausalLM, MistralForCausalLM   "llama": rope_scaling default / linear / llama3, optional
+//                                           attention_bias (q/k/v/o), Mistral's sliding_window
+//   Qwen2ForCausalLM                        "qwen2": q/k/v biases
+//   Qwen3ForCausalLM                        "qwen3": per-head q/k RMSNorm
+//   Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text part)   "gemma3"
+//   Gemma4ForCausalLM, Gemma4ForConditionalGeneration (text part)   "gemma4" (dense)
+// Tensors "<prefix>embed_tokens.weight", "<prefix>layers.N.self_attn.q_proj.weight", ...,
+// "<prefix>norm.weight", "lm_head.weight" (absent when tied); prefix "model." ("model.language_model."
+// or "language_model.model." for *ForConditionalGeneration). HF Q/K rows use the "halves" RoPE pairing.
+//
+// Gemma (transformers' modeling_gemma3 / modeling_gemma4 semantics): embeddings × sqrt(hidden_size)
+// rounded to the weight dtype; four norms per layer (input, post_attention, pre_feedforward,
+// post_feedforward) and q/k norms; GeGLU with tanh GELU; layer_types (or Gemma 3's
+// sliding_window_pattern) pick sliding-window or global layers, each type with its own RoPE;
+// final_logit_softcapping. Gemma 3: RMSNorm x·(1 + w), scale query_pre_attn_scalar^-0.5, local
+// layers RoPE base rope_local_base_freq, global layers rope_theta (+ rope_scaling). Gemma 4: RMSNorm
+// x·w, weightless v_norm on every layer, attention scale 1, global layers with global_head_dim and
+// (attention_k_eq_v) num_global_key_value_heads and V = the raw k_proj output (no v_proj),
+// rope_parameters per layer type (proportional partial RoPE: the first partial_rotary_factor·d/2
+// frequencies θ^(-2i/d) rotate, the rest are 0), and layer_scalar multiplying the layer's output.
+// *ForConditionalGeneration: only the text model is loaded (vision tower weights are never read).
+// Refused with a message naming the field: mixture of experts, per-layer input embeddings, KV
+// sharing across layers, attention logit softcapping, mlp_bias, unknown RoPE types.
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +35,32 @@
 #include "base/status.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "kernels/half.h"
 #include "model/model.h"
 #include "model/st_weights.h"
 #include "quant/qconfig.h"
+
+enum { FAM_LLAMA, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA3, FAM_GEMMA4 };
+enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_PROPORTIONAL };
+
+typedef struct {
+    int type;
+    double theta, factor, low, high, orig, partial;
+} rope_spec;
+
+typedef struct {
+    int fam, tied;
+    int attn_bias;              // q/k/v/o biases (attention_bias)
+    int qkv_bias;               // q/k/v biases only (Qwen2)
+    int qk_norm, v_norm, norm_plus_one, k_eq_v;
+    int window;                 // sliding_window of sliding layers (0 = none)
+    int global_head_dim, global_kv_heads;
+    double attn_scale;          // 0 = head_dim^-0.5
+    double final_softcap;
+    rope_spec rope_global;      // full-attention layers (all layers without sliding ones)
+    rope_spec rope_local;       // sliding-window layers
+    unsigned char *sliding;     // (n_layers) 1 = sliding-window layer
+} hf_config;
 
 static void st_backing_free(void *p) { ds_st_close(p); }
 
@@ -29,7 +76,220 @@ static ds_status take_vector(ds_model *m, const ds_safetensors *st, const char *
     return ds_st_vector(st, dir, name, n, *out);
 }
 
-static ds_status read_config(ds_model *m, const char *dir, int *tied, int *qk_norm) {
+// Whether a config value switches a feature on: true, a nonzero number, a non-empty string/list/object.
+static int truthy(const cJSON *v) {
+    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
+    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+    if (cJSON_IsString(v)) return v->valuestring[0] != 0;
+    if (cJSON_IsArray(v) || cJSON_IsObject(v)) return cJSON_GetArraySize(v) > 0;
+    return 1;
+}
+
+// One line naming the first field of `c` that asks for something we do not implement.
+static ds_status refuse_unsupported(const cJSON *c, const char *path) {
+    static const struct { const char *field, *what; } fields[] = {
+        {"num_experts", "mixture of experts"},
+        {"num_local_experts", "mixture of experts"},
+        {"n_routed_experts", "mixture of experts"},
+        {"enable_moe_block", "mixture of experts"},
+        {"hidden_size_per_layer_input", "per-layer input embeddings"},
+        {"num_kv_shared_layers", "KV sharing across layers"},
+        {"attn_logit_softcapping", "attention logit softcapping"},
+        {"mlp_bias", "MLP biases"},
+        {"use_sliding_window", "sliding-window attention for this architecture"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        if (truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i].field)))
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; %s is not supported", path, fields[i].field,
+                           fields[i].what);
+    const cJSON *bidi = cJSON_GetObjectItemCaseSensitive(c, "use_bidirectional_attention");
+    if (cJSON_IsTrue(bidi) || (cJSON_IsString(bidi) && strcmp(bidi->valuestring, "all") == 0))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: 'use_bidirectional_attention' is set; only causal text attention is supported",
+                       path);
+    for (const cJSON *it = c->child; it; it = it->next)
+        if (it->string && strncmp(it->string, "moe_", 4) == 0 && truthy(it))
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; mixture of experts is not supported", path, it->string);
+    return DS_OK;
+}
+
+static ds_status num_or_null(const cJSON *c, const char *path, const char *key, double def, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+    if (v && cJSON_IsNull(v)) {
+        *out = def;
+        return DS_OK;
+    }
+    return ds_json_num(c, path, key, def, out);
+}
+
+// A RoPE description: rope_scaling (legacy, theta given) or one rope_parameters entry (which may hold
+// its own rope_theta). NULL / null = default RoPE with `theta`.
+static ds_status rope_parse(const cJSON *o, const char *path, const char *field, double theta, rope_spec *r) {
+    memset(r, 0, sizeof *r);
+    r->type = ROPE_DEFAULT;
+    r->theta = theta;
+    r->factor = 1;
+    r->partial = 1;
+    if (!o || cJSON_IsNull(o)) return DS_OK;
+    if (!cJSON_IsObject(o)) return ds_fail(DS_ERR_FORMAT, "%s: %s must be an object", path, field);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "type");
+    const char *type = cJSON_IsString(t) ? t->valuestring : "default";
+    ds_status st;
+    if ((st = num_or_null(o, path, "rope_theta", theta, &r->theta))) return st;
+    if (strcmp(type, "default") == 0) {
+        if ((st = num_or_null(o, path, "partial_rotary_factor", 1, &r->partial))) return st;
+        if (r->partial != 1)
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: %s.partial_rotary_factor with rope_type 'default' is not supported",
+                           path, field);
+        return DS_OK;
+    }
+    if (strcmp(type, "linear") == 0) {
+        r->type = ROPE_LINEAR;
+        if ((st = ds_json_num(o, path, "factor", -1, &r->factor))) return st;
+    } else if (strcmp(type, "llama3") == 0) {
+        r->type = ROPE_LLAMA3;
+        if ((st = ds_json_num(o, path, "factor", -1, &r->factor)) ||
+            (st = ds_json_num(o, path, "low_freq_factor", -1, &r->low)) ||
+            (st = ds_json_num(o, path, "high_freq_factor", -1, &r->high)) ||
+            (st = ds_json_num(o, path, "original_max_position_embeddings", -1, &r->orig)))
+            return st;
+        if (!(r->high > r->low) || !(r->low > 0) || !(r->orig > 0))
+            return ds_fail(DS_ERR_FORMAT, "%s: %s: llama3 needs high_freq_factor > low_freq_factor > 0", path, field);
+    } else if (strcmp(type, "proportional") == 0) {
+        r->type = ROPE_PROPORTIONAL;
+        if ((st = num_or_null(o, path, "factor", 1, &r->factor)) ||
+            (st = num_or_null(o, path, "partial_rotary_factor", 1, &r->partial)))
+            return st;
+        if (!(r->partial > 0 && r->partial <= 1))
+            return ds_fail(DS_ERR_FORMAT, "%s: %s.partial_rotary_factor must be in (0, 1]", path, field);
+    } else {
+        return ds_fail(DS_ERR_UNSUPPORTED,
+                       "%s: %s rope_type '%s' is not supported (default, linear, llama3, proportional are)", path,
+                       field, type);
+    }
+    if (!(r->factor > 0)) return ds_fail(DS_ERR_FORMAT, "%s: %s.factor must be positive", path, field);
+    if (!(r->theta > 0)) return ds_fail(DS_ERR_FORMAT, "%s: %s rope_theta must be positive", path, field);
+    return DS_OK;
+}
+
+// inv_freq (head_dim / 2) as transformers' ROPE_INIT_FUNCTIONS compute it.
+static void rope_fill(const rope_spec *r, int head_dim, float *out) {
+    const int half = head_dim / 2;
+    const int rot = r->type == ROPE_PROPORTIONAL ? (int)floor(r->partial * head_dim / 2) : half;
+    for (int i = 0; i < half; i++) {
+        double f = i < rot ? pow(r->theta, -2.0 * i / head_dim) : 0.0;
+        if (r->type == ROPE_LINEAR || r->type == ROPE_PROPORTIONAL) f /= r->factor;
+        if (r->type == ROPE_LLAMA3 && f > 0) {
+            const double wavelen = 2 * M_PI / f, low_wl = r->orig / r->low, high_wl = r->orig / r->high;
+            if (wavelen > low_wl) f /= r->factor;
+            else if (wavelen >= high_wl) { // medium band: interpolate
+                const double s = (r->orig / wavelen - r->low) / (r->high - r->low);
+                f = (1 - s) * f / r->factor + s * f;
+            }
+        }
+        out[i] = (float)f;
+    }
+}
+
+// The first id, and every id, of an "eos_token_id" (an integer or a list of integers).
+static void read_eos(ds_model *m, const cJSON *eos) {
+    if (cJSON_IsNumber(eos)) {
+        if (m->info.eos_id < 0) m->info.eos_id = (int)eos->valuedouble;
+        ds_model_add_stop(m, (int32_t)eos->valuedouble);
+    } else if (cJSON_IsArray(eos)) {
+        for (const cJSON *e = eos->child; e; e = e->next)
+            if (cJSON_IsNumber(e)) {
+                if (m->info.eos_id < 0) m->info.eos_id = (int)e->valuedouble;
+                ds_model_add_stop(m, (int32_t)e->valuedouble);
+            }
+    }
+}
+
+// generation_config.json (optional): its eos_token_id ids stop generation too.
+static ds_status read_generation_config(ds_model *m, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return DS_OK;
+    fclose(f);
+    cJSON *g;
+    ds_status st = ds_json_load(path, 1 << 20, &g);
+    if (st) return st;
+    read_eos(m, cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"));
+    cJSON_Delete(g);
+    return DS_OK;
+}
+
+static ds_status read_layer_types(const cJSON *c, const char *path, int n_layers, int fam, hf_config *h) {
+    h->sliding = calloc((size_t)n_layers, 1);
+    if (!h->sliding) return DS_ERR_NOMEM;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n_layers)
+            return ds_fail(DS_ERR_FORMAT, "%s: layer_types must list one type per layer (%d)", path, n_layers);
+        int i = 0;
+        for (const cJSON *e = lt->child; e; e = e->next, i++) {
+            const char *s = cJSON_IsString(e) ? e->valuestring : "";
+            if (strcmp(s, "sliding_attention") == 0) h->sliding[i] = 1;
+            else if (strcmp(s, "full_attention") != 0)
+                return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer_types[%d] '%s' is not supported", path, i, s);
+        }
+    } else if (fam == FAM_GEMMA3) {
+        int pattern;
+        ds_status st = ds_json_int(c, path, "sliding_window_pattern", 6, 4096, &pattern);
+        if (st) return st;
+        for (int i = 0; i < n_layers; i++) h->sliding[i] = pattern > 0 && (i + 1) % pattern != 0;
+    } else if (fam == FAM_LLAMA && truthy(cJSON_GetObjectItemCaseSensitive(c, "sliding_window"))) {
+        for (int i = 0; i < n_layers; i++) h->sliding[i] = 1; // Mistral: every layer
+    } else if (fam == FAM_GEMMA4) {
+        return ds_fail(DS_ERR_FORMAT, "%s: layer_types is missing", path);
+    }
+    if (fam == FAM_QWEN2 || fam == FAM_QWEN3)
+        for (int i = 0; i < n_layers; i++)
+            if (h->sliding[i])
+                return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer_types: sliding-window Qwen layers are not supported", path);
+    int any = 0;
+    for (int i = 0; i < n_layers; i++) any |= h->sliding[i];
+    if (any) {
+        ds_status st = ds_json_int(c, path, "sliding_window", fam == FAM_GEMMA3 ? 4096 : -1, 1 << 24, &h->window);
+        if (st) return st;
+        if (h->window <= 0) return ds_fail(DS_ERR_FORMAT, "%s: sliding_window must be positive", path);
+    }
+    return DS_OK;
+}
+
+// The RoPE of each layer type: rope_parameters (per layer type, or one set) when present, else the
+// legacy rope_theta + rope_scaling (+ Gemma 3's rope_local_base_freq for sliding layers).
+static ds_status read_rope(const cJSON *c, const char *path, int fam, hf_config *h) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c, "rope_parameters");
+    double theta, local_theta;
+    ds_status st;
+    if ((st = num_or_null(c, path, "rope_theta", fam == FAM_GEMMA3 ? 1e6 : 10000.0, &theta)) ||
+        (st = num_or_null(c, path, "rope_local_base_freq", 10000.0, &local_theta)))
+        return st;
+    if (cJSON_IsObject(rp)) {
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+        const cJSON *slide = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+        if (full || slide) {
+            if ((st = rope_parse(full, path, "rope_parameters.full_attention", theta, &h->rope_global)) ||
+                (st = rope_parse(slide, path, "rope_parameters.sliding_attention", local_theta, &h->rope_local)))
+                return st;
+            return DS_OK;
+        }
+        if ((st = rope_parse(rp, path, "rope_parameters", theta, &h->rope_global))) return st;
+        return rope_parse(NULL, path, "rope_parameters", fam == FAM_GEMMA3 ? local_theta : h->rope_global.theta,
+                          &h->rope_local);
+    }
+    if (fam == FAM_GEMMA4) return ds_fail(DS_ERR_FORMAT, "%s: rope_parameters is missing", path);
+    if ((st = rope_parse(cJSON_GetObjectItemCaseSensitive(c, "rope_scaling"), path, "rope_scaling", theta,
+                         &h->rope_global)))
+        return st;
+    if (fam == FAM_GEMMA3) return rope_parse(NULL, path, "rope_local_base_freq", local_theta, &h->rope_local);
+    h->rope_local = h->rope_global; // Mistral's sliding layers: the same RoPE
+    return DS_OK;
+}
+
+static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     cJSON *cfg;
@@ -40,58 +300,135 @@ static ds_status read_config(ds_model *m, const char *dir, int *tied, int *qk_no
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     const char *arch = cJSON_IsString(a0) ? a0->valuestring : "";
-    if (strcmp(arch, "LlamaForCausalLM") == 0 || strcmp(arch, "MistralForCausalLM") == 0) {
-        snprintf(m->arch, sizeof m->arch, "llama");
-        *qk_norm = 0;
-    } else if (strcmp(arch, "Qwen3ForCausalLM") == 0) {
-        snprintf(m->arch, sizeof m->arch, "qwen3");
-        *qk_norm = 1;
-    } else {
+    static const struct { const char *hf, *name; int fam, multimodal; } known[] = {
+        {"LlamaForCausalLM", "llama", FAM_LLAMA, 0},
+        {"MistralForCausalLM", "llama", FAM_LLAMA, 0},
+        {"Qwen2ForCausalLM", "qwen2", FAM_QWEN2, 0},
+        {"Qwen3ForCausalLM", "qwen3", FAM_QWEN3, 0},
+        {"Gemma3ForCausalLM", "gemma3", FAM_GEMMA3, 0},
+        {"Gemma3ForConditionalGeneration", "gemma3", FAM_GEMMA3, 1},
+        {"Gemma4ForCausalLM", "gemma4", FAM_GEMMA4, 0},
+        {"Gemma4ForConditionalGeneration", "gemma4", FAM_GEMMA4, 1},
+    };
+    int k = -1;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (strcmp(arch, known[i].hf) == 0) k = (int)i;
+    if (k < 0) {
         st = ds_fail(DS_ERR_UNSUPPORTED,
-                     "%s: architecture '%s' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM are)",
+                     "%s: architecture '%s' is not supported (Llama, Mistral, Qwen2, Qwen3, Gemma3, Gemma4 "
+                     "*ForCausalLM and Gemma3/Gemma4ForConditionalGeneration are)",
                      path, arch);
         goto done;
     }
-    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
-    if (scaling && !cJSON_IsNull(scaling)) {
-        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: rope_scaling is not supported yet", path);
+    snprintf(m->arch, sizeof m->arch, "%s", known[k].name);
+    const int fam = h->fam = known[k].fam;
+    // The text model's fields: config.json itself, or its text_config (multimodal checkpoints).
+    const cJSON *c = cfg;
+    if (known[k].multimodal) {
+        c = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
+        if (!cJSON_IsObject(c)) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: %s without a text_config object", path, arch);
+            goto done;
+        }
+        if ((st = refuse_unsupported(cfg, path))) goto done;
+    }
+    if ((st = refuse_unsupported(c, path))) goto done;
+    const int gemma = fam == FAM_GEMMA3 || fam == FAM_GEMMA4;
+    const int g3 = fam == FAM_GEMMA3;
+    // Activation.
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(c, gemma ? "hidden_activation" : "hidden_act");
+    if (gemma && (!act || cJSON_IsNull(act))) act = cJSON_GetObjectItemCaseSensitive(c, "hidden_act");
+    const char *want = gemma ? "gelu_pytorch_tanh" : "silu";
+    if (act && !cJSON_IsNull(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, want) != 0)) {
+        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (%s is)", path, act->string,
+                     cJSON_IsString(act) ? act->valuestring : "?", want);
         goto done;
     }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")) ||
-        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias"))) {
-        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: attention_bias / mlp_bias are not supported yet", path);
+    m->act = gemma ? DS_ACT_GELU_TANH : DS_ACT_SILU;
+    // Shape (Gemma 3 defaults are Gemma3TextConfig's, which its multimodal configs rely on).
+    if ((st = ds_json_int(c, path, "hidden_size", g3 ? 2304 : -1, 1 << 16, &in->dim)) ||
+        (st = ds_json_int(c, path, "intermediate_size", g3 ? 9216 : -1, 1 << 20, &in->ffn_dim)) ||
+        (st = ds_json_int(c, path, "num_hidden_layers", g3 ? 26 : -1, 4096, &in->n_layers)) ||
+        (st = ds_json_int(c, path, "num_attention_heads", g3 ? 8 : -1, 4096, &in->n_heads)) ||
+        (st = ds_json_int(c, path, "vocab_size", g3 ? 262208 : -1, 1 << 24, &in->vocab_size)))
         goto done;
-    }
-    if ((st = ds_json_int(cfg, path, "hidden_size", -1, 1 << 16, &in->dim)) ||
-        (st = ds_json_int(cfg, path, "intermediate_size", -1, 1 << 20, &in->ffn_dim)) ||
-        (st = ds_json_int(cfg, path, "num_hidden_layers", -1, 4096, &in->n_layers)) ||
-        (st = ds_json_int(cfg, path, "num_attention_heads", -1, 4096, &in->n_heads)) ||
-        (st = ds_json_int(cfg, path, "vocab_size", -1, 1 << 24, &in->vocab_size)))
-        goto done;
-    if (in->n_heads == 0 || in->dim % in->n_heads) {
+    if (in->n_heads == 0 || (!gemma && in->dim % in->n_heads)) {
         st = ds_fail(DS_ERR_FORMAT, "%s: hidden_size %d is not divisible by num_attention_heads %d", path, in->dim,
                      in->n_heads);
         goto done;
     }
-    double eps, theta;
-    if ((st = ds_json_int(cfg, path, "num_key_value_heads", in->n_heads, 4096, &in->n_kv_heads)) ||
-        (st = ds_json_int(cfg, path, "head_dim", in->dim / in->n_heads, 4096, &in->head_dim)) ||
-        (st = ds_json_int(cfg, path, "max_position_embeddings", 2048, 1 << 24, &in->max_ctx)) ||
-        (st = ds_json_num(cfg, path, "rms_norm_eps", 1e-6, &eps)) ||
-        (st = ds_json_num(cfg, path, "rope_theta", 10000.0, &theta)) ||
-        (st = ds_json_bool(cfg, path, "tie_word_embeddings", 0, tied)))
+    double eps;
+    if ((st = ds_json_int(c, path, "num_key_value_heads", g3 ? 4 : in->n_heads, 4096, &in->n_kv_heads)) ||
+        (st = ds_json_int(c, path, "head_dim", g3 ? 256 : fam == FAM_GEMMA4 ? -1 : in->dim / in->n_heads, 4096,
+                          &in->head_dim)) ||
+        (st = ds_json_int(c, path, "max_position_embeddings", g3 ? 131072 : 2048, 1 << 24, &in->max_ctx)) ||
+        (st = num_or_null(c, path, "rms_norm_eps", 1e-6, &eps)) ||
+        (st = ds_json_bool(c, path, "tie_word_embeddings", gemma, &h->tied)) ||
+        (st = ds_json_bool(c, path, "attention_bias", 0, &h->attn_bias)) ||
+        (st = num_or_null(c, path, "final_logit_softcapping", 0, &h->final_softcap)))
         goto done;
+    if (known[k].multimodal && !cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings") &&
+        (st = ds_json_bool(cfg, path, "tie_word_embeddings", 1, &h->tied)))
+        goto done;
+    if (in->n_layers > 4096 || in->n_layers <= 0) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: num_hidden_layers %d is implausible", path, in->n_layers);
+        goto done;
+    }
+    h->qkv_bias = fam == FAM_QWEN2;
+    h->qk_norm = fam == FAM_QWEN3 || gemma;
+    h->v_norm = fam == FAM_GEMMA4;
+    h->norm_plus_one = g3;
+    h->global_head_dim = in->head_dim;
+    h->global_kv_heads = in->n_kv_heads;
+    if (g3) {
+        double qpas;
+        if ((st = num_or_null(c, path, "query_pre_attn_scalar", 256, &qpas))) goto done;
+        if (!(qpas > 0)) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive", path);
+            goto done;
+        }
+        h->attn_scale = pow(qpas, -0.5);
+    }
+    if (fam == FAM_GEMMA4) {
+        h->attn_scale = 1.0; // q/k norms replace the 1/sqrt(d) scale
+        if ((st = ds_json_int(c, path, "global_head_dim", in->head_dim, 4096, &h->global_head_dim)) ||
+            (st = ds_json_bool(c, path, "attention_k_eq_v", 0, &h->k_eq_v)) ||
+            (st = ds_json_int(c, path, "num_global_key_value_heads", in->n_kv_heads, 4096, &h->global_kv_heads)))
+            goto done;
+        if (!h->k_eq_v) h->global_kv_heads = in->n_kv_heads;
+    }
+    if (h->final_softcap < 0) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: final_logit_softcapping must be positive", path);
+        goto done;
+    }
+    if ((st = read_layer_types(c, path, in->n_layers, fam, h)) || (st = read_rope(c, path, fam, h))) goto done;
     in->norm_eps = (float)eps;
-    in->rope_theta = (float)theta;
+    in->rope_theta = (float)h->rope_global.theta;
     in->rope_layout = DS_ROPE_HALVES;
-    // Token ids are informative here (no tokenizer from HF directories yet); a list of EOS ids keeps -1.
-    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id");
-    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id");
+    // Token ids: every eos_token_id (int or list) stops generation; the first is the EOS id.
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(c, "bos_token_id");
+    if (!bos) bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id");
     in->bos_id = cJSON_IsNumber(bos) ? (int)bos->valuedouble : -1;
-    in->eos_id = cJSON_IsNumber(eos) ? (int)eos->valuedouble : -1;
+    read_eos(m, cJSON_GetObjectItemCaseSensitive(c, "eos_token_id"));
+    if (c != cfg) read_eos(m, cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id"));
 done:
     cJSON_Delete(cfg);
     return st;
+}
+
+// Where the text model's tensors live inside the checkpoint.
+static const char *find_prefix(const ds_safetensors *sf) {
+    static const char *prefixes[] = {"model.", "model.language_model.", "language_model.model."};
+    char name[128];
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (ds_st_find(sf, name)) return prefixes[i];
+    }
+    return "model.";
+}
+
+static void add_one(float *w, int n) {
+    for (int i = 0; i < n; i++) w[i] += 1.0f;
 }
 
 ds_status ds_model_load_hf(const char *dir, ds_model **out) {
@@ -99,61 +436,148 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     ds_model *m = ds_calloc(1, sizeof *m);
     if (!m) return DS_ERR_NOMEM;
     m->info.bos_id = m->info.eos_id = m->info.unk_id = -1;
-    int tied = 0, qk_norm = 0;
+    hf_config h;
+    memset(&h, 0, sizeof h);
     ds_quant_config qc = {0};
-    ds_status st = read_config(m, dir, &tied, &qk_norm);
-    if (!st) st = ds_quant_config_load(dir, &qc);
+    ds_status st = read_config(m, dir, &h);
+    if (!st) st = ds_quant_config_load(dir, &qc); // MLX affine weights (dspark quantize)
     if (st) goto fail;
+    if ((st = read_generation_config(m, dir))) goto fail;
     const char *base = strrchr(dir, '/');
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
     ds_model_info *in = &m->info;
-    if (in->n_layers > 4096 || in->dim > (1 << 16) || in->head_dim > 4096) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: implausible model shape (layers %d, dim %d)", dir, in->n_layers, in->dim);
+    if (in->n_layers > 4096 || in->dim > (1 << 16) || in->head_dim > 4096 || h.global_head_dim > 4096 ||
+        h.global_head_dim <= 0 || h.global_head_dim % 2 || in->head_dim % 2) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: implausible model shape (layers %d, dim %d, head_dim %d)", dir, in->n_layers,
+                     in->dim, in->head_dim);
         goto fail;
     }
     ds_safetensors *sf = NULL;
     if ((st = ds_st_open(dir, &sf))) goto fail;
     m->backing = sf;
     m->backing_free = st_backing_free;
-    m->owned_cap = (size_t)in->n_layers * (2 * in->dim + 2 * in->head_dim) + in->dim + (size_t)in->head_dim;
+    const char *pre = find_prefix(sf);
+    const size_t mhd = (size_t)(in->head_dim > h.global_head_dim ? in->head_dim : h.global_head_dim);
+    const size_t mkv = (size_t)(in->n_kv_heads > h.global_kv_heads ? in->n_kv_heads : h.global_kv_heads);
+    m->owned_cap = (size_t)in->n_layers * (6 * (size_t)in->dim + 3 * mhd + (size_t)in->n_heads * mhd + 2 * mkv * mhd + 2) +
+                   in->dim + 2 * mhd + 16;
     m->owned = ds_malloc(m->owned_cap * sizeof(float));
     m->layers = ds_calloc((size_t)in->n_layers, sizeof *m->layers);
     if (!m->owned || !m->layers) {
         st = DS_ERR_NOMEM;
         goto fail;
     }
-    if ((st = take_weight(sf, dir, "model.embed_tokens.weight", &m->tok_embd, 0, &qc)) ||
-        (st = take_weight(sf, dir, "lm_head.weight", &m->output, tied, &qc)) ||
-        (st = take_vector(m, sf, dir, "model.norm.weight", in->dim, &m->out_norm)))
+    char name[160];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
+    if ((st = take_weight(sf, dir, name, &m->tok_embd, 0, &qc))) goto fail;
+    if ((st = take_weight(sf, dir, "lm_head.weight", &m->output, 1, &qc))) goto fail;
+    if (!m->output.data && (st = take_weight(sf, dir, "language_model.lm_head.weight", &m->output, 1, &qc))) goto fail;
+    if (!m->output.data && !h.tied) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", dir);
         goto fail;
+    }
+    snprintf(name, sizeof name, "%snorm.weight", pre);
+    if ((st = take_vector(m, sf, dir, name, in->dim, &m->out_norm))) goto fail;
+    if (h.norm_plus_one) add_one(m->out_norm, in->dim);
     if (!m->output.data) m->output = m->tok_embd;
+    // RoPE sets: 0 = full-attention layers, 1 = sliding-window layers (when there are any).
+    int any_sliding = 0, any_full = 0;
+    for (int l = 0; l < in->n_layers; l++) any_sliding |= h.sliding[l], any_full |= !h.sliding[l];
+    const int full_hd = h.global_head_dim;
+    m->n_rope = any_sliding ? 2 : 1;
+    m->rope[0].half = full_hd / 2;
+    m->rope[0].inv_freq = ds_model_own(m, (size_t)full_hd / 2);
+    if (any_sliding) {
+        m->rope[1].half = in->head_dim / 2;
+        m->rope[1].inv_freq = ds_model_own(m, (size_t)in->head_dim / 2);
+    }
+    if (!m->rope[0].inv_freq || (any_sliding && !m->rope[1].inv_freq)) {
+        st = ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
+        goto fail;
+    }
+    rope_fill(&h.rope_global, full_hd, m->rope[0].inv_freq);
+    if (any_sliding) rope_fill(&h.rope_local, in->head_dim, m->rope[1].inv_freq);
+    if (!any_full && full_hd != in->head_dim) { // only sliding layers: rope[0] unused, keep it consistent
+        m->rope[0] = m->rope[1];
+    }
+    const int gemma = h.fam == FAM_GEMMA3 || h.fam == FAM_GEMMA4;
+    if (gemma) { // sqrt(hidden_size) in the embedding dtype
+        const float s = sqrtf((float)in->dim);
+        const ds_dtype et = ds_weight_bits(&m->tok_embd) ? m->tok_embd.scale_type : m->tok_embd.type; // quantized: as stored
+        m->embed_scale = et == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
+                         : et == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
+                                        : s;
+    }
+    m->final_softcap = (float)h.final_softcap;
     for (int l = 0; l < in->n_layers; l++) {
         ds_layer *L = &m->layers[l];
-        char name[128];
-#define W(field, suffix)                                                  \
-    snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, suffix);  \
-    if ((st = take_weight(sf, dir, name, &L->field, 0, &qc))) goto fail;
+        const int sl = h.sliding[l];
+        L->head_dim = sl ? in->head_dim : h.global_head_dim;
+        L->n_kv_heads = sl ? in->n_kv_heads : h.global_kv_heads;
+        L->window = sl ? h.window : 0;
+        L->rope = sl ? 1 : 0;
+        L->attn_scale = (float)h.attn_scale;
+        L->v_norm = h.v_norm;
+        const int hd = L->head_dim, qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
+#define W(field, suffix, optional)                                        \
+    snprintf(name, sizeof name, "%slayers.%d.%s.weight", pre, l, suffix); \
+    if ((st = take_weight(sf, dir, name, &L->field, optional, &qc))) goto fail;
 #define V(field, suffix, n)                                               \
-    snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, suffix);  \
-    if ((st = take_vector(m, sf, dir, name, n, &L->field))) goto fail;
-        W(wq, "self_attn.q_proj") W(wk, "self_attn.k_proj") W(wv, "self_attn.v_proj") W(wo, "self_attn.o_proj")
-        W(w_gate, "mlp.gate_proj") W(w_up, "mlp.up_proj") W(w_down, "mlp.down_proj")
-        V(attn_norm, "input_layernorm", in->dim) V(ffn_norm, "post_attention_layernorm", in->dim)
-        if (qk_norm) {
-            V(q_norm, "self_attn.q_norm", in->head_dim) V(k_norm, "self_attn.k_norm", in->head_dim)
+    snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix);        \
+    if ((st = take_vector(m, sf, dir, name, n, &L->field))) goto fail;    \
+    if (h.norm_plus_one && strstr(suffix, "norm")) add_one(L->field, n);
+        W(wq, "self_attn.q_proj", 0) W(wk, "self_attn.k_proj", 0) W(wo, "self_attn.o_proj", 0)
+        W(wv, "self_attn.v_proj", h.k_eq_v && !sl) // K = V layers have no v_proj
+        W(w_gate, "mlp.gate_proj", 0) W(w_up, "mlp.up_proj", 0) W(w_down, "mlp.down_proj", 0)
+        V(attn_norm, "input_layernorm.weight", in->dim)
+        if (gemma) {
+            V(attn_post_norm, "post_attention_layernorm.weight", in->dim)
+            V(ffn_norm, "pre_feedforward_layernorm.weight", in->dim)
+            V(ffn_post_norm, "post_feedforward_layernorm.weight", in->dim)
+        } else {
+            V(ffn_norm, "post_attention_layernorm.weight", in->dim)
+        }
+        if (h.qk_norm) {
+            V(q_norm, "self_attn.q_norm.weight", hd) V(k_norm, "self_attn.k_norm.weight", hd)
+        }
+        if (h.attn_bias || h.qkv_bias) {
+            V(bq, "self_attn.q_proj.bias", qd) V(bk, "self_attn.k_proj.bias", kvd)
+            if (L->wv.data) {
+                V(bv, "self_attn.v_proj.bias", kvd)
+            }
+        }
+        if (h.attn_bias) {
+            V(bo, "self_attn.o_proj.bias", in->dim)
+        }
+        if (h.fam == FAM_GEMMA4) { // layer_scalar [1]; absent = 1
+            snprintf(name, sizeof name, "%slayers.%d.layer_scalar", pre, l);
+            if (ds_st_find(sf, name)) {
+                float *s;
+                if ((st = take_vector(m, sf, dir, name, 1, &s))) goto fail;
+                L->out_scale = s[0];
+                if (!(L->out_scale != 0 && isfinite(L->out_scale))) {
+                    st = ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' must be finite and nonzero", dir, name);
+                    goto fail;
+                }
+            }
         }
 #undef W
 #undef V
     }
-    char tp[4200]; // a GGUF conversion's tokenizer (dspark quantize --target)
-    snprintf(tp, sizeof tp, "%s/tokenizer.gguf", dir);
-    if (!access(tp, R_OK) && (st = ds_model_load_gguf_tokenizer(m, tp))) goto fail;
+    char tokjson[4096]; // the tokenizer, when the directory has one (tokenizer.json + tokenizer_config.json)
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", dir);
+    if (access(tokjson, F_OK) == 0 && (st = ds_tokenizer_load(dir, &m->tok))) goto fail;
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.gguf", dir); // a GGUF conversion's (dspark quantize --target)
+    if (!m->tok && access(tokjson, R_OK) == 0 && (st = ds_model_load_gguf_tokenizer(m, tokjson))) goto fail;
+    free(h.sliding);
+    h.sliding = NULL;
     if ((st = ds_model_finish(m, dir))) goto fail;
     ds_quant_config_free(&qc);
     *out = m;
     return DS_OK;
 fail:
     ds_quant_config_free(&qc);
+    free(h.sliding);
     ds_model_free(m);
     return st;
 }

@@ -1,8 +1,13 @@
-// The Llama-family target: model lifetime, KV caches, workspaces and the one forward pass.
+// The decoder-only target (Llama, Qwen2/3, Gemma 3/4 text): model lifetime, KV caches, workspaces
+// and the one forward pass.
 //
-// Per layer (pre-norm decoder):  h = x + Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n),  n = RMSNorm(x)
-//                                x = h + Wdown · (silu(Wgate·m) ⊙ Wup·m),         m = RMSNorm(h)
-// logits = Wout · RMSNorm(x). Attention is causal over the sequence's KV cache, with GQA.
+// Per layer (pre-norm decoder):  h = x + P(Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n)),  n = RMSNorm(x)
+//                                x = s · (h + P'(Wdown · (act(Wgate·m) ⊙ Wup·m))),   m = RMSNorm(h)
+// logits = softcap(Wout · RMSNorm(x)). P, P' are Gemma's post-norms (identity elsewhere), act is
+// SiLU or tanh-GELU, s the layer scalar (Gemma 4). Attention is causal over the sequence's KV cache
+// (only its last `window` rows on sliding-window layers), with GQA; optional q/k/v biases, per-head
+// q/k(/v) norms and a per-layer geometry (head_dim, kv heads, RoPE set, scale).
+#include "base/threads.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -38,11 +43,16 @@ void ds_model_free(ds_model *m) {
 
 const ds_model_info *ds_model_get_info(const ds_model *m) { return &m->info; }
 const ds_tokenizer *ds_model_tokenizer(const ds_model *m) { return m->tok; }
-int ds_model_is_stop(const ds_model *m, int32_t id) { return id >= 0 && id == m->info.eos_id; }
+int ds_model_is_stop(const ds_model *m, int32_t id) {
+    if (id >= 0 && id == m->info.eos_id) return 1; // (a GGUF tokenizer sets it after ds_model_finish)
+    for (int i = 0; i < m->n_stop; i++)
+        if (m->stop_ids[i] == id) return 1;
+    return 0;
+}
 
-void ds_set_threads(int n) {
-    if (n <= 0) n = omp_get_num_procs();
-    omp_set_num_threads(n);
+void ds_model_add_stop(ds_model *m, int32_t id) {
+    if (id < 0 || m->n_stop >= DS_MAX_STOP || ds_model_is_stop(m, id)) return;
+    m->stop_ids[m->n_stop++] = id;
 }
 
 float *ds_model_own(ds_model *m, size_t n) {
@@ -76,14 +86,36 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
                        in->vocab_size, in->max_ctx);
     if (!(in->norm_eps > 0) || !(in->rope_theta > 0))
         return ds_fail(DS_ERR_FORMAT, "%s: norm epsilon and rope theta must be positive", path);
-    const int qd = in->n_heads * in->head_dim, kvd = in->n_kv_heads * in->head_dim;
     ds_status st;
     if ((st = check_weight(path, "token embedding", &m->tok_embd, in->vocab_size, in->dim)) ||
         (st = check_weight(path, "output", &m->output, in->vocab_size, in->dim)))
         return st;
+    if (!m->rope[0].inv_freq) { // the default RoPE over the model-wide head_dim
+        if (!(m->rope[0].inv_freq = ds_model_own(m, (size_t)in->head_dim / 2)))
+            return ds_fail(DS_ERR_NOMEM, "%s: internal: vector storage too small", path);
+        m->rope[0].half = in->head_dim / 2;
+        for (int i = 0; i < in->head_dim / 2; i++)
+            m->rope[0].inv_freq[i] = (float)pow((double)in->rope_theta, -2.0 * i / in->head_dim);
+    }
+    if (m->n_rope < 1) m->n_rope = 1;
+    m->inv_freq = m->rope[0].inv_freq;
     size_t bytes = ds_weight_bytes(&m->output);
+    m->max_head_dim = m->max_q_dim = m->max_kv_dim = 0;
     for (int l = 0; l < in->n_layers; l++) {
         ds_layer *L = &m->layers[l];
+        if (!L->head_dim) L->head_dim = in->head_dim;
+        if (!L->n_kv_heads) L->n_kv_heads = in->n_kv_heads;
+        if (L->attn_scale == 0) L->attn_scale = 1.0f / sqrtf((float)L->head_dim);
+        if (L->out_scale == 0) L->out_scale = 1.0f;
+        const int hd = L->head_dim;
+        if (hd <= 0 || hd % 2 || hd > 4096 || L->n_kv_heads <= 0 || in->n_heads % L->n_kv_heads || L->rope < 0 ||
+            L->rope >= m->n_rope || m->rope[L->rope].half != hd / 2 || L->window < 0)
+            return ds_fail(DS_ERR_FORMAT, "%s: layer %d has an implausible attention geometry (head_dim %d, kv heads %d)",
+                           path, l, hd, L->n_kv_heads);
+        const int qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
+        if (hd > m->max_head_dim) m->max_head_dim = hd;
+        if (qd > m->max_q_dim) m->max_q_dim = qd;
+        if (kvd > m->max_kv_dim) m->max_kv_dim = kvd;
         char what[64];
 #define CHECK(field, r, c)                                              \
     snprintf(what, sizeof what, "layer %d " #field, l);                 \
@@ -91,7 +123,9 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     bytes += ds_weight_bytes(&L->field);
         CHECK(wq, qd, in->dim)
         CHECK(wk, kvd, in->dim)
-        CHECK(wv, kvd, in->dim)
+        if (L->wv.data) {
+            CHECK(wv, kvd, in->dim)
+        }
         CHECK(wo, in->dim, qd)
         CHECK(w_gate, in->ffn_dim, in->dim)
         CHECK(w_up, in->ffn_dim, in->dim)
@@ -102,10 +136,17 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     }
     in->weight_bytes = bytes + (size_t)in->dim * 4 * 2; // + one embedding row and the final norm
     in->weight_type = m->layers[0].wq.type;
-    if (!(m->inv_freq = ds_model_own(m, (size_t)in->head_dim / 2)))
-        return ds_fail(DS_ERR_NOMEM, "%s: internal: vector storage too small", path);
-    for (int i = 0; i < in->head_dim / 2; i++)
-        m->inv_freq[i] = (float)pow((double)in->rope_theta, -2.0 * i / in->head_dim);
+    if (in->eos_id >= 0) { // the EOS id is always the first stop id
+        int32_t rest[DS_MAX_STOP];
+        int n = 0;
+        for (int i = 0; i < m->n_stop; i++)
+            if (m->stop_ids[i] != in->eos_id) rest[n++] = m->stop_ids[i];
+        m->n_stop = 0;
+        ds_model_add_stop(m, in->eos_id);
+        for (int i = 0; i < n; i++) ds_model_add_stop(m, rest[i]);
+    } else if (m->n_stop) {
+        in->eos_id = m->stop_ids[0];
+    }
     return DS_OK;
 }
 
@@ -154,8 +195,9 @@ ds_status ds_kv_reserve(ds_kv *kv, int need) {
     while (cap < need) cap *= 2;
     if (cap > kv->max_ctx) cap = kv->max_ctx;
     // Re-lay each (head, dim) line from the old stride to the new one (amortized: doubling).
-    const size_t lines = (size_t)kv->model->info.n_kv_heads * kv->model->info.head_dim;
     for (int l = 0; l < kv->model->info.n_layers; l++) {
+        const ds_layer *L = &kv->model->layers[l];
+        const size_t lines = (size_t)L->n_kv_heads * L->head_dim;
         float *k = ds_transposed_regrow(kv->k[l], lines, kv->cap, kv->len, cap);
         if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
         kv->k[l] = k;
@@ -174,14 +216,14 @@ struct ds_workspace {
     int cap_rows;    // rows the buffers below hold
     float *x;        // (cap_rows, dim) residual stream
     float *xb;       // (cap_rows, dim) normed input of a sub-layer / sub-layer output
-    float *q;        // (cap_rows, n_heads * head_dim)
-    float *k;        // (cap_rows, n_kv_heads * head_dim)
-    float *v;        // (cap_rows, n_kv_heads * head_dim)
-    float *att;      // (cap_rows, n_heads * head_dim) attention output
+    float *q;        // (cap_rows, max_q_dim) rows strided by the layer's n_heads * head_dim
+    float *k;        // (cap_rows, max_kv_dim)
+    float *v;        // (cap_rows, max_kv_dim)
+    float *att;      // (cap_rows, max_q_dim) attention output
     float *hb;       // (cap_rows, ffn_dim) gate
     float *hb2;      // (cap_rows, ffn_dim) up
-    float *rcos;     // (cap_rows, head_dim / 2) RoPE cos per row
-    float *rsin;     // (cap_rows, head_dim / 2)
+    float *rcos;     // (cap_rows, n_rope, max_head_dim / 2) RoPE cos per row and RoPE set
+    float *rsin;     // (cap_rows, n_rope, max_head_dim / 2)
     float *logit_in; // (cap_rows, dim) gathered rows whose logits are wanted
     float *logits;   // (cap_rows, vocab)
     int *row_seq;    // (cap_rows) which sequence a row belongs to
@@ -197,12 +239,14 @@ ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
     ds_workspace *ws = ds_calloc(1, sizeof *ws);
     if (!ws) return DS_ERR_NOMEM;
     ws->m = m;
-    size_t s = 0;
-    const ds_weight *ws_list[] = {&m->output, &m->layers[0].wq, &m->layers[0].wk, &m->layers[0].wo,
-                                  &m->layers[0].w_gate, &m->layers[0].w_down};
-    for (size_t i = 0; i < sizeof ws_list / sizeof ws_list[0]; i++) {
-        size_t n = ds_matmul_scratch_floats(ws_list[i]);
-        s = n > s ? n : s;
+    size_t s = ds_matmul_scratch_floats(&m->output);
+    for (int l = 0; l < m->info.n_layers; l++) { // layers may differ (Gemma 4 global layers)
+        const ds_layer *L = &m->layers[l];
+        const ds_weight *ws_list[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws_list / sizeof ws_list[0]; i++) {
+            size_t n = ws_list[i]->data ? ds_matmul_scratch_floats(ws_list[i]) : 0;
+            s = n > s ? n : s;
+        }
     }
     ws->scratch_per_thread = s;
     *out = ws;
@@ -236,8 +280,8 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
     const ds_model_info *in = &ws->m->info;
     if (rows > ws->cap_rows) {
         ws_release(ws);
-        const size_t r = (size_t)rows, qd = (size_t)in->n_heads * in->head_dim,
-                     kvd = (size_t)in->n_kv_heads * in->head_dim;
+        const ds_model *m = ws->m;
+        const size_t r = (size_t)rows, qd = (size_t)m->max_q_dim, kvd = (size_t)m->max_kv_dim;
         ws->x = malloc(r * in->dim * 4);
         ws->xb = malloc(r * in->dim * 4);
         ws->q = malloc(r * qd * 4);
@@ -246,8 +290,8 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         ws->att = malloc(r * qd * 4);
         ws->hb = malloc(r * in->ffn_dim * 4);
         ws->hb2 = malloc(r * in->ffn_dim * 4);
-        ws->rcos = malloc(r * in->head_dim / 2 * 4);
-        ws->rsin = malloc(r * in->head_dim / 2 * 4);
+        ws->rcos = malloc(r * m->n_rope * (m->max_head_dim / 2) * 4);
+        ws->rsin = malloc(r * m->n_rope * (m->max_head_dim / 2) * 4);
         ws->logit_in = malloc(r * in->dim * 4);
         ws->logits = malloc(r * in->vocab_size * 4);
         ws->row_seq = malloc(r * sizeof(int));
@@ -259,7 +303,7 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         }
         ws->cap_rows = rows;
     }
-    const int nthr = omp_get_max_threads();
+    const int nthr = ds_threads();
     if (ctx > ws->cap_ctx || nthr > ws->n_thr) {
         int cap = ws->cap_ctx > ctx ? ws->cap_ctx : ctx;
         if (cap < 256) cap = 256;
@@ -318,25 +362,46 @@ static void copy_taps(const ds_model *m, ds_forward_seq *seqs, int n_seqs, const
 }
 
 // Causal GQA attention of every new row against its sequence's cache (which already holds the
-// new rows' K and V). att (R, n_heads * head_dim).
+// new rows' K and V); a sliding-window layer sees only the last `window` positions.
+// att (R, n_heads * layer head_dim).
 static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int R, int layer) {
     const ds_model_info *in = &m->info;
-    const int hd = in->head_dim, nh = in->n_heads, group = in->n_heads / in->n_kv_heads;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const ds_layer *L = &m->layers[layer];
+    const int hd = L->head_dim, nh = in->n_heads, group = in->n_heads / L->n_kv_heads, win = L->window;
+    const float scale = L->attn_scale;
     const long total = (long)R * nh;
     long work = 0;
     for (int r = 0; r < R; r++) work += (long)(ws->row_pos[r] + 1) * nh * hd;
-#pragma omp parallel for schedule(dynamic, 4) if (work > (1L << 16))
+#pragma omp parallel for schedule(dynamic, 4) if (work > (1L << 16)) num_threads(ds_threads())
     for (long job = 0; job < total; job++) {
         const int r = (int)(job / nh), h = (int)(job % nh);
         const ds_kv *kv = seqs[ws->row_seq[r]].kv;
-        const int n_ctx = ws->row_pos[r] + 1;
+        const int end = ws->row_pos[r] + 1, start = win && end > win ? end - win : 0;
         const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = kv->k[layer] + (size_t)(h / group) * hd * kv->cap;
-        const float *V = kv->v[layer] + (size_t)(h / group) * hd * kv->cap;
+        const float *K = kv->k[layer] + (size_t)(h / group) * hd * kv->cap + start;
+        const float *V = kv->v[layer] + (size_t)(h / group) * hd * kv->cap + start;
         float *sc = ws->scores + (size_t)omp_get_thread_num() * ws->cap_ctx;
-        ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, n_ctx, kv->cap, hd, scale, sc);
+        ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, scale, sc);
     }
+}
+
+// a (n) = gelu_tanh(a) * b  (GeGLU's gate; tanh(u) = 1 - 2 / (1 + e^2u), vectorizable)
+DS_MULTIVERSION static void geglu(float *a, const float *b, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        const float x = a[i], u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        const float t = 1.0f - 2.0f / (1.0f + ds_expf(2.0f * u));
+        a[i] = 0.5f * x * (1.0f + t) * b[i];
+    }
+}
+
+// x (n) = c · tanh(x / c)
+static void softcap(float *x, size_t n, float c) {
+    for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
+}
+
+static void scale_rows(float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
 ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int n_seqs) {
@@ -354,37 +419,45 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
 
-    const int dim = in->dim, hd = in->head_dim, half = hd / 2;
-    const int qd = in->n_heads * hd, kvd = in->n_kv_heads * hd, ffn = in->ffn_dim;
-    // Rows: positions, owners, RoPE angles, embeddings.
+    const int dim = in->dim, nh = in->n_heads, ffn = in->ffn_dim, mhalf = m->max_head_dim / 2, nr = m->n_rope;
+    // Rows: positions, owners, RoPE angles (per RoPE set), embeddings.
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
             ws->row_seq[r] = s;
             ws->row_pos[r] = seqs[s].kv->len + i;
-            ds_rope_angles(ws->rcos + (size_t)r * half, ws->rsin + (size_t)r * half, m->inv_freq, half, ws->row_pos[r]);
+            for (int k = 0; k < nr; k++)
+                ds_rope_angles(ws->rcos + ((size_t)r * nr + k) * mhalf, ws->rsin + ((size_t)r * nr + k) * mhalf,
+                               m->rope[k].inv_freq, m->rope[k].half, ws->row_pos[r]);
             ds_weight_row_f32(&m->tok_embd, seqs[s].tokens[i], ws->x + (size_t)r * dim);
+            if (m->embed_scale) scale_rows(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
         }
     copy_taps(m, seqs, n_seqs, ws->x, -1);
 
     for (int l = 0; l < in->n_layers; l++) {
         const ds_layer *L = &m->layers[l];
+        const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
         // Attention block.
         for (int r = 0; r < R; r++)
             ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->attn_norm, dim, in->norm_eps);
         ds_matmul(ws->q, ws->xb, &L->wq, R, ws->scratch);
         ds_matmul(ws->k, ws->xb, &L->wk, R, ws->scratch);
-        ds_matmul(ws->v, ws->xb, &L->wv, R, ws->scratch);
+        if (L->wv.data) ds_matmul(ws->v, ws->xb, &L->wv, R, ws->scratch);
         for (int r = 0; r < R; r++) {
-            float *q = ws->q + (size_t)r * qd, *k = ws->k + (size_t)r * kvd;
+            float *q = ws->q + (size_t)r * qd, *k = ws->k + (size_t)r * kvd, *v = ws->v + (size_t)r * kvd;
+            if (L->bq) ds_add(q, L->bq, qd);
+            if (L->bk) ds_add(k, L->bk, kvd);
+            if (!L->wv.data) memcpy(v, k, (size_t)kvd * 4); // K = V: the raw key projection
+            else if (L->bv) ds_add(v, L->bv, kvd);
             if (L->q_norm)
-                for (int h = 0; h < in->n_heads; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
+                for (int h = 0; h < nh; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
             if (L->k_norm)
-                for (int h = 0; h < in->n_kv_heads; h++) ds_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, in->norm_eps);
-            const float *c = ws->rcos + (size_t)r * half, *sn = ws->rsin + (size_t)r * half;
-            ds_rope(q, in->n_heads, hd, c, sn, in->rope_layout);
-            ds_rope(k, in->n_kv_heads, hd, c, sn, in->rope_layout);
+                for (int h = 0; h < nkv; h++) ds_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, in->norm_eps);
+            if (L->v_norm)
+                for (int h = 0; h < nkv; h++) ds_rmsnorm(v + h * hd, v + h * hd, NULL, hd, in->norm_eps);
+            const size_t ro = ((size_t)r * nr + L->rope) * mhalf;
+            ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
+            ds_rope(k, nkv, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
             ds_kv *kv = seqs[ws->row_seq[r]].kv;
-            const float *v = ws->v + (size_t)r * kvd;
             float *K = kv->k[l] + ws->row_pos[r], *V = kv->v[l] + ws->row_pos[r];
             for (int i = 0; i < kvd; i++) {
                 K[(size_t)i * kv->cap] = k[i];
@@ -393,15 +466,25 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         }
         attention(m, ws, seqs, R, l);
         ds_matmul(ws->xb, ws->att, &L->wo, R, ws->scratch);
+        for (int r = 0; r < R; r++) {
+            float *o = ws->xb + (size_t)r * dim;
+            if (L->bo) ds_add(o, L->bo, dim);
+            if (L->attn_post_norm) ds_rmsnorm(o, o, L->attn_post_norm, dim, in->norm_eps);
+        }
         ds_add(ws->x, ws->xb, R * dim);
-        // MLP block (SwiGLU).
+        // MLP block (SwiGLU or GeGLU).
         for (int r = 0; r < R; r++)
             ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->ffn_norm, dim, in->norm_eps);
         ds_matmul(ws->hb, ws->xb, &L->w_gate, R, ws->scratch);
         ds_matmul(ws->hb2, ws->xb, &L->w_up, R, ws->scratch);
-        ds_swiglu(ws->hb, ws->hb2, R * ffn);
+        if (m->act == DS_ACT_GELU_TANH) geglu(ws->hb, ws->hb2, R * ffn);
+        else ds_swiglu(ws->hb, ws->hb2, R * ffn);
         ds_matmul(ws->xb, ws->hb, &L->w_down, R, ws->scratch);
+        if (L->ffn_post_norm)
+            for (int r = 0; r < R; r++)
+                ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ffn_post_norm, dim, in->norm_eps);
         ds_add(ws->x, ws->xb, R * dim);
+        if (L->out_scale != 1.0f) scale_rows(ws->x, L->out_scale, (size_t)R * dim);
         copy_taps(m, seqs, n_seqs, ws->x, l);
     }
 
@@ -428,6 +511,9 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             g += seqs[s].n_logits;
         }
     }
+    if (m->final_softcap > 0)
+        for (int s = 0; s < n_seqs; s++)
+            softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);
     for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n_tokens;
     return DS_OK;
 }

@@ -5,18 +5,43 @@
 #include "dspark.h"
 #include "kernels/matmul.h"
 
+// Feed-forward gate activation: SwiGLU (Llama, Qwen) or GeGLU with tanh-approximate GELU (Gemma).
+typedef enum { DS_ACT_SILU = 0, DS_ACT_GELU_TANH = 1 } ds_act;
+
+// One set of RoPE inverse frequencies (a layer type may have its own base, scaling and rotated part;
+// zero frequencies leave their pairs unrotated: Gemma 4's proportional partial RoPE).
 typedef struct {
-    float *attn_norm; // (dim)                          pre-attention RMSNorm weight
-    ds_weight wq;     // (n_heads * head_dim, dim)
-    ds_weight wk;     // (n_kv_heads * head_dim, dim)
-    ds_weight wv;     // (n_kv_heads * head_dim, dim)
-    ds_weight wo;     // (dim, n_heads * head_dim)
-    float *q_norm;    // (head_dim) per-head RMSNorm on q (Qwen3), or NULL
-    float *k_norm;    // (head_dim) per-head RMSNorm on k (Qwen3), or NULL
-    float *ffn_norm;  // (dim)                          pre-MLP RMSNorm weight
-    ds_weight w_gate; // (ffn_dim, dim)
-    ds_weight w_up;   // (ffn_dim, dim)
-    ds_weight w_down; // (dim, ffn_dim)
+    float *inv_freq; // (half)
+    int half;        // head_dim / 2 of the layers using it
+} ds_rope_freqs;
+
+#define DS_MAX_ROPE 2
+#define DS_MAX_STOP 16
+
+// Norm vectors hold the effective multiplier: Gemma 3's x·(1 + w) is stored as 1 + w at load.
+typedef struct {
+    float *attn_norm;      // (dim)                          pre-attention RMSNorm weight
+    ds_weight wq;          // (n_heads * head_dim, dim)
+    ds_weight wk;          // (n_kv_heads * head_dim, dim)
+    ds_weight wv;          // (n_kv_heads * head_dim, dim); data NULL: V = K projection (Gemma 4 K = V)
+    ds_weight wo;          // (dim, n_heads * head_dim)
+    float *bq, *bk, *bv;   // (n_heads * head_dim), (n_kv_heads * head_dim) x2: projection biases, or NULL
+    float *bo;             // (dim) output projection bias, or NULL
+    float *q_norm;         // (head_dim) per-head RMSNorm on q (Qwen3, Gemma), or NULL
+    float *k_norm;         // (head_dim) per-head RMSNorm on k (Qwen3, Gemma), or NULL
+    int v_norm;            // per-head weightless RMSNorm on v (Gemma 4)
+    float *attn_post_norm; // (dim) RMSNorm of the attention output before the residual add (Gemma), or NULL
+    float *ffn_norm;       // (dim)                          pre-MLP RMSNorm weight
+    ds_weight w_gate;      // (ffn_dim, dim)
+    ds_weight w_up;        // (ffn_dim, dim)
+    ds_weight w_down;      // (dim, ffn_dim)
+    float *ffn_post_norm;  // (dim) RMSNorm of the MLP output before the residual add (Gemma), or NULL
+    // Geometry and options (0 = the model-wide value, filled by ds_model_finish).
+    int head_dim, n_kv_heads;
+    int window;            // sliding window: attend to the last `window` positions (0 = all)
+    int rope;              // index into ds_model.rope
+    float attn_scale;      // softmax scale of q·k (0 = head_dim^-0.5)
+    float out_scale;       // multiplies the residual stream after the layer (Gemma 4 layer_scalar; 0 = 1)
 } ds_layer;
 
 struct ds_model {
@@ -27,13 +52,24 @@ struct ds_model {
     ds_layer *layers;    // (n_layers)
     float *out_norm;     // (dim)
     ds_weight output;    // (vocab, dim); the same matrix as tok_embd when tied
-    float *inv_freq;     // (head_dim / 2) RoPE inverse frequencies theta^(-2i/head_dim)
+    float *inv_freq;     // (head_dim / 2) RoPE inverse frequencies of rope[0]
+    ds_rope_freqs rope[DS_MAX_ROPE]; // rope[0] defaults to theta^(-2i/head_dim) over info.head_dim
+    int n_rope;
+    float embed_scale;   // embeddings are multiplied by it (Gemma: sqrt(dim) in the weight dtype); 0 = none
+    ds_act act;
+    float final_softcap; // logits = c·tanh(logits / c) (Gemma), 0 = none
+    int32_t stop_ids[DS_MAX_STOP]; // ids that end generation (eos_id first)
+    int n_stop;
+    int max_head_dim, max_q_dim, max_kv_dim; // over layers (workspace and scratch sizing)
     ds_tokenizer *tok;   // NULL when the checkpoint has no tokenizer we support
     float *owned;        // every f32 vector converted at load (norms), one allocation
     size_t owned_used, owned_cap;
     void *backing;       // the mapped file(s): ds_gguf* or ds_safetensors*
     void (*backing_free)(void *);
 };
+
+// Add a stop id (ignored when negative, already present, or the set is full).
+void ds_model_add_stop(ds_model *m, int32_t id);
 
 // Shared by the loaders: size and check the config, take norms as f32, compute weight_bytes and
 // RoPE frequencies. Called after the weights are attached.
@@ -51,8 +87,8 @@ struct ds_kv {
     int max_ctx;
     // Transposed per head, so attention runs along positions with no horizontal reductions:
     // scores = Σ_d q[d]·K[d][:] (axpys), out[d] = p·V[d][:] (one dot per d), for any head_dim.
-    float **k;      // (n_layers) each (n_kv_heads, head_dim, cap), K after RoPE
-    float **v;      // (n_layers) each (n_kv_heads, head_dim, cap)
+    float **k;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap), K after RoPE
+    float **v;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap)
 };
 
 // Make room for `need` rows (amortized doubling; no allocation once the cache has grown).

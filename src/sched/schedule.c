@@ -1,6 +1,7 @@
 #include "sched/schedule.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 double ds_cost_sps(const ds_cost_table *t, int B) {
     if (B < 1) B = 1;
@@ -83,16 +84,41 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap) {
     return k;
 }
 
+void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior) {
+    memset(g, 0, sizeof *g);
+    g->explore_every = 64;
+    if (cost_a >= 0 && cost_b >= 0 && cost_a + cost_b > 0) g->cost_a = cost_a, g->cost_b = cost_b;
+    // Prefix survival A_k as counts: slot k is tried when slots < k were accepted (A_{k-1}) and
+    // accepted when slots ≤ k were (A_k); 32 rounds' worth, so a few dozen real rounds outweigh it.
+    double prev = 1;
+    for (int k = 0; k < n_prior && k < 64; k++) {
+        double a = prior_accept[k];
+        if (!(a >= 0)) break; // NaN: not observed in calibration
+        if (a > prev) a = prev;
+        g->tried[k] = 32 * prev;
+        g->acc[k] = 32 * a;
+        prev = a;
+    }
+}
+
+double ds_gate_round_cost(const ds_draft_gate *g, int R) {
+    const double obs = g->round_s[R < DS_GATE_MAX_R ? R : DS_GATE_MAX_R];
+    if (obs > 0) return obs;
+    if (g->cost_a + g->cost_b > 0) return g->cost_a + g->cost_b * R;
+    return -1;
+}
+
 int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
     if (cap > 64) cap = 64;
     if (!g->explore_every) g->explore_every = 64;
-    if (cap <= 0) return 0;
-    if (g->observed < 4) return cap; // first estimates
+    if (cap <= 0 || R <= 0) return 0;
+    const double D = ds_gate_round_cost(g, R);
+    if (D < 0 || g->tried[0] <= 0) return cap; // no estimate yet: draft once to get one
     const double none = R * ds_cost_sps(t, R);
     // If drafting could not pay even with every drafted token accepted, there is nothing to explore.
     double bound = 0;
     for (int k = 1; k <= cap; k++) {
-        const double theta = R * (1.0 + k) / (R * g->draft_s + 1.0 / ds_cost_sps(t, R * (1 + k)));
+        const double theta = R * (1.0 + k) / (D + 1.0 / ds_cost_sps(t, R * (1 + k)));
         bound = theta > bound ? theta : bound;
     }
     if (bound <= none) return 0;
@@ -105,7 +131,7 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
     for (int k = 1; k <= cap; k++) {
         surv *= g->tried[k - 1] > 0 ? g->acc[k - 1] / g->tried[k - 1] : 0;
         tau += surv;
-        const double theta = R * tau / (R * g->draft_s + 1.0 / ds_cost_sps(t, R * (1 + k)));
+        const double theta = R * tau / (D + 1.0 / ds_cost_sps(t, R * (1 + k)));
         best = theta > best ? theta : best;
     }
     if (best > none) {
@@ -116,9 +142,10 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
     return 0;
 }
 
-void ds_gate_observe_draft(ds_draft_gate *g, double seconds_per_sequence) {
-    g->draft_s = g->observed ? 0.9 * g->draft_s + 0.1 * seconds_per_sequence : seconds_per_sequence;
-    g->observed++;
+void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds) {
+    if (R <= 0 || !(seconds >= 0)) return;
+    double *o = &g->round_s[R < DS_GATE_MAX_R ? R : DS_GATE_MAX_R];
+    *o = *o > 0 ? 0.9 * *o + 0.1 * seconds : seconds;
 }
 
 void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted) {

@@ -32,23 +32,39 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
 
 // The drafting gate of DS_SCHEDULE_AUTO. Algorithm 1's Θ = τ·SPS(B) prices verification only; when
 // drafting itself costs about a decode step (small targets, CPUs), a round that drafts can lose to
-// one that does not, whatever it admits. The gate estimates from PAST rounds only (so the output
-// distribution is untouched) the best expected throughput of drafting k slots,
-//   R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (R·draft_s + 1/SPS(R(1 + k))),
-// against R·SPS(R) without drafting, and drafts only when that wins. It explores at the start and
-// after `explore_every` skipped rounds (64, doubling up to 4096 while exploring keeps confirming
-// that drafting loses) so its estimates stay current — unless drafting could not pay even with
-// every drafted token accepted (at the measured drafting cost and this R): then it never drafts.
+// one that does not, whatever it admits. The gate prices drafting too. From PAST information only
+// (so the output distribution is untouched) it estimates the best expected throughput of drafting
+// k slots for R requests,
+//   R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (D(R) + 1/SPS(R(1 + k))),
+// where D(R) is the seconds of one batched drafting round of R sequences, and drafts only when that
+// beats R·SPS(R) without drafting. Its two inputs start from priors, so it need not spend rounds
+// finding out what it already knows:
+//   D(R): the round cost measured at start-up (cost_a + cost_b·R, ds_drafter_profile_round), then
+//         an average of observed rounds at each R;
+//   acc:  the realized acceptance of the drafter's calibration run (calibration.json
+//         "acceptance"), as 32 rounds' worth of counts, then decayed counts of verified rounds.
+// Without a prior it explores: it drafts until it has one observation of each. It re-explores
+// after `explore_every` skipped rounds (64, doubling up to 4096 while drafting keeps losing) so its
+// estimates follow the workload — unless drafting could not pay even with every drafted token
+// accepted (at the drafting cost and this R): then it never drafts.
+#define DS_GATE_MAX_R 64
 typedef struct {
-    double draft_s;   // EMA of drafting seconds per sequence-round
-    double acc[64];   // decayed counts of slot j accepted ...
-    double tried[64]; // ... and verified with the slots before it accepted
-    int observed, skipped, explore_every;
+    double cost_a, cost_b;              // prior round cost D(R) = cost_a + cost_b·R seconds (both 0 = none)
+    double round_s[DS_GATE_MAX_R + 1];  // observed D(R), averaged (index min(R, 64)); 0 = not observed
+    double acc[64];                     // decayed counts of slot j accepted ...
+    double tried[64];                   // ... and verified with the slots before it accepted
+    int skipped, explore_every;
 } ds_draft_gate;
 
+// A gate with optional priors: cost_a, cost_b as above (0, 0 = unknown); prior_accept[k] = the
+// fraction of rounds that accepted slots 0..k (prefix survival), n_prior of them (0 = unknown).
+void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior);
 // How deep to draft this round for R requests: `cap` (explore, or drafting pays) or 0.
 int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap);
-void ds_gate_observe_draft(ds_draft_gate *g, double seconds_per_sequence);
+// D(R) as the gate sees it (observed at this R, else the prior), or -1 when unknown.
+double ds_gate_round_cost(const ds_draft_gate *g, int R);
+// One drafting round of R sequences took `seconds` in all.
+void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds);
 // One verified round: ell slots verified, `accepted` of them accepted.
 void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted);
 

@@ -1,6 +1,9 @@
 // The round-based decoding engine over a set of sequences (deepspec-format.md §5, for R >= 1):
 //
-//   add:    prefill prompt[0..N-2] (taps to the drafter); anchor = prompt[N-1] at position s = N-1
+//   add:    queue the prompt; rounds prefill prompt[0..N-2] in chunks (taps to the drafter), sharing
+//           the round's forward with the other sequences' verification rows (chunked prefill: a
+//           long prompt never stalls the others for more than one chunk); anchor = prompt[N-1] at
+//           position s = N-1
 //   round:  per sequence: feed pending tap rows to the drafter; draft d_0..d_{K-1}; choose ℓ
 //           ONE target forward over every sequence's rows [anchor, d_0..d_{ℓ-1}] (positions s..s+ℓ)
 //           per sequence: verify -> a accepted + next; commit d_0..d_{a-1}, next (stop at EOS or
@@ -17,7 +20,7 @@
 #include "spec/ngram.h"
 #include "spec/verify.h"
 
-#define DS_PREFILL_CHUNK 256
+#define DS_PREFILL_CHUNK 256 // prompt rows prefilled per round, over all sequences
 #define DS_MAX_DRAFT 64
 
 typedef struct {
@@ -27,6 +30,10 @@ typedef struct {
     int32_t *toks;       // (cap_toks) prompt then generated tokens; the last one is the anchor
     int n_toks, cap_toks;
     int n_prompt, max_new, n_gen, taken;
+    int n_prefilled;     // prompt rows in the target cache (prefill is done at n_prompt - 1)
+    int prefill_rows;    // prompt rows this round's forward carries
+    ds_finish_reason reason;
+    int32_t stop_token;  // the stop id that ended it (DS_FINISH_STOP), else -1
     ds_sampler_params sp;
     ds_rng rng;
     int n_pending;       // tap rows waiting for the drafter
@@ -64,6 +71,7 @@ struct ds_engine {
     // This round's drafter batch (cap_seqs entries each).
     ds_draft_batch *bt;
     int bt_n;
+    double bt_append_s;  // seconds this round spent feeding queued context rows to the drafter
     ds_draft_state **bt_states;
     int32_t *bt_anchor;
     int *bt_k, *bt_owner;
@@ -108,6 +116,19 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
         ds_status st = DS_OK;
         if (sp->costs) e->costs = *sp->costs;
         else st = ds_profile_costs(m, 64, 256, 3, 1, &e->costs); // quick start-up profile
+        // The drafting gate's priors: the drafter's round cost on this machine (measured now at R = 1
+        // and 4, fitted as a + b·R) and the acceptance its calibration run realized.
+        double a = 0, b = 0;
+        if (!st && sp->kind == DS_SPEC_DSPARK && ds_drafter_get_info(drafter)->has_confidence && e->K > 0) {
+            double d1 = 0, d4 = 0;
+            st = ds_drafter_profile_round(drafter, 1, e->K, 64, 3, &d1);
+            if (!st) st = ds_drafter_profile_round(drafter, 4, e->K, 64, 3, &d4);
+            b = d4 > d1 ? (d4 - d1) / 3 : 0;
+            a = d1 - b > 0 ? d1 - b : 0;
+        }
+        const float *prior = NULL;
+        const int n_prior = e->d ? ds_drafter_acceptance_prior(e->d, &prior) : 0;
+        ds_gate_init(&e->gate, a, b, prior, n_prior);
         if (st) {
             ds_engine_free(e);
             return st;
@@ -166,6 +187,8 @@ static seq *get(const ds_engine *e, int id) { return id >= 0 && id < e->n_seqs &
 static int commit(const ds_engine *e, seq *s, int32_t t) {
     if (ds_model_is_stop(e->m, t)) {
         s->finished = 1;
+        s->reason = DS_FINISH_STOP;
+        s->stop_token = t;
         return 0;
     }
     s->toks[s->n_toks++] = t;
@@ -173,6 +196,7 @@ static int commit(const ds_engine *e, seq *s, int32_t t) {
     s->stats.generated++;
     if (s->n_gen >= s->max_new) {
         s->finished = 1;
+        s->reason = DS_FINISH_LENGTH;
         return 0;
     }
     return 1;
@@ -262,21 +286,9 @@ ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int m
     memcpy(s->toks, prompt, sizeof(int32_t) * n_prompt);
     s->n_toks = n_prompt;
     s->finished = max_new == 0;
-    // Prefill all but the anchor, in chunks; tap rows go straight to the drafter.
-    const double t0 = now_s();
-    const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
-    for (int done = 0; done < n_prompt - 1; done += DS_PREFILL_CHUNK) {
-        const int n = n_prompt - 1 - done < DS_PREFILL_CHUNK ? n_prompt - 1 - done : DS_PREFILL_CHUNK;
-        ds_forward_seq f = {.kv = s->kv, .tokens = prompt + done, .n_tokens = n};
-        if (di) {
-            f.tap_layers = di->tap_layers;
-            f.n_taps = di->n_taps;
-            f.taps = s->pending;
-        }
-        if ((st = ds_model_forward(e->m, e->ws, &f, 1))) goto fail;
-        if (di && (st = ds_drafter_append(e->d, s->ds, s->pending, n))) goto fail;
-    }
-    s->stats.prefill_s = now_s() - t0;
+    s->reason = max_new == 0 ? DS_FINISH_LENGTH : DS_FINISH_NONE;
+    s->stop_token = -1;
+    s->n_prefilled = 0; // rounds prefill it
     return DS_OK;
 fail:
     seq_release(s);
@@ -303,6 +315,7 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
         if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
         s->n_pending = 0;
     }
+    e->bt_append_s += now_s() - t0;
     // The draft context must hold exactly the committed positions before the anchor.
     if (ds_draft_state_len(s->ds) != s->n_toks - 1)
         return ds_fail(DS_ERR_INVALID, "internal: draft context holds %d rows for anchor position %d",
@@ -343,9 +356,30 @@ static ds_status draft_batch(ds_engine *e) {
                     break;
                 }
     }
-    ds_gate_observe_draft(&e->gate, per);
+    ds_gate_observe_draft(&e->gate, e->bt_n, e->bt_append_s + per * e->bt_n);
     e->bt_n = 0;
+    e->bt_append_s = 0;
     return DS_OK;
+}
+
+// Room for n more tap rows in s's queue: grow it up to 64 MiB (a drafter that is not drafting costs
+// nothing), else hand the queued rows to the drafter now.
+static ds_status reserve_pending(ds_engine *e, seq *s, int n) {
+    if (s->n_pending + n <= s->cap_pending) return DS_OK;
+    const size_t row = sizeof(float) * (size_t)e->tap_w;
+    const int limit = (int)((64u << 20) / row);
+    int cap = s->cap_pending;
+    while (cap < s->n_pending + n && 2 * cap <= limit) cap *= 2;
+    float *p = cap >= s->n_pending + n ? realloc(s->pending, row * (size_t)cap) : NULL;
+    if (p) {
+        s->pending = p;
+        s->cap_pending = cap;
+        return DS_OK;
+    }
+    ds_status st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending);
+    s->n_pending = 0;
+    if (!st && n > s->cap_pending) st = ds_fail(DS_ERR_INVALID, "internal: %d tap rows exceed the queue", n);
+    return st;
 }
 
 // Verify and commit s's round after the shared forward.
@@ -377,19 +411,7 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     // Keep the anchor and the accepted drafts in the target cache; their taps go to the drafter.
     if ((st = ds_kv_truncate(s->kv, base + a + 1))) return st;
     if (e->d) { // queue the rows; they reach the drafter when it next drafts (batched if it skips rounds)
-        if (s->n_pending + a + 1 > s->cap_pending) {
-            // Grow the queue up to 64 MiB (a drafter that is not drafting costs nothing), else flush.
-            const size_t row = sizeof(float) * (size_t)e->tap_w;
-            const int limit = (int)((64u << 20) / row);
-            float *p = 2 * s->cap_pending <= limit ? realloc(s->pending, row * 2 * (size_t)s->cap_pending) : NULL;
-            if (p) {
-                s->pending = p;
-                s->cap_pending *= 2;
-            } else {
-                if ((st = ds_drafter_append(e->d, s->ds, s->pending, s->n_pending))) return st;
-                s->n_pending = 0;
-            }
-        }
+        if ((st = reserve_pending(e, s, a + 1))) return st;
         memcpy(s->pending + (size_t)s->n_pending * e->tap_w, s->taps, sizeof(float) * (size_t)(a + 1) * e->tap_w);
         s->n_pending += a + 1;
     }
@@ -411,48 +433,82 @@ static void schedule_auto(ds_engine *e) {
     for (int j = 0; j < R; j++) e->seqs[e->sched_owner[j]].ell = e->sched_ell[j];
 }
 
+static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
+
 ds_status ds_engine_step(ds_engine *e) {
     ds_status st;
-    int n = 0;
+    int n = 0, R = 0; // R: sequences decoding (past their prefill)
+    for (int i = 0; i < e->n_seqs; i++) R += e->seqs[i].used && !e->seqs[i].finished && !prefilling(&e->seqs[i]);
     const int auto_sched =
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
-    const int R = ds_engine_active(e);
     const int K_cap =
         auto_sched ? ds_gate_depth(&e->gate, &e->costs, R, ds_schedule_max_admissions(&e->costs, R, e->K)) : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
-        if (!s->used || s->finished) continue;
+        if (!s->used || s->finished || prefilling(s)) continue;
         if ((st = draft_prepare(e, s, K_cap))) return st;
     }
     if ((st = draft_batch(e))) return st;
     if (auto_sched) schedule_auto(e);
+    const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
+    int budget = DS_PREFILL_CHUNK; // prompt rows this round, first come first served
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
+        s->prefill_rows = 0;
         if (!s->used || s->finished) continue;
-        s->rows[0] = s->toks[s->n_toks - 1];
         ds_forward_seq *f = &e->fwd[n];
         memset(f, 0, sizeof *f);
         f->kv = s->kv;
-        f->tokens = s->rows;
-        f->n_tokens = s->ell + 1;
-        f->n_logits = s->ell + 1;
-        f->logits = s->p_logits;
-        if (e->d) {
-            const ds_drafter_info *di = ds_drafter_get_info(e->d);
+        if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;
-            f->taps = s->taps;
+        }
+        if (prefilling(s)) { // the next chunk of its prompt; no logits; tap rows straight into its queue
+            const int left = s->n_prompt - 1 - s->n_prefilled;
+            if (!budget) continue;
+            s->prefill_rows = left < budget ? left : budget;
+            budget -= s->prefill_rows;
+            f->tokens = s->toks + s->n_prefilled;
+            f->n_tokens = s->prefill_rows;
+            if (di) {
+                if ((st = reserve_pending(e, s, s->prefill_rows))) return st;
+                f->taps = s->pending + (size_t)s->n_pending * e->tap_w;
+            }
+        } else {
+            s->rows[0] = s->toks[s->n_toks - 1];
+            f->tokens = s->rows;
+            f->n_tokens = s->ell + 1;
+            f->n_logits = s->ell + 1;
+            f->logits = s->p_logits;
+            f->taps = di ? s->taps : NULL;
         }
         e->fwd_owner[n++] = i;
     }
     if (!n) return DS_OK;
     const double t0 = now_s();
     if ((st = ds_model_forward(e->m, e->ws, e->fwd, n))) return st;
-    for (int j = 0; j < n; j++)
-        if ((st = finish_round(e, &e->seqs[e->fwd_owner[j]]))) return st;
+    for (int j = 0; j < n; j++) {
+        seq *s = &e->seqs[e->fwd_owner[j]];
+        if (s->prefill_rows) {
+            s->n_prefilled += s->prefill_rows;
+            if (di) s->n_pending += s->prefill_rows;
+        } else if ((st = finish_round(e, s))) {
+            return st;
+        }
+    }
     const double dt = now_s() - t0;
-    for (int j = 0; j < n; j++) e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
+    for (int j = 0; j < n; j++) {
+        seq *s = &e->seqs[e->fwd_owner[j]];
+        if (s->prefill_rows) s->stats.prefill_s += dt;
+        else s->stats.verify_s += dt;
+    }
     return DS_OK;
+}
+
+ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token) {
+    const seq *s = get(e, id);
+    if (stop_token) *stop_token = s ? s->stop_token : -1;
+    return s ? s->reason : DS_FINISH_NONE;
 }
 
 void ds_engine_set_observer(ds_engine *e, ds_round_observer fn, void *ctx) {

@@ -13,7 +13,7 @@
 // for every piece of up to 61 bytes that is valid UTF-8 (all of stories260K's, 512 pieces).
 #include <string.h>
 
-#include "tokenizer/tok_internal.h"
+#include "tokenizer/hf_internal.h"
 #include "tokenizer/utf8.h"
 
 static const char k_fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -69,7 +69,9 @@ void ds_detok_init(ds_detok *d, const ds_tokenizer *t, int strip_leading_space) 
     if (!d) return;
     memset(d, 0, sizeof *d);
     d->tok = t;
-    d->at_start = strip_leading_space != 0;
+    // Tokenizer.json decoders strip a leading space only with a Strip decoder (SentencePiece
+    // conversions with a prefix space); byte-level and Gemma's decoders keep it.
+    d->at_start = strip_leading_space != 0 && t && (t->kind == DS_TOK_SPM || (t->hf && t->hf->strip_start > 0));
 }
 
 int ds_detok_push(ds_detok *d, int32_t id, char *out, int cap) {

@@ -232,8 +232,8 @@ nomem:
     return ds_fail(DS_ERR_NOMEM, "tokenize: out of memory");
 }
 
-ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
-                      int cap, int *n_out) {
+// Argument checks shared by both tokenizer kinds.
+static ds_status check_args(const ds_tokenizer *t, const char *text, size_t len, int32_t *out, int cap, int *n_out) {
     g_ops = 0;
     if (!n_out) return ds_fail(DS_ERR_INVALID, "tokenize: NULL n_out");
     *n_out = 0;
@@ -244,6 +244,32 @@ ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int a
     size_t bad;
     if (!ds_utf8_valid((const uint8_t *)text, len, &bad))
         return ds_fail(DS_ERR_INVALID, "tokenize: invalid UTF-8 at byte offset %zu", bad);
+    return DS_OK;
+}
+
+static ds_status spm_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
+                              int cap, int *n_out);
+
+ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
+                      int cap, int *n_out) {
+    ds_status st = check_args(t, text, len, out, cap, n_out);
+    if (st) return st;
+    if (t->kind == DS_TOK_HF)
+        return ds_hf_tokenize(t, text, len, add_bos ? DS_TOK_ADD_SPECIAL | DS_TOK_PARSE_SPECIAL | DS_TOK_NO_DOUBLE_BOS
+                                                    : DS_TOK_PARSE_SPECIAL, out, cap, n_out);
+    return spm_tokenize(t, text, len, add_bos, out, cap, n_out);
+}
+
+ds_status ds_tokenize_ex(const ds_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out,
+                         int cap, int *n_out) {
+    ds_status st = check_args(t, text, len, out, cap, n_out);
+    if (st) return st;
+    if (t->kind == DS_TOK_HF) return ds_hf_tokenize(t, text, len, flags & (DS_TOK_ADD_SPECIAL | DS_TOK_PARSE_SPECIAL), out, cap, n_out);
+    return spm_tokenize(t, text, len, (flags & DS_TOK_ADD_SPECIAL) && t->bos >= 0, out, cap, n_out);
+}
+
+static ds_status spm_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
+                              int cap, int *n_out) {
     if (add_bos && t->bos < 0) return ds_fail(DS_ERR_INVALID, "tokenize: add_bos, but the vocabulary has no BOS");
 
     session s = {.t = t, .out = out, .cap = (size_t)cap};

@@ -7,7 +7,15 @@
 
 #include "tokenizer/tokenizer.h"
 
+enum { DS_TOK_SPM = 0, DS_TOK_HF = 1 };
+
+typedef struct ds_hf ds_hf; // tokenizer.json data (hf_load.c)
+
 struct ds_tokenizer {
+    int kind;             // DS_TOK_SPM (GGUF SentencePiece) or DS_TOK_HF (tokenizer.json BPE)
+    ds_hf *hf;            // kind == DS_TOK_HF: normalizer, pre-tokenizer, merges, added tokens
+    int chat_format;      // DS_CHAT_* (chat.c), from tokenizer_config.json's chat_template
+    unsigned chat_flags;  // DS_CHAT_QWEN3_THINK | ...: template variants (chat.c)
     int n_vocab;
     int bos, eos, unk;    // -1 when absent
     int add_space_prefix;
@@ -35,6 +43,29 @@ struct ds_tokenizer {
     int32_t *user_defined;
     int n_user_defined;
 };
+
+// Builds slots/slot_hash/mask from pool/off (every non-empty piece); fails on duplicates.
+ds_status ds_tok_build_index(ds_tokenizer *t);
+
+// Internal ds_tokenize_ex flag (ds_tokenize's add_bos): do not add BOS when the text already
+// starts with the BOS token's text (a rendered chat template), so it is never doubled.
+#define DS_TOK_NO_DOUBLE_BOS (1u << 8)
+
+// HF kind (hf_load.c / hf_encode.c).
+void ds_hf_free(ds_hf *h);
+ds_status ds_hf_tokenize(const ds_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out,
+                         int cap, int *n_out);
+// The text of an added/special token for full decodes that keep special tokens (NULL if `id` is not one).
+const char *ds_hf_special_text(const ds_tokenizer *t, int32_t id, size_t *n);
+// Post-processing clean-up of decoded text (tokenizer_config.json clean_up_tokenization_spaces).
+int ds_hf_cleanup_spaces(const ds_tokenizer *t);
+
+// Chat formats (chat.c).
+enum { DS_CHAT_PLAIN = 0, DS_CHAT_CHATML, DS_CHAT_GEMMA, DS_CHAT_LLAMA3 };
+// The format a chat_template implements (recognized by its markers); DS_CHAT_PLAIN when unknown.
+int ds_chat_detect(const char *chat_template);
+enum { DS_CHAT_QWEN3_THINK = 1, DS_CHAT_QWEN25_SYSTEM = 2, DS_CHAT_LLAMA31_SYSTEM = 4, DS_CHAT_DATE_NOW = 8 };
+unsigned ds_chat_variant(const char *chat_template);
 
 // The id whose piece is exactly s[0..n), or -1.
 int32_t ds_tok_lookup(const ds_tokenizer *t, const char *s, size_t n);

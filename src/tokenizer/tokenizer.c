@@ -117,6 +117,34 @@ static size_t decode_piece(const char *p, size_t n, int type, char *out) {
     }
 }
 
+ds_status ds_tok_build_index(ds_tokenizer *t) {
+    char q[256];
+    size_t cap = 16;
+    while (cap < 2 * (size_t)t->n_vocab) cap *= 2;
+    t->mask = cap - 1;
+    t->slots = ds_malloc(cap * sizeof *t->slots);
+    t->slot_hash = ds_malloc(cap * sizeof *t->slot_hash);
+    if (!t->slots || !t->slot_hash) return ds_fail(DS_ERR_NOMEM, "tokenizer: out of memory");
+    memset(t->slots, 0xff, cap * sizeof *t->slots);
+    for (int i = 0; i < t->n_vocab; i++) {
+        size_t n;
+        const char *p = piece_ptr(t, i, &n);
+        if (n == 0) continue;
+        uint64_t h = hash_bytes(p, n);
+        size_t s = (size_t)h & t->mask;
+        for (; t->slots[s] >= 0; s = (s + 1) & t->mask) {
+            size_t on;
+            const char *op = piece_ptr(t, t->slots[s], &on);
+            if (t->slot_hash[s] == (uint32_t)h && on == n && memcmp(op, p, n) == 0)
+                return ds_fail(DS_ERR_INVALID, "tokenizer: pieces %d and %d are both \"%s\"", t->slots[s], i,
+                               quote(p, n, q, sizeof q));
+        }
+        t->slots[s] = i;
+        t->slot_hash[s] = (uint32_t)h;
+    }
+    return DS_OK;
+}
+
 typedef struct {
     size_t len;
     int32_t id;
@@ -141,6 +169,7 @@ void ds_tokenizer_free(ds_tokenizer *t) {
     free(t->slots);
     free(t->slot_hash);
     free(t->user_defined);
+    ds_hf_free(t->hf);
     free(t);
 }
 
@@ -219,29 +248,7 @@ ds_status ds_tokenizer_init_spm(int n_vocab, const char *const *pieces, const si
 
     // Text -> id map over all non-empty pieces (llama.cpp's token_to_id holds every token, whatever
     // its type; an empty piece can never match a non-empty symbol, so it is left out).
-    size_t cap = 16;
-    while (cap < 2 * (size_t)n_vocab) cap *= 2;
-    t->mask = cap - 1;
-    t->slots = ds_malloc(cap * sizeof *t->slots);
-    t->slot_hash = ds_malloc(cap * sizeof *t->slot_hash);
-    if (!t->slots || !t->slot_hash) FAIL(DS_ERR_NOMEM, "tokenizer: out of memory");
-    memset(t->slots, 0xff, cap * sizeof *t->slots);
-    for (int i = 0; i < n_vocab; i++) {
-        size_t n;
-        const char *p = piece_ptr(t, i, &n);
-        if (n == 0) continue;
-        uint64_t h = hash_bytes(p, n);
-        size_t s = (size_t)h & t->mask;
-        for (; t->slots[s] >= 0; s = (s + 1) & t->mask) {
-            size_t on;
-            const char *op = piece_ptr(t, t->slots[s], &on);
-            if (t->slot_hash[s] == (uint32_t)h && on == n && memcmp(op, p, n) == 0)
-                FAIL(DS_ERR_INVALID, "tokenizer: pieces %d and %d are both \"%s\"", t->slots[s], i,
-                     quote(p, n, q, sizeof q));
-        }
-        t->slots[s] = i;
-        t->slot_hash[s] = (uint32_t)h;
-    }
+    if ((st = ds_tok_build_index(t)) != DS_OK) goto fail;
 
     // Decoded bytes of every token.
     size_t dtotal = 0;

@@ -26,4 +26,11 @@ ds_status ds_tokenizer_init_spm(int n_vocab, const char *const *pieces, const si
                                 int add_space_prefix, ds_tokenizer **out);
 void ds_tokenizer_free(ds_tokenizer *t);
 
+// A Hugging Face tokenizer.json (BPE) with its tokenizer_config.json (NULL: none). hf_load.c.
+ds_status ds_tokenizer_load_hf(const char *json_path, const char *config_path, ds_tokenizer **out);
+// The same from parsed trees (cfg may be NULL); `json_path` names the source in messages.
+struct cJSON;
+ds_status ds_tokenizer_from_json(const char *json_path, const struct cJSON *root, const struct cJSON *cfg,
+                                 ds_tokenizer **out);
+
 #endif

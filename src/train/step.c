@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "base/status.h"
 #include "kernels/ops.h"
 #include "train/train.h"
@@ -202,7 +203,7 @@ static void lin(float *Y, const float *X, const float *W, const float *b, int n,
 
 // dX (n, in) += dY (n, out) · W (out, in); rows split over threads.
 static void lin_dx(float *dX, const float *dY, const float *W, int n, int out, int in) {
-#pragma omp parallel if ((size_t)n * out * in > (1u << 18))
+#pragma omp parallel if ((size_t)n * out * in > (1u << 18)) num_threads(ds_threads())
     {
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         const int per = (n + nt - 1) / nt, r0 = t * per, r1 = r0 + per < n ? r0 + per : n;
@@ -214,7 +215,7 @@ static void lin_dx(float *dX, const float *dY, const float *W, int n, int out, i
 
 // dW (out, in) += dYᵀ (out, n) · X (n, in); db (out) += Σ_rows dY. Output rows split over threads.
 static void lin_dw(float *dW, float *db, const float *dY, const float *X, int n, int out, int in) {
-#pragma omp parallel if ((size_t)n * out * in > (1u << 18))
+#pragma omp parallel if ((size_t)n * out * in > (1u << 18)) num_threads(ds_threads())
     {
         const int nt = omp_get_num_threads(), t = omp_get_thread_num();
         const int per = (out + nt - 1) / nt, r0 = t * per, r1 = r0 + per < out ? r0 + per : out;
@@ -314,7 +315,7 @@ static size_t probs_offset(const ds_tsample *s, int a, int nq, int B) {
 // O (M, qd) for every anchor block: queries Q, keys [Kc rows < p ; block K], values likewise.
 static void attn_fwd(const ds_drafter *d, const ds_tsample *s, layer_acts *a, int B, float scale) {
     const int nq = d->nq, hd = d->hd, qd = nq * hd, kvd = d->nkv * hd, group = nq / d->nkv;
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) num_threads(ds_threads())
     for (int job = 0; job < s->n_anchors * nq; job++) {
         const int an = job / nq, h = job % nq, kh = h / group, p = s->anchors[an], n_ctx = p + B;
         float *P = a->probs + probs_offset(s, an, nq, B) + (size_t)h * B * n_ctx;
@@ -346,7 +347,7 @@ static void attn_bwd(const ds_drafter *d, const ds_tsample *s, const layer_acts 
     const int nq = d->nq, hd = d->hd, qd = nq * hd, kvd = d->nkv * hd, group = nq / d->nkv;
     int max_ctx = 0;
     for (int an = 0; an < s->n_anchors; an++) max_ctx = s->anchors[an] + B > max_ctx ? s->anchors[an] + B : max_ctx;
-#pragma omp parallel
+#pragma omp parallel num_threads(ds_threads())
     {
         float *dp = malloc(sizeof(float) * (size_t)max_ctx);
 #pragma omp for schedule(static)

@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/threads.h"
 #include "base/status.h"
 #include "io/atomic.h"
 #include "io/json.h"
@@ -58,7 +59,7 @@ static double lr_at(const ds_train_opts *o, int t) {
 static void adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double wd, int t) {
     const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
     const double c1 = 1.0 - pow(b1, t), c2 = 1.0 - pow(b2, t);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(ds_threads())
     for (size_t i = 0; i < n; i++) {
         m[i] = (float)(b1 * m[i] + (1 - b1) * g[i]);
         v[i] = (float)(b2 * v[i] + (1 - b2) * (double)g[i] * g[i]);

@@ -3,6 +3,7 @@
 // back-off) so that a change is noticed.
 #include <setjmp.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 #include <cmocka.h>
@@ -21,9 +22,9 @@ static void test_stops_when_drafting_costs_too_much(void **state) {
     ds_cost_table t;
     table(&t, 0.0, 1e-3); // compute-bound: every verified row costs a full step
     ds_draft_gate g = {0};
-    for (int i = 0; i < 4; i++) { // exploration: drafts, sees 40% acceptance, drafting as dear as a step
+    for (int i = 0; i < 1; i++) { // exploration: drafts once (no priors), drafting as dear as a step
         assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
-        ds_gate_observe_draft(&g, 1e-3);
+        ds_gate_observe_draft(&g, 1, 1e-3);
         ds_gate_observe_round(&g, 7, i % 2);
     }
     // Even with every draft accepted, 8 tokens would cost a step per row plus drafting: hopeless,
@@ -38,9 +39,9 @@ static void test_backs_off_when_it_could_pay_but_does_not(void **state) {
     ds_cost_table t;
     table(&t, 10e-3, 1e-5); // memory-bound: perfect acceptance would pay
     ds_draft_gate g = {0};
-    for (int i = 0; i < 4; i++) { // exploration: dear drafting and nothing accepted
+    for (int i = 0; i < 1; i++) { // exploration (no priors): dear drafting and nothing accepted
         assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
-        ds_gate_observe_draft(&g, 8e-3);
+        ds_gate_observe_draft(&g, 1, 8e-3);
         ds_gate_observe_round(&g, 7, 0);
     }
     int drafted = 0;
@@ -55,9 +56,50 @@ static void test_keeps_drafting_when_it_pays(void **state) {
     ds_draft_gate g = {0};
     for (int i = 0; i < 50; i++) {
         assert_int_equal(ds_gate_depth(&g, &t, 4, 7), 7);
-        ds_gate_observe_draft(&g, 1e-3);  // drafting: 10% of a step
+        ds_gate_observe_draft(&g, 4, 4e-3); // drafting: 10% of a step per sequence
         ds_gate_observe_round(&g, 7, 3); // ~3 accepted per round
     }
+}
+
+// With priors (the start-up drafting cost and the calibration run's acceptance) the gate decides
+// from the first round: it never spends a round drafting when the priors say drafting loses ...
+static void test_priors_decide_from_the_first_round(void **state) {
+    (void)state;
+    ds_cost_table t;
+    table(&t, 10e-3, 1e-5); // memory-bound: perfect acceptance would pay
+    const float weak[7] = {0.3f, 0.1f, 0.03f, 0.01f, 0, 0, 0};
+    const float strong[7] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
+    ds_draft_gate g;
+    ds_gate_init(&g, 8e-3, 1e-3, weak, 7); // drafting ~ a step, little accepted: loses
+    for (int i = 0; i < 60; i++) assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 0);
+    // ... and drafts from the first round when they say it pays.
+    ds_gate_init(&g, 1e-3, 0, strong, 7);
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
+    // Hopeless at these costs even with every token accepted: never drafts, prior or not.
+    ds_cost_table c;
+    table(&c, 0.0, 1e-3);
+    ds_gate_init(&g, 1e-3, 0, strong, 7);
+    for (int i = 0; i < 5000; i++) assert_int_equal(ds_gate_depth(&g, &c, 1, 7), 0);
+    // Without a cost prior it drafts once to measure.
+    ds_gate_init(&g, 0, 0, strong, 7);
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
+}
+
+// The prior is a prefix survival: slot k is tried in A_{k-1} of the rounds and accepted in A_k.
+static void test_prior_counts(void **state) {
+    (void)state;
+    const float p[3] = {0.5f, 0.25f, NAN};
+    ds_draft_gate g;
+    ds_gate_init(&g, 1e-3, 2e-4, p, 3);
+    assert_float_equal(g.tried[0], 32, 1e-9);
+    assert_float_equal(g.acc[0], 16, 1e-9);
+    assert_float_equal(g.tried[1], 16, 1e-9);
+    assert_float_equal(g.acc[1], 8, 1e-9);
+    assert_float_equal(g.tried[2], 0, 1e-9); // NaN: not observed, no prior past it
+    assert_float_equal(ds_gate_round_cost(&g, 5), 2e-3, 1e-12);
+    ds_gate_observe_draft(&g, 5, 4e-3); // an observation at R = 5 replaces the prior there
+    assert_float_equal(ds_gate_round_cost(&g, 5), 4e-3, 1e-12);
+    assert_float_equal(ds_gate_round_cost(&g, 6), 1e-3 + 6 * 2e-4, 1e-12);
 }
 
 static void test_no_depth_no_drafting(void **state) {
@@ -74,6 +116,8 @@ int main(void) {
         cmocka_unit_test(test_keeps_drafting_when_it_pays),
         cmocka_unit_test(test_backs_off_when_it_could_pay_but_does_not),
         cmocka_unit_test(test_no_depth_no_drafting),
+        cmocka_unit_test(test_priors_decide_from_the_first_round),
+        cmocka_unit_test(test_prior_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,219 @@
+// dspark chat: an interactive conversation with a model. Each line read from stdin is a user
+// message; the whole conversation is rendered in the tokenizer's chat format (ds_chat_render),
+// and the reply streams to stdout until the format's end-of-turn token, EOS or -n tokens. Works
+// on piped stdin (one reply per line, then exit at end of input); "/exit" also ends it.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *model, *drafter, *system;
+    long n_predict, threads, seed;
+    ds_sampler_params sp;
+    ds_spec_params spec;
+    ds_cost_table costs;
+    unsigned given;
+    int stats;
+} chat_args;
+
+static void chat_usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark chat [-m MODEL] [--system TEXT] [-n N] [options]   (one user message per line)\n"
+            "  -m, --model PATH   .gguf file or Hugging Face directory (default: stories260K)\n"
+            "  --system TEXT      a system message at the start of the conversation\n"
+            "  -n, --n-predict N  most tokens per reply (default 256)\n"
+            "  --temp T, --top-k K, --top-p P, --min-p M, --seed S   sampling (default greedy)\n"
+            "  -t, --threads N    threads (default: all cores)\n"
+            "  -d, --drafter DIR  a DeepSpec drafter paired with the model\n"
+            "  --spec KIND, --draft-max K, --conf-threshold C, --schedule S, --costs FILE, --ngram N\n"
+            "                     speculative decoding, as for dspark generate\n"
+            "  --stats            print speculation statistics to stderr after each reply\n"
+            "The format comes from the tokenizer (chatml, gemma, llama3; plain \"role: content\" lines\n"
+            "for models without a chat template). Type /exit or end the input to quit.\n");
+}
+
+static int parse_args(int argc, char **argv, chat_args *a) {
+    memset(a, 0, sizeof *a);
+    a->n_predict = 256;
+    a->sp = ds_sampler_default();
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            chat_usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(o, "--stats")) {
+            a->stats = 1;
+            continue;
+        }
+        if (!v) return cli_usage_error("option %s needs a value", o);
+        i++;
+        int r = cli_sampling_option(o, v, &a->sp);
+        if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
+        if (r < 0) return -r;
+        if (r) continue;
+        if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
+        else if (!strcmp(o, "--system")) a->system = v;
+        else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) a->drafter = v;
+        else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
+            if (!cli_parse_int(v, 1, 1 << 24, &a->n_predict)) return cli_usage_error("-n expects a positive count, got '%s'", v);
+        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
+            if (!cli_parse_int(v, 1, 1024, &a->threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
+        } else if (!strcmp(o, "--seed")) {
+            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &a->seed)) return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
+        } else {
+            return cli_usage_error("unknown option '%s' (see dspark chat --help)", o);
+        }
+    }
+    return cli_spec_finish(&a->spec, a->given, a->drafter);
+}
+
+typedef struct {
+    ds_chat_message *msgs;
+    int n, cap;
+} conversation;
+
+static int conv_add(conversation *c, const char *role, const char *content) {
+    if (c->n == c->cap) {
+        int nc = c->cap ? 2 * c->cap : 16;
+        ds_chat_message *nm = realloc(c->msgs, (size_t)nc * sizeof *nm);
+        if (!nm) return 0;
+        c->msgs = nm, c->cap = nc;
+    }
+    char *s = strdup(content);
+    if (!s) return 0;
+    c->msgs[c->n++] = (ds_chat_message){role, s};
+    return 1;
+}
+
+static void conv_free(conversation *c) {
+    for (int i = 0; i < c->n; i++) free((char *)c->msgs[i].content);
+    free(c->msgs);
+}
+
+// Push ids through the detokenizer to stdout and into *reply; returns 0 when out of memory.
+static int stream(ds_detok *dt, const int32_t *ids, int n, char **reply, size_t *len, size_t *cap) {
+    char piece[256];
+    for (int i = 0; i < n; i++) {
+        char *buf = piece;
+        int m = ds_detok_push(dt, ids[i], piece, sizeof piece);
+        if (m < 0 && (buf = malloc((size_t)-m))) m = ds_detok_push(dt, ids[i], buf, -m);
+        if (!buf) return 0;
+        if (m > 0) {
+            fwrite(buf, 1, (size_t)m, stdout);
+            if (*len + (size_t)m + 1 > *cap) {
+                size_t nc = 2 * *cap + (size_t)m + 64;
+                char *nr = realloc(*reply, nc);
+                if (!nr) return 0;
+                *reply = nr, *cap = nc;
+            }
+            memcpy(*reply + *len, buf, (size_t)m);
+            *len += (size_t)m;
+            (*reply)[*len] = 0;
+        }
+        if (buf != piece) free(buf);
+    }
+    fflush(stdout);
+    return 1;
+}
+
+int cmd_chat(int argc, char **argv) {
+    chat_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc;
+    ds_model *m = cli_load_text_model(a.model, a.threads);
+    if (!m) return 1;
+    ds_drafter *dr = NULL;
+    ds_engine *e = NULL;
+    conversation conv = {0};
+    char *line = NULL, *text = NULL, *reply = NULL;
+    int32_t *ids = NULL;
+    size_t line_cap = 0;
+    ds_status st = DS_OK;
+    const ds_tokenizer *tok = ds_model_tokenizer(m);
+    const int eot = ds_chat_eot(tok), interactive = isatty(0);
+    if (a.drafter && !(dr = cli_load_drafter(a.drafter, m))) {
+        rc = 1;
+        goto done;
+    }
+    if ((st = ds_engine_init(m, dr, &a.spec, &e))) goto fail;
+    if (a.system && !conv_add(&conv, "system", a.system)) goto oom;
+    fprintf(stderr, "dspark: chat format %s; /exit or end of input to quit\n", ds_chat_format_name(tok));
+    cli_catch_interrupt();
+    for (int turn = 0;; turn++) {
+        if (interactive) fprintf(stderr, "> ");
+        ssize_t got = getline(&line, &line_cap, stdin);
+        if (got < 0 || cli_interrupted) break;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+        if (!strcmp(line, "/exit")) break;
+        if (got == 0) continue;
+        if (!conv_add(&conv, "user", line)) goto oom;
+        free(text);
+        text = NULL;
+        if ((st = ds_chat_render(tok, conv.msgs, conv.n, 1, &text))) goto fail;
+        int n = 0;
+        if ((st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) goto fail;
+        free(ids);
+        if (!(ids = malloc(sizeof(int32_t) * (size_t)(n > 128 ? n : 128)))) goto oom;
+        if ((st = ds_tokenize(tok, text, strlen(text), 1, ids, n, &n))) goto fail;
+        const int max_ctx = ds_model_get_info(m)->max_ctx;
+        if (n + 1 >= max_ctx) {
+            fprintf(stderr, "dspark: the conversation (%d tokens) fills the model's context of %d\n", n, max_ctx);
+            break;
+        }
+        int max_new = (int)a.n_predict < max_ctx - n ? (int)a.n_predict : max_ctx - n;
+        int id;
+        if ((st = ds_engine_add(e, ids, n, max_new, &a.sp, (uint64_t)a.seed + (uint64_t)turn, &id))) goto fail;
+        ds_detok dt;
+        ds_detok_init(&dt, tok, 0);
+        size_t rlen = 0, rcap = 0;
+        free(reply);
+        reply = NULL;
+        int ended = 0;
+        while (!ended && !ds_engine_finished(e, id) && !cli_interrupted) {
+            if ((st = ds_engine_step(e))) goto fail;
+            int k;
+            while (!ended && (k = ds_engine_take(e, id, ids, 128)) > 0) {
+                int keep = k;
+                for (int i = 0; i < k; i++)
+                    if (ids[i] == eot || ds_model_is_stop(m, ids[i])) {
+                        keep = i;
+                        ended = 1;
+                        break;
+                    }
+                if (!stream(&dt, ids, keep, &reply, &rlen, &rcap)) goto oom;
+            }
+        }
+        char tail[8];
+        int nt = ds_detok_flush(&dt, tail, sizeof tail);
+        if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
+        putchar('\n');
+        fflush(stdout);
+        if (a.stats) {
+            const ds_seq_stats *s = ds_engine_stats(e, id);
+            fprintf(stderr, "dspark: %d tokens, %d rounds, tau %.3f\n", s->generated, s->rounds, s->tau);
+        }
+        if ((st = ds_engine_remove(e, id))) goto fail;
+        if (!conv_add(&conv, "assistant", reply ? reply : "")) goto oom;
+    }
+    goto done;
+oom:
+    fprintf(stderr, "dspark: out of memory\n");
+    rc = 1;
+    goto done;
+fail:
+    rc = cli_fail(st);
+done:
+    free(line);
+    free(text);
+    free(reply);
+    free(ids);
+    conv_free(&conv);
+    ds_engine_free(e);
+    ds_drafter_free(dr);
+    ds_model_free(m);
+    return rc ? rc : cli_interrupted ? 130 : 0;
+}

@@ -1,0 +1,153 @@
+// dspark serve: the OpenAI-compatible HTTP server (src/serve/). Runs until SIGINT or SIGTERM, then
+// drains: new requests get 503, running ones finish (up to --drain-timeout seconds), exit 0.
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "serve/serve.h"
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark serve [-m MODEL] [-d DRAFTER] [options]\n"
+            "  -m, --model PATH       .gguf file or Hugging Face directory (default: stories260K)\n"
+            "  -d, --drafter DIR      a DeepSpec drafter paired with the model\n"
+            "  --host ADDR            IPv4 address to listen on (default 127.0.0.1: this machine only)\n"
+            "  --port N               port (default 8080; 0 = any free port, printed on stderr)\n"
+            "  --max-concurrency R    requests decoded together in one batch (default 8)\n"
+            "  --queue N              requests that may wait for a slot; more get 503 (default 64)\n"
+            "  --max-body BYTES       request body limit; larger bodies get 413 (default 1048576)\n"
+            "  --schedule S           auto | fixed | threshold | none (none = no speculation;\n"
+            "                         default: auto with -d, else none)\n"
+            "  --spec KIND            none | dspark | ngram (default: dspark with -d, else none)\n"
+            "  --draft-max K, --conf-threshold C, --costs FILE, --ngram N   as for dspark generate\n"
+            "  --name NAME            the model id reported by /v1/models (default: the model's name)\n"
+            "  --drain-timeout S      seconds to let running requests finish on SIGINT/SIGTERM (default 30)\n"
+            "  -t, --threads N        threads (default: all cores)\n"
+            "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,\n"
+            "GET /metrics (Prometheus).\n");
+}
+
+// A second SIGINT/SIGTERM while draining: leave at once.
+static void *second_signal(void *arg) {
+    int sig;
+    sigwait((sigset_t *)arg, &sig);
+    fprintf(stderr, "dspark: second signal: exiting without draining\n");
+    _exit(130);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *drafter = NULL;
+    long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20;
+    double drain = 30;
+    ds_spec_params spec = {.schedule = DS_SCHEDULE_AUTO};
+    ds_cost_table costs;
+    unsigned given = 0;
+    int no_spec = 0;
+    ds_serve_params sp = {.host = "127.0.0.1"};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (!v) return cli_usage_error("option %s needs a value", o);
+        i++;
+        if (!strcmp(o, "--schedule") && !strcmp(v, "none")) {
+            no_spec = 1;
+            continue;
+        }
+        if (!strcmp(o, "--schedule") && strcmp(v, "auto") && strcmp(v, "fixed") && strcmp(v, "threshold"))
+            return cli_usage_error("--schedule expects auto, fixed, threshold or none, got '%s'", v);
+        const int r = cli_spec_option(o, v, &spec, &costs, &given);
+        if (r < 0) return -r;
+        if (r) continue;
+        if (!strcmp(o, "-m") || !strcmp(o, "--model")) model = v;
+        else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) drafter = v;
+        else if (!strcmp(o, "--host")) sp.host = v;
+        else if (!strcmp(o, "--name")) sp.model_name = v;
+        else if (!strcmp(o, "--port")) {
+            if (!cli_parse_int(v, 0, 65535, &port)) return cli_usage_error("--port expects 0..65535, got '%s'", v);
+        } else if (!strcmp(o, "--max-concurrency")) {
+            if (!cli_parse_int(v, 1, 1024, &maxc)) return cli_usage_error("--max-concurrency expects 1..1024, got '%s'", v);
+        } else if (!strcmp(o, "--queue")) {
+            if (!cli_parse_int(v, 0, 1 << 20, &queue)) return cli_usage_error("--queue expects 0..1048576, got '%s'", v);
+        } else if (!strcmp(o, "--max-body")) {
+            if (!cli_parse_int(v, 64, 1L << 30, &max_body)) return cli_usage_error("--max-body expects 64..2^30 bytes, got '%s'", v);
+        } else if (!strcmp(o, "--step-delay-ms")) { // testing: a slow target (undocumented)
+            long ms;
+            if (!cli_parse_int(v, 0, 10000, &ms)) return cli_usage_error("--step-delay-ms expects 0..10000, got '%s'", v);
+            sp.step_delay_ms = (int)ms;
+        } else if (!strcmp(o, "--drain-timeout")) {
+            if (!cli_parse_float(v, 0, 86400, &drain)) return cli_usage_error("--drain-timeout expects seconds, got '%s'", v);
+        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
+            if (!cli_parse_int(v, 1, 1024, &threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
+        } else {
+            return cli_usage_error("unknown option '%s' (see dspark serve --help)", o);
+        }
+    }
+    if (no_spec) { // --schedule none: plain decoding, whatever else was given
+        if ((given & CLI_SPEC_GIVEN) && spec.kind != DS_SPEC_NONE)
+            return cli_usage_error("--schedule none means no speculation; it contradicts --spec");
+        spec.kind = DS_SPEC_NONE;
+        given |= CLI_SPEC_GIVEN;
+        drafter = NULL;
+    }
+    int rc = cli_spec_finish(&spec, given, drafter);
+    if (rc) return rc;
+
+    // SIGINT/SIGTERM are taken by sigwait below: blocked here, before any thread exists, so every
+    // thread inherits the mask. A client hanging up must not kill the server.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ds_model *m = cli_load_text_model(model, threads);
+    if (!m) return 1;
+    ds_drafter *d = NULL;
+    if (drafter && !(d = cli_load_drafter(drafter, m))) {
+        ds_model_free(m);
+        return 1;
+    }
+    sp.model = m;
+    sp.drafter = d;
+    sp.spec = spec;
+    sp.n_threads = (int)threads;
+    sp.port = (int)port;
+    sp.max_concurrency = (int)maxc;
+    sp.queue_max = (int)queue;
+    sp.max_body = (size_t)max_body;
+    ds_server *srv;
+    ds_status st = ds_server_start(&sp, &srv);
+    if (st) {
+        rc = cli_fail(st);
+        ds_drafter_free(d);
+        ds_model_free(m);
+        return rc;
+    }
+    const char *sched = spec.kind != DS_SPEC_DSPARK                ? "-"
+                        : spec.schedule == DS_SCHEDULE_AUTO      ? "auto"
+                        : spec.schedule == DS_SCHEDULE_THRESHOLD ? "threshold"
+                                                                 : "fixed";
+    fprintf(stderr, "dspark: serving %s on http://%s:%d (spec %s, schedule %s, max concurrency %ld, queue %ld)\n",
+            ds_model_get_info(m)->name, sp.host, ds_server_port(srv), cli_spec_name(spec.kind), sched, maxc, queue);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "dspark: %s: draining (up to %g s; signal again to exit now)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", drain);
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, second_signal, &sigs) == 0) pthread_detach(watcher);
+    const int cut = ds_server_drain(srv, drain);
+    if (cut) fprintf(stderr, "dspark: %d requests cut off at shutdown\n", cut);
+    ds_server_free(srv);
+    ds_drafter_free(d);
+    ds_model_free(m);
+    fprintf(stderr, "dspark: server stopped\n");
+    return 0;
+}

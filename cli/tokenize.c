@@ -1,0 +1,104 @@
+// dspark tokenize: text -> JSON id array, or (--decode) a JSON id array -> text.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void tok_usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark tokenize (-m MODEL | --tokenizer PATH) [--no-special] [--decode] TEXT\n"
+            "  -m, --model PATH     a model (.gguf file or Hugging Face directory) whose tokenizer to use\n"
+            "  --tokenizer PATH     tokenizer.json, a directory holding it (+ tokenizer_config.json), or a .gguf\n"
+            "  --no-special         encode: do not add the special tokens the tokenizer's configuration adds\n"
+            "                       (e.g. <bos>); decode: leave special tokens out of the text\n"
+            "  --decode             TEXT is a JSON array of ids; print the text they decode to\n"
+            "Prints the ids as a JSON array (special tokens written in TEXT, like <|im_start|>, are parsed).\n");
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *tokp = NULL, *text = NULL;
+    int no_special = 0, decode = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            tok_usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "--no-special")) {
+            no_special = 1;
+        } else if (!strcmp(o, "--decode")) {
+            decode = 1;
+        } else if (!strcmp(o, "-m") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer")) {
+            if (i + 1 >= argc) return cli_usage_error("option %s needs a value", o);
+            if (!strcmp(o, "--tokenizer")) tokp = argv[++i];
+            else model = argv[++i];
+        } else if (!strcmp(o, "--")) {
+            if (i + 1 < argc) text = argv[++i];
+        } else if (o[0] == '-' && o[1] && !text) {
+            return cli_usage_error("unknown option '%s' (see dspark tokenize --help)", o);
+        } else if (!text) {
+            text = o;
+        } else {
+            return cli_usage_error("tokenize takes one TEXT argument");
+        }
+    }
+    if (!text) return cli_usage_error("tokenize needs a TEXT argument");
+    if (!!model == !!tokp) return cli_usage_error("tokenize needs exactly one of -m MODEL or --tokenizer PATH");
+
+    ds_model *m = NULL;
+    ds_tokenizer *own = NULL;
+    const ds_tokenizer *tok;
+    ds_status st;
+    if (model) {
+        if (!(m = cli_load_text_model(model, 1))) return 1;
+        tok = ds_model_tokenizer(m);
+    } else {
+        if ((st = ds_tokenizer_load(tokp, &own))) return cli_fail(st);
+        tok = own;
+    }
+    int rc = 0;
+    if (decode) {
+        cJSON *arr = cJSON_Parse(text);
+        int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+        const cJSON *it;
+        int k = 0;
+        cJSON_ArrayForEach(it, arr) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != (int32_t)it->valuedouble) n = -1;
+            else if (ids) ids[k++] = (int32_t)it->valuedouble;
+        }
+        cJSON_Delete(arr);
+        if (n < 0 || !ids) {
+            free(ids);
+            rc = cli_usage_error("--decode expects a JSON array of integer ids");
+        } else {
+            char *s;
+            size_t len;
+            if ((st = ds_detokenize(tok, ids, n, no_special, &s, &len))) rc = cli_fail(st);
+            else {
+                fwrite(s, 1, len, stdout);
+                putchar('\n');
+                free(s);
+            }
+            free(ids);
+        }
+    } else {
+        unsigned flags = DS_TOK_PARSE_SPECIAL | (no_special ? 0 : DS_TOK_ADD_SPECIAL);
+        int n = 0;
+        int32_t *ids = NULL;
+        if ((st = ds_tokenize_ex(tok, text, strlen(text), flags, NULL, 0, &n)) ||
+            !(ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1))) ||
+            (st = ds_tokenize_ex(tok, text, strlen(text), flags, ids, n, &n))) {
+            rc = ids || st ? cli_fail(st) : (fprintf(stderr, "dspark: out of memory\n"), 1);
+        } else {
+            putchar('[');
+            for (int i = 0; i < n; i++) printf(i ? ",%d" : "%d", ids[i]);
+            printf("]\n");
+        }
+        free(ids);
+    }
+    ds_tokenizer_free(own);
+    ds_model_free(m);
+    return rc;
+}

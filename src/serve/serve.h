@@ -1,0 +1,103 @@
+// dspark serve: an OpenAI-compatible HTTP server (libmicrohttpd) over the batched engine.
+//
+// Threads: libmicrohttpd runs one thread per connection; ONE engine thread owns the ds_engine (it is
+// not thread-safe) and loops: admit queued requests (up to max_concurrency active), one
+// ds_engine_step for all of them, hand newly committed tokens to each request (detokenized, stop
+// strings applied), finish or drop cancelled ones. Handlers and the engine thread meet in a bounded
+// queue and per-request text buffers under one mutex; the engine thread sleeps on a condition
+// variable when there is nothing to do.
+#ifndef DS_SERVE_SERVE_H
+#define DS_SERVE_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dspark.h"
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI requests (src/serve/request.c): parsing and validation, independent of HTTP.
+
+#define DS_OA_MAX_STOPS 4
+
+typedef struct {
+    int chat;                // /v1/chat/completions (messages) vs /v1/completions (prompt)
+    int stream;              // server-sent events
+    int include_usage;       // stream_options.include_usage: a last chunk with the usage counts
+    int32_t *prompt;         // (n_prompt) token ids, BOS first for text prompts
+    int n_prompt;
+    int max_tokens;
+    ds_sampler_params sp;
+    uint64_t seed;
+    int has_seed;
+    char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
+    int n_stops;
+} ds_oa_request;
+
+// Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for
+// the client and the offending field name in *param (or NULL); unknown fields are ignored.
+ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, ds_oa_request *out,
+                      const char **param);
+void ds_oa_request_free(ds_oa_request *r);
+
+// Stop strings over detokenized text. The earliest match of any stop string in text[from..len)
+// (matches may start before `from` when they end after it): returns its offset, or -1.
+long ds_stop_find(const char *text, size_t len, size_t from, char *const *stops, int n);
+// Bytes at the end of text that could be the beginning of a stop string (to hold back while
+// streaming): the longest proper prefix of any stop that text ends with.
+size_t ds_stop_holdback(const char *text, size_t len, char *const *stops, int n);
+
+// ---------------------------------------------------------------------------------------------
+// Metrics (src/serve/metrics.c): Prometheus text format.
+
+#define DS_METRICS_POS 64
+
+typedef struct {
+    uint64_t http_by_code[6];        // responses by class: 1xx .. 5xx (index 1..5)
+    uint64_t requests_ok;            // completions answered (stream or not)
+    uint64_t requests_rejected_full; // 503: queue full
+    uint64_t requests_bad;           // 400/413
+    uint64_t finished_stop, finished_length, finished_cancelled, finished_error;
+    uint64_t prompt_tokens, completion_tokens;
+    uint64_t rounds, drafted, accepted; // verification rounds over all requests, drafts verified, accepted
+    uint64_t tried_by_pos[DS_METRICS_POS], accepted_by_pos[DS_METRICS_POS];
+    uint64_t ell_count[DS_METRICS_POS + 1]; // rounds that verified ℓ = 0..64 drafts
+    uint64_t steps;                   // engine steps
+    double ttft_sum, latency_sum;     // seconds, over finished requests
+    uint64_t ttft_n, latency_n;
+    int queue_depth, active, max_concurrency, queue_max;
+} ds_metrics;
+
+// One verified round: ell drafts verified, `accepted` of them accepted.
+void ds_metrics_round(ds_metrics *mt, int ell, int accepted);
+// Render every metric (prefix dspark_) into a malloc'ed string.
+char *ds_metrics_render(const ds_metrics *mt, const char *model_name);
+
+// ---------------------------------------------------------------------------------------------
+// The server (src/serve/server.c).
+
+typedef struct {
+    const ds_model *model;
+    const ds_drafter *drafter;    // NULL unless spec.kind == DS_SPEC_DSPARK
+    ds_spec_params spec;
+    const char *host;             // IPv4 address or "localhost" (default 127.0.0.1)
+    int port;                     // 0 = any free port (see ds_server_port)
+    int max_concurrency;          // requests decoded together (default 8)
+    int queue_max;                // requests waiting beyond those; more get 503 (default 64)
+    size_t max_body;              // request body limit in bytes (default 1 MiB); larger gets 413
+    int max_connections;          // open connections (threads) at once (default 256)
+    const char *model_name;       // the id /v1/models reports and responses carry
+    int n_threads;                // forward-pass threads of the engine thread (0 = all cores)
+    int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)
+} ds_serve_params;
+
+typedef struct ds_server ds_server;
+
+// Start the engine thread and the HTTP daemon (listening when this returns).
+ds_status ds_server_start(const ds_serve_params *p, ds_server **out);
+int ds_server_port(const ds_server *s);
+// Stop accepting completions (503), let queued and running ones finish for up to `timeout_s`
+// seconds, cancel the rest, stop the daemon and the engine thread. Returns how many were cut off.
+int ds_server_drain(ds_server *s, double timeout_s);
+void ds_server_free(ds_server *s);
+
+#endif

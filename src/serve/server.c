@@ -1,0 +1,747 @@
+// The server: libmicrohttpd handlers (one thread per connection) and the one engine thread that
+// owns the ds_engine. They share, under s->mu: the bounded queue of admitted requests, each
+// request's output (detokenized text, how much of it may be sent, finish reason) and the metrics.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "serve/serve.h"
+
+typedef enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE } rq_state;
+enum { PH_START, PH_TEXT, PH_END }; // streaming phases
+
+typedef struct srv_req {
+    struct srv_req *next;  // queue link
+    ds_oa_request oa;
+    int refs;              // 2 while both the HTTP side and the engine side hold it
+    rq_state state;
+    int cancelled;         // the client left (or the server is stopping): drop at the next round
+    char id[48];
+    long long created;     // unix seconds
+    double t_arrive, t_first, t_done;
+    // Output, written by the engine thread under mu.
+    char *text;            // (cap) generated text, cut at a stop string
+    size_t len, cap;
+    size_t safe;           // text[0..safe) may be sent (the rest could begin a stop string)
+    int n_completion;      // tokens generated (up to the stop string)
+    const char *finish;    // "stop" / "length" once finished normally
+    int failed;            // it failed (engine error, shutdown): error says why
+    char error[256];
+    int error_status;      // HTTP status for a non-streamed failure
+    pthread_cond_t cv;     // signalled on new output and when done
+    // Engine thread only.
+    int eid;
+    ds_detok dt;
+    // HTTP side only (streaming).
+    struct MHD_Connection *conn;
+    struct ds_server *srv;
+    size_t sent;
+    int phase;
+    char *out;             // (out_cap) formatted events not yet handed to libmicrohttpd
+    size_t out_len, out_off, out_cap;
+} srv_req;
+
+struct ds_server {
+    ds_serve_params p;
+    char model_name[256];
+    struct MHD_Daemon *d;
+    int port;
+    ds_engine *e;
+    const ds_tokenizer *tok;
+    pthread_t engine_thread;
+    int engine_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  // the engine thread waits here for work
+    srv_req *q_head, *q_tail;
+    int q_len;
+    srv_req **active;        // (max_concurrency)
+    int n_active;
+    int draining, stopping, drained;
+    ds_metrics mt;
+    uint64_t next_id, seed_base;
+    // Engine thread only.
+    int32_t *take_buf;       // (256)
+    ds_metrics round_acc;    // rounds observed during a step, merged into mt under mu afterwards
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void req_release(ds_server *s, srv_req *r) { // under mu
+    (void)s;
+    if (--r->refs > 0) return;
+    ds_oa_request_free(&r->oa);
+    pthread_cond_destroy(&r->cv);
+    free(r->text);
+    free(r->out);
+    free(r);
+}
+
+static int text_append(srv_req *r, const char *b, size_t n) {
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = 2 * r->cap + n + 256;
+        char *t = realloc(r->text, cap);
+        if (!t) return 0;
+        r->text = t;
+        r->cap = cap;
+    }
+    memcpy(r->text + r->len, b, n);
+    r->len += n;
+    r->text[r->len] = 0;
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine thread
+
+static void on_round(void *ctx, int id, int n_drafted, const float *conf, int ell, int accepted) {
+    ds_metrics_round(&((ds_server *)ctx)->round_acc, ell, accepted);
+}
+
+static void merge_rounds(ds_server *s) { // under mu
+    ds_metrics *a = &s->round_acc, *m = &s->mt;
+    m->rounds += a->rounds;
+    m->drafted += a->drafted;
+    m->accepted += a->accepted;
+    for (int k = 0; k < DS_METRICS_POS; k++) {
+        m->tried_by_pos[k] += a->tried_by_pos[k];
+        m->accepted_by_pos[k] += a->accepted_by_pos[k];
+    }
+    for (int k = 0; k <= DS_METRICS_POS; k++) m->ell_count[k] += a->ell_count[k];
+    memset(a, 0, sizeof *a);
+}
+
+// The request leaves the engine side: record it and wake its HTTP side. Under mu.
+static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
+    r->state = RQ_DONE;
+    r->t_done = now_s();
+    r->safe = r->len;
+    if (error) {
+        r->failed = 1;
+        r->error_status = status;
+        snprintf(r->error, sizeof r->error, "%s", error);
+    }
+    ds_metrics *m = &s->mt;
+    if (r->cancelled) m->finished_cancelled++;
+    else if (error) m->finished_error++;
+    else if (!strcmp(r->finish, "stop")) m->finished_stop++;
+    else m->finished_length++;
+    m->completion_tokens += (uint64_t)r->n_completion;
+    if (r->t_first > 0) {
+        m->ttft_sum += r->t_first - r->t_arrive;
+        m->ttft_n++;
+    }
+    if (!error && !r->cancelled) {
+        m->latency_sum += r->t_done - r->t_arrive;
+        m->latency_n++;
+    }
+    pthread_cond_broadcast(&r->cv);
+    req_release(s, r);
+}
+
+// Hand the tokens committed in the last round to r: detokenize, apply stop strings, decide how
+// much may be streamed. Returns 1 when r is finished. Under mu.
+static int deliver(ds_server *s, srv_req *r) {
+    const int fin = ds_engine_finished(s->e, r->eid);
+    char piece[256];
+    int n;
+    while ((n = ds_engine_take(s->e, r->eid, s->take_buf, 256)) > 0) {
+        for (int i = 0; i < n && !r->finish; i++) {
+            r->n_completion++;
+            if (r->t_first == 0) r->t_first = now_s();
+            const size_t before = r->len;
+            char *buf = piece;
+            int w = ds_detok_push(&r->dt, s->take_buf[i], piece, sizeof piece);
+            if (w < 0 && (buf = malloc((size_t)-w))) w = ds_detok_push(&r->dt, s->take_buf[i], buf, -w);
+            if (!buf || (w > 0 && !text_append(r, buf, (size_t)w))) r->finish = "length"; // out of memory: end here
+            if (buf != piece) free(buf);
+            const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
+            if (at >= 0) {
+                r->len = (size_t)at;
+                r->finish = "stop";
+            }
+        }
+    }
+    if (!r->finish && fin) {
+        char tail[8];
+        const size_t before = r->len;
+        const int w = ds_detok_flush(&r->dt, tail, sizeof tail);
+        if (w > 0) text_append(r, tail, (size_t)w);
+        const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
+        if (at >= 0) r->len = (size_t)at;
+        r->finish = at >= 0 || ds_engine_finish_reason(s->e, r->eid, NULL) == DS_FINISH_STOP ? "stop" : "length";
+    }
+    if (r->text) r->text[r->len] = 0;
+    r->safe = r->finish ? r->len : r->len - ds_stop_holdback(r->text, r->len, r->oa.stops, r->oa.n_stops);
+    pthread_cond_broadcast(&r->cv);
+    return r->finish != NULL;
+}
+
+static void drop_active(ds_server *s, int i) { // under mu
+    ds_engine_remove(s->e, s->active[i]->eid);
+    s->active[i] = s->active[--s->n_active];
+}
+
+static void *engine_main(void *arg) {
+    ds_server *s = arg;
+    const int maxc = s->p.max_concurrency;
+    ds_set_threads(s->p.n_threads); // OpenMP's thread count is per thread: set it where forwards run
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        for (int i = s->n_active - 1; i >= 0; i--) {
+            srv_req *r = s->active[i];
+            if (!r->cancelled) continue;
+            drop_active(s, i);
+            req_done(s, r, s->stopping ? "the server is shutting down" : NULL, 503);
+        }
+        while (s->n_active < maxc && s->q_head) {
+            srv_req *r = s->q_head;
+            if (!(s->q_head = r->next)) s->q_tail = NULL;
+            s->q_len--;
+            if (r->cancelled) {
+                req_done(s, r, s->stopping ? "the server is shutting down" : NULL, 503);
+                continue;
+            }
+            r->state = RQ_RUNNING;
+            pthread_mutex_unlock(&s->mu);
+            const ds_status st = ds_engine_add(s->e, r->oa.prompt, r->oa.n_prompt, r->oa.max_tokens, &r->oa.sp, r->oa.seed, &r->eid);
+            pthread_mutex_lock(&s->mu);
+            if (st) {
+                req_done(s, r, ds_last_error(), 500);
+                continue;
+            }
+            ds_detok_init(&r->dt, s->tok, 0); // a continuation keeps its leading space, as dspark generate
+            s->mt.prompt_tokens += (uint64_t)r->oa.n_prompt;
+            s->active[s->n_active++] = r;
+        }
+        s->mt.queue_depth = s->q_len;
+        s->mt.active = s->n_active;
+        if (!s->n_active) {
+            if (s->stopping && !s->q_head) break;
+            pthread_cond_wait(&s->work_cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        const ds_status st = ds_engine_step(s->e);
+        if (s->p.step_delay_ms > 0) {
+            struct timespec ts = {s->p.step_delay_ms / 1000, (s->p.step_delay_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&s->mu);
+        s->mt.steps++;
+        merge_rounds(s);
+        for (int i = s->n_active - 1; i >= 0; i--) {
+            srv_req *r = s->active[i];
+            if (st) { // the engine failed this round: every request in it fails
+                char msg[512];
+                snprintf(msg, sizeof msg, "engine: %s", ds_last_error());
+                drop_active(s, i);
+                req_done(s, r, msg, 500);
+            } else if (deliver(s, r)) {
+                drop_active(s, i);
+                req_done(s, r, NULL, 0);
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+typedef struct {
+    char *body;
+    size_t n, cap;
+    int too_big;
+} conn_ctx;
+
+static void count_status(ds_server *s, unsigned status) {
+    pthread_mutex_lock(&s->mu);
+    if (status / 100 >= 1 && status / 100 <= 5) s->mt.http_by_code[status / 100]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result respond(ds_server *s, struct MHD_Connection *c, unsigned status, char *body,
+                               const char *type) {
+    if (!body) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    const enum MHD_Result ret = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    count_status(s, status);
+    return ret;
+}
+
+static char *json_take(cJSON *o) {
+    char *t = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return t;
+}
+
+static enum MHD_Result respond_json(ds_server *s, struct MHD_Connection *c, unsigned status, cJSON *o) {
+    return respond(s, c, status, json_take(o), "application/json");
+}
+
+static cJSON *error_body(const char *msg, const char *type, const char *param, const char *code) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    return o;
+}
+
+static enum MHD_Result respond_error(ds_server *s, struct MHD_Connection *c, unsigned status, const char *msg,
+                                     const char *param) {
+    const char *type = status == 503 ? "server_error" : status >= 500 ? "server_error" : "invalid_request_error";
+    const char *code = status == 503 ? "overloaded" : status == 404 ? "not_found" : status == 413 ? "request_too_large" : NULL;
+    return respond_json(s, c, status, error_body(msg, type, param, code));
+}
+
+// Whether the client has closed its end (checked while a request waits for tokens).
+static int peer_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    char b;
+    const ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void wait_tick(srv_req *r, pthread_mutex_t *mu) { // under mu: up to 50 ms
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, mu, &ts);
+}
+
+static void cancel(ds_server *s, srv_req *r) { // under mu
+    if (r->state == RQ_DONE) return;
+    r->cancelled = 1;
+    pthread_cond_signal(&s->work_cv);
+}
+
+static cJSON *usage_json(const srv_req *r) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_completion);
+    cJSON_AddNumberToObject(u, "total_tokens", r->oa.n_prompt + r->n_completion);
+    return u;
+}
+
+// The envelope shared by responses and stream chunks.
+static cJSON *envelope(const ds_server *s, const srv_req *r, int chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", r->oa.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)r->created);
+    cJSON_AddStringToObject(o, "model", s->model_name);
+    return o;
+}
+
+// One choice: text (len bytes; NULL = none, as in a chat stream's last chunk) and finish reason.
+static cJSON *choice(const srv_req *r, const char *text, size_t len, int chunk, const char *finish, int role) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *t = NULL;
+    if (text && (t = malloc(len + 1))) {
+        memcpy(t, text, len);
+        t[len] = 0;
+    }
+    if (!r->oa.chat) {
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+        cJSON_AddNullToObject(c, "logprobs");
+    } else {
+        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (role) cJSON_AddStringToObject(m, "role", "assistant");
+        if (t || !chunk) cJSON_AddStringToObject(m, "content", t ? t : "");
+    }
+    free(t);
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+static cJSON *completion_json(const ds_server *s, const srv_req *r) {
+    cJSON *o = envelope(s, r, 0);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->text ? r->text : "", r->len, 0, r->finish, 1));
+    cJSON_AddItemToObject(o, "usage", usage_json(r));
+    return o;
+}
+
+static int out_put(srv_req *r, const char *a, const char *b, const char *c) {
+    const size_t la = strlen(a), lb = b ? strlen(b) : 0, lc = c ? strlen(c) : 0;
+    if (r->out_len + la + lb + lc > r->out_cap) {
+        const size_t cap = 2 * r->out_cap + la + lb + lc + 256;
+        char *o = realloc(r->out, cap);
+        if (!o) return 0;
+        r->out = o;
+        r->out_cap = cap;
+    }
+    memcpy(r->out + r->out_len, a, la);
+    if (b) memcpy(r->out + r->out_len + la, b, lb);
+    if (c) memcpy(r->out + r->out_len + la + lb, c, lc);
+    r->out_len += la + lb + lc;
+    return 1;
+}
+
+static int out_event(srv_req *r, cJSON *o) {
+    char *t = json_take(o);
+    const int ok = t && out_put(r, "data: ", t, "\n\n");
+    free(t);
+    return ok;
+}
+
+// Format the next events of a stream into r->out (under mu). Returns 0 on out of memory.
+static int stream_next(ds_server *s, srv_req *r) {
+    cJSON *o;
+    if (r->phase == PH_START) { // chat streams open with the assistant role
+        r->phase = PH_TEXT;
+        if (r->oa.chat) {
+            o = envelope(s, r, 1);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, "", 0, 1, NULL, 1));
+            return out_event(r, o);
+        }
+    }
+    if (r->safe > r->sent) {
+        o = envelope(s, r, 1);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->text + r->sent, r->safe - r->sent, 1, NULL, 0));
+        r->sent = r->safe;
+        return out_event(r, o);
+    }
+    if (r->state != RQ_DONE) return 1;
+    r->phase = PH_END;
+    if (r->failed) {
+        if (!out_event(r, error_body(r->error, "server_error", NULL, NULL))) return 0;
+    } else {
+        o = envelope(s, r, 1);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->oa.chat ? NULL : "", 0, 1, r->finish, 0));
+        if (!out_event(r, o)) return 0;
+        if (r->oa.include_usage) {
+            o = envelope(s, r, 1);
+            cJSON_AddArrayToObject(o, "choices");
+            cJSON_AddItemToObject(o, "usage", usage_json(r));
+            if (!out_event(r, o)) return 0;
+        }
+    }
+    return out_put(r, "data: [DONE]\n\n", NULL, NULL);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_req *r = cls;
+    ds_server *s = r->srv;
+    for (;;) {
+        if (r->out_off < r->out_len) {
+            const size_t n = r->out_len - r->out_off < max ? r->out_len - r->out_off : max;
+            memcpy(buf, r->out + r->out_off, n);
+            r->out_off += n;
+            return (ssize_t)n;
+        }
+        r->out_len = r->out_off = 0;
+        if (r->phase == PH_END) return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(&s->mu);
+        while (r->phase != PH_START && r->state != RQ_DONE && r->safe <= r->sent) {
+            wait_tick(r, &s->mu);
+            if (r->state != RQ_DONE && r->safe <= r->sent && peer_gone(r->conn)) {
+                cancel(s, r);
+                pthread_mutex_unlock(&s->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        const int ok = stream_next(s, r);
+        pthread_mutex_unlock(&s->mu);
+        if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls) {
+    srv_req *r = cls;
+    ds_server *s = r->srv;
+    pthread_mutex_lock(&s->mu);
+    cancel(s, r); // a client gone mid-stream frees its slot
+    req_release(s, r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c, conn_ctx *cx, int chat) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return respond_error(s, c, 500, "out of memory", NULL);
+    const char *param = NULL;
+    const ds_status st = ds_oa_parse(cx->body ? cx->body : "", cx->n, chat, s->p.model, &r->oa, &param);
+    if (st) {
+        free(r);
+        pthread_mutex_lock(&s->mu);
+        s->mt.requests_bad++;
+        pthread_mutex_unlock(&s->mu);
+        return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param);
+    }
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 2;
+    r->srv = s;
+    r->conn = c;
+    r->created = (long long)time(NULL);
+    r->t_arrive = now_s();
+    pthread_mutex_lock(&s->mu);
+    const char *refuse = s->draining                                                      ? "the server is shutting down"
+                         : s->q_len + s->n_active >= s->p.max_concurrency + s->p.queue_max ? "the server is busy: the queue is full, retry later"
+                                                                                           : NULL;
+    if (refuse) {
+        s->mt.requests_rejected_full += !s->draining;
+        r->refs = 1;
+        req_release(s, r);
+        pthread_mutex_unlock(&s->mu);
+        return respond_error(s, c, 503, refuse, NULL);
+    }
+    const uint64_t n = ++s->next_id;
+    snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)n);
+    if (!r->oa.has_seed) r->oa.seed = s->seed_base + n * 0x9E3779B97F4A7C15ull;
+    if (s->q_tail) s->q_tail->next = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->q_len++;
+    s->mt.requests_ok++;
+    s->mt.queue_depth = s->q_len;
+    pthread_cond_signal(&s->work_cv);
+    if (r->oa.stream) {
+        pthread_mutex_unlock(&s->mu);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r, stream_free);
+        if (!resp) {
+            stream_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        const enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        count_status(s, 200);
+        return ret;
+    }
+    while (r->state != RQ_DONE) {
+        wait_tick(r, &s->mu);
+        if (r->state != RQ_DONE && peer_gone(c)) { // nobody to answer: free the slot, close
+            cancel(s, r);
+            req_release(s, r);
+            pthread_mutex_unlock(&s->mu);
+            return MHD_NO;
+        }
+    }
+    cJSON *o = r->failed ? error_body(r->error, "server_error", NULL, NULL) : completion_json(s, r);
+    const unsigned status = r->failed ? (unsigned)r->error_status : 200;
+    req_release(s, r);
+    pthread_mutex_unlock(&s->mu);
+    return respond_json(s, c, status, o);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    ds_server *s = cls;
+    conn_ctx *cx = *con_cls;
+    if (!cx) {
+        if (!(cx = calloc(1, sizeof *cx))) return MHD_NO;
+        *con_cls = cx;
+        return MHD_YES;
+    }
+    if (*upload_size) { // collect the body, up to the limit (the rest is read and dropped)
+        const size_t n = *upload_size;
+        *upload_size = 0;
+        if (cx->too_big || cx->n + n > s->p.max_body) {
+            cx->too_big = 1;
+            free(cx->body);
+            cx->body = NULL;
+            cx->n = cx->cap = 0;
+            return MHD_YES;
+        }
+        if (cx->n + n + 1 > cx->cap) {
+            const size_t cap = 2 * cx->cap + n + 1 < s->p.max_body + 1 ? 2 * cx->cap + n + 1 : s->p.max_body + 1;
+            char *b = realloc(cx->body, cap);
+            if (!b) return MHD_NO;
+            cx->body = b;
+            cx->cap = cap;
+        }
+        memcpy(cx->body + cx->n, upload, n);
+        cx->n += n;
+        cx->body[cx->n] = 0;
+        return MHD_YES;
+    }
+    const int get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    const int compl = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
+    if (compl || chat) {
+        if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
+        if (cx->too_big) {
+            pthread_mutex_lock(&s->mu);
+            s->mt.requests_bad++;
+            pthread_mutex_unlock(&s->mu);
+            char msg[128];
+            snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p.max_body);
+            return respond_error(s, c, 413, msg, NULL);
+        }
+        return handle_completion(s, c, cx, chat);
+    }
+    if (!strcmp(url, "/health")) {
+        if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
+        pthread_mutex_lock(&s->mu);
+        const int draining = s->draining;
+        pthread_mutex_unlock(&s->mu);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "status", draining ? "shutting down" : "ok");
+        return respond_json(s, c, draining ? 503 : 200, o);
+    }
+    if (!strcmp(url, "/v1/models")) {
+        if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
+        cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+        cJSON_AddStringToObject(m, "id", s->model_name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", 0);
+        cJSON_AddStringToObject(m, "owned_by", "dspark");
+        return respond_json(s, c, 200, o);
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
+        pthread_mutex_lock(&s->mu);
+        s->mt.queue_depth = s->q_len;
+        s->mt.active = s->n_active;
+        const ds_metrics snap = s->mt;
+        pthread_mutex_unlock(&s->mu);
+        return respond(s, c, 200, ds_metrics_render(&snap, s->model_name), "text/plain; version=0.0.4; charset=utf-8");
+    }
+    return respond_error(s, c, 404, "no such endpoint", NULL);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    conn_ctx *cx = *con_cls;
+    if (!cx) return;
+    free(cx->body);
+    free(cx);
+    *con_cls = NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Life cycle
+
+ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
+    *out = NULL;
+    ds_server *s = ds_calloc(1, sizeof *s);
+    if (!s) return DS_ERR_NOMEM;
+    s->p = *p;
+    if (!s->p.host) s->p.host = "127.0.0.1";
+    if (s->p.max_concurrency < 1) s->p.max_concurrency = 8;
+    if (s->p.queue_max < 0) s->p.queue_max = 0;
+    if (!s->p.max_body) s->p.max_body = 1 << 20;
+    if (s->p.max_connections < 1) s->p.max_connections = 256;
+    snprintf(s->model_name, sizeof s->model_name, "%s", p->model_name ? p->model_name : ds_model_get_info(p->model)->name);
+    s->tok = ds_model_tokenizer(p->model);
+    s->mt.max_concurrency = s->p.max_concurrency;
+    s->mt.queue_max = s->p.queue_max;
+    s->seed_base = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    ds_status st = DS_OK;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->p.port)};
+    const char *host = !strcmp(s->p.host, "localhost") ? "127.0.0.1" : s->p.host;
+    if (!s->tok) st = ds_fail(DS_ERR_INVALID, "serve: the model has no tokenizer");
+    else if (s->p.port < 0 || s->p.port > 65535) st = ds_fail(DS_ERR_INVALID, "serve: port %d outside 0..65535", s->p.port);
+    else if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        st = ds_fail(DS_ERR_INVALID, "serve: host '%s' is not an IPv4 address", s->p.host);
+    if (st) goto fail;
+    s->active = calloc((size_t)s->p.max_concurrency, sizeof *s->active);
+    s->take_buf = malloc(sizeof(int32_t) * 256);
+    if (!s->active || !s->take_buf) {
+        st = ds_fail(DS_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((st = ds_engine_init(p->model, p->drafter, &p->spec, &s->e))) goto fail;
+    ds_engine_set_observer(s->e, on_round, s);
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
+        st = ds_fail(DS_ERR_NOMEM, "serve: cannot start the engine thread");
+        goto fail;
+    }
+    s->engine_started = 1;
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, (uint16_t)s->p.port, NULL, NULL,
+                            on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    if (!s->d) {
+        st = ds_fail(DS_ERR_IO, "serve: cannot listen on %s:%d (in use, or not an address of this machine)", s->p.host, s->p.port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
+    struct sockaddr_in bound;
+    socklen_t bl = sizeof bound;
+    s->port = s->p.port;
+    if (di && getsockname(di->listen_fd, (struct sockaddr *)&bound, &bl) == 0) s->port = ntohs(bound.sin_port);
+    *out = s;
+    return DS_OK;
+fail:
+    ds_server_free(s);
+    return st;
+}
+
+int ds_server_port(const ds_server *s) { return s->port; }
+
+int ds_server_drain(ds_server *s, double timeout_s) {
+    if (s->drained) return 0;
+    s->drained = 1;
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    const double t_end = now_s() + timeout_s;
+    int left;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        left = s->q_len + s->n_active;
+        pthread_mutex_unlock(&s->mu);
+        if (!left || now_s() >= t_end) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    for (srv_req *r = s->q_head; r; r = r->next) r->cancelled = 1;
+    for (int i = 0; i < s->n_active; i++) s->active[i]->cancelled = 1;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->engine_started) pthread_join(s->engine_thread, NULL);
+    s->engine_started = 0;
+    if (s->d) MHD_stop_daemon(s->d); // waits for the connection threads (every request is done now)
+    s->d = NULL;
+    return left;
+}
+
+void ds_server_free(ds_server *s) {
+    if (!s) return;
+    if (s->engine_started || s->d) {
+        s->drained = 0;
+        ds_server_drain(s, 0);
+    }
+    ds_engine_free(s->e);
+    free(s->active);
+    free(s->take_buf);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

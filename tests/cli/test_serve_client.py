@@ -1,0 +1,370 @@
+"""dspark serve over real HTTP (driven by tests/cli/test_serve.sh).
+
+Starts servers on free loopback ports (--port 0; the port is read from stderr) and checks, against
+`dspark generate` run as a separate process (and the model's known continuation):
+  1. greedy completions are byte-identical to `dspark generate` (with and without a drafter);
+  2. streamed text concatenates to the non-streamed text (completions and chat);
+  3. concurrent requests are all correct (greedy, and sampled with a seed);
+  4. stop strings cut the text (streamed or not) and finish_reason says why;
+  5. bad requests get 400/404/405/413 with an OpenAI-style error body, and the server stays up;
+  6. metrics add up (tokens, rounds, acceptance by position, verification lengths);
+  7. a full queue answers 503; a client that disconnects (streaming or not) frees its slot;
+  8. SIGTERM drains: the running stream completes, then the process exits 0.
+Every server is killed on exit, whatever happens.
+"""
+import atexit
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN = os.path.join(os.environ["DSPARK_BIN"], "dspark")
+SHARED = os.environ["DSPARK_SHARED"]
+MODEL = os.path.join(SHARED, "models/stories260K/stories260K.gguf")
+TMP = tempfile.mkdtemp(prefix="serve.", dir=os.environ.get("DSPARK_TMP", "/tmp"))
+SERVERS = []
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL:", msg, flush=True)
+    return cond
+
+
+class Server:
+    def __init__(self, *args):
+        self.log = os.path.join(TMP, "server%d.log" % len(SERVERS))
+        self.err = open(self.log, "w")
+        cmd = [BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", *args]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err)
+        SERVERS.append(self)
+        deadline = time.time() + 120
+        while True:
+            m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(self.log).read())
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.p.poll() is not None or time.time() > deadline:
+                raise RuntimeError("server did not start: " + open(self.log).read())
+            time.sleep(0.05)
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, raw=None):
+        c = self.conn()
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data is not None else {})
+        r = c.getresponse()
+        b = r.read()
+        c.close()
+        return r.status, b
+
+    def post(self, path, body=None, raw=None):
+        st, b = self.request("POST", path, body, raw)
+        try:
+            return st, json.loads(b)
+        except ValueError:
+            return st, {"unparsable": b.decode("utf-8", "replace")}
+
+    def stream(self, path, body):
+        """Returns (events as parsed JSON, saw [DONE])."""
+        c = self.conn()
+        c.request("POST", path, body=json.dumps(dict(body, stream=True)).encode(), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        check(r.status == 200 and r.getheader("Content-Type", "").startswith("text/event-stream"), "stream status/type %d %s" % (r.status, r.getheader("Content-Type")))
+        events, done = [], False
+        for line in r:
+            line = line.decode().rstrip("\n")
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                continue
+            check(not done, "an event after [DONE]")
+            events.append(json.loads(line[6:]))
+        c.close()
+        return events, done
+
+    def metrics(self):
+        st, b = self.request("GET", "/metrics")
+        check(st == 200, "/metrics status %d" % st)
+        out = {}
+        for line in b.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        self.p.send_signal(sig)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def cleanup():
+    for s in SERVERS:
+        if s.p.poll() is None:
+            s.p.kill()
+            s.p.wait()
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+atexit.register(cleanup)
+
+
+def generate(prompt, n, *extra):
+    out = subprocess.run([BIN, "generate", "-m", MODEL, "-p", prompt, "-n", str(n), "--json", "-t", "1", *extra],
+                         capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def stream_text(events, chat):
+    if chat:
+        return "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    return "".join(e["choices"][0]["text"] for e in events if e["choices"])
+
+
+def finish_of(events):
+    return [e["choices"][0]["finish_reason"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+
+
+PROMPTS = ["Once upon a time", "The cat sat", "Lily and Tom went to the park", "One day, a little bird",
+           "Tim had a big red ball", "The sun was"]
+N = 40
+REF = {p: generate(p, N) for p in PROMPTS}
+SAMPLED = generate("The cat", 32, "--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--seed", "7")
+
+
+def check_greedy(srv, prompt, name, stream=False):
+    body = {"prompt": prompt, "max_tokens": N, "temperature": 0}
+    ref = REF[prompt]
+    if stream:
+        ev, done = srv.stream("/v1/completions", dict(body, stream_options={"include_usage": True}))
+        text, fin, usage = stream_text(ev, False), finish_of(ev), ev[-1].get("usage") if ev else None
+        check(done, "%s: no [DONE]" % name)
+    else:
+        st, o = srv.post("/v1/completions", body)
+        if not check(st == 200, "%s: status %d %s" % (name, st, o)):
+            return
+        text, fin, usage = o["choices"][0]["text"], [o["choices"][0]["finish_reason"]], o["usage"]
+    check(text == ref["text"], "%s %r (stream=%s): server %r != generate %r" % (name, prompt, stream, text, ref["text"]))
+    check(fin == ["length" if ref["generated_tokens"] == N else "stop"], "%s: finish %s" % (name, fin))
+    check(usage == {"prompt_tokens": ref["prompt_tokens"], "completion_tokens": ref["generated_tokens"],
+                    "total_tokens": ref["prompt_tokens"] + ref["generated_tokens"]}, "%s: usage %s" % (name, usage))
+
+
+def run_concurrently(fns):
+    ts = [threading.Thread(target=f) for f in fns]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+
+
+# ---------------------------------------------------------------------------------------------
+# A. Plain decoding (--schedule none), 4 slots.
+A = Server("--schedule", "none", "--max-concurrency", "4", "--queue", "32")
+st, b = A.request("GET", "/health")
+check(st == 200 and json.loads(b)["status"] == "ok", "health %d %s" % (st, b))
+st, b = A.request("GET", "/v1/models")
+check(st == 200 and json.loads(b)["data"][0]["object"] == "model", "models %d %s" % (st, b))
+
+# 1. The model's known continuation (independent of dspark generate), then identity with generate.
+expected = open(os.path.join(SHARED, "models/stories260K/README.md")).read().split("```\n")[1].rstrip("\n")
+st, o = A.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0})
+check(st == 200 and "Once upon a time" + o["choices"][0]["text"] == expected, "known continuation: %s" % o)
+for p in PROMPTS[:3]:
+    check_greedy(A, p, "A")
+# A prompt given as token ids gives the same text.
+st, o = A.post("/v1/completions", {"prompt": REF[PROMPTS[0]]["prompt_ids"], "max_tokens": N, "temperature": 0})
+check(st == 200 and o["choices"][0]["text"] == REF[PROMPTS[0]]["text"], "token-id prompt: %s" % o)
+
+st, o = A.post("/v1/completions", {"prompt": [PROMPTS[1]], "max_tokens": N, "temperature": 0, "unknown_field": {"x": 1}})
+check(st == 200 and o["choices"][0]["text"] == REF[PROMPTS[1]]["text"], "prompt as [string] + unknown field: %s" % o)
+st, o = A.post("/v1/completions", {"prompt": "\u00e9t\u00e9 \ud83d\ude00", "max_tokens": 4, "temperature": 0})
+check(st == 200 and o["usage"]["completion_tokens"] == 4, "non-ASCII prompt: %s" % o)
+
+# 2. Streaming equals non-streaming, for completions and chat.
+for p in PROMPTS[:2]:
+    check_greedy(A, p, "A", stream=True)
+chat = {"messages": [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me about a dog."}],
+        "max_tokens": 24, "temperature": 0}
+st, o = A.post("/v1/chat/completions", chat)
+check(st == 200 and o["object"] == "chat.completion" and o["choices"][0]["message"]["role"] == "assistant", "chat: %s" % o)
+ev, done = A.stream("/v1/chat/completions", chat)
+check(done and ev and ev[0]["choices"][0]["delta"].get("role") == "assistant", "chat stream opening: %s" % ev[:1])
+check(all(e["object"] == "chat.completion.chunk" for e in ev), "chat chunk objects")
+check(stream_text(ev, True) == o["choices"][0]["message"]["content"], "chat stream %r != %r" % (stream_text(ev, True), o["choices"][0]["message"]["content"]))
+check(finish_of(ev) == [o["choices"][0]["finish_reason"]], "chat finish %s vs %s" % (finish_of(ev), o["choices"][0]["finish_reason"]))
+
+# 3. Concurrent requests (more than the slots): greedy ones, streamed or not, and a seeded sampled one.
+fns = [lambda p=p, s=s: check_greedy(A, p, "concurrent", stream=s) for p in PROMPTS for s in (False, True)]
+sampled = {}
+
+
+def sample():
+    sampled["r"] = A.post("/v1/completions", {"prompt": "The cat", "max_tokens": 32, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7})
+
+
+run_concurrently(fns + [sample])
+st, o = sampled["r"]
+check(st == 200 and o["choices"][0]["text"] == SAMPLED["text"], "sampled with seed 7 in a batch: %r != generate %r" % (o, SAMPLED["text"]))
+
+# 4. Stop strings.
+ref = REF["Once upon a time"]["text"]
+stop = " %s %s" % tuple(ref.split(" ")[3:5])  # two words from the middle of the text: several tokens
+want = ref[:ref.index(stop)]
+for stops in (stop, ["zzzz", stop]):
+    st, o = A.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": N, "temperature": 0, "stop": stops})
+    check(st == 200 and o["choices"][0]["text"] == want and o["choices"][0]["finish_reason"] == "stop", "stop %r: %s (want %r)" % (stops, o, want))
+    ev, done = A.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": N, "temperature": 0, "stop": stops})
+    check(stream_text(ev, False) == want and finish_of(ev) == ["stop"], "streamed stop %r: %r" % (stops, stream_text(ev, False)))
+    check(all(stop not in e["choices"][0]["text"] for e in ev), "a chunk carries the stop string")
+
+# 5. Bad requests: status, and an error body naming the problem.
+bad = [
+    (b'{"prompt": "x", ', 400, None), (b'[1, 2]', 400, None), (b'', 400, None),
+    ({"prompt": "x", "temperature": 3}, 400, "temperature"), ({"prompt": "x", "top_p": 0}, 400, "top_p"),
+    ({"prompt": "x", "top_k": -1}, 400, "top_k"), ({"prompt": "x", "min_p": 2}, 400, "min_p"),
+    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"), ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),
+    ({"prompt": "x", "n": 2}, 400, "n"), ({"prompt": "x", "stream": "yes"}, 400, "stream"), ({"max_tokens": 4}, 400, "prompt"),
+    ({"prompt": 5}, 400, "prompt"), ({"prompt": [99999]}, 400, "prompt"), ({"prompt": ["a", "b"]}, 400, "prompt"),
+    ({"prompt": "x", "stop": [1]}, 400, "stop"), ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+    (b'{"prompt": "bad \xff byte"}', 400, "prompt"), (b'{"prompt": "x", "stop": "\xc3"}', 400, "stop"),
+    (b'{"prompt": "' + b"a" * (2 << 20) + b'"}', 413, None),
+]
+for body, want_st, param in bad:
+    raw = body if isinstance(body, bytes) else None
+    st, o = A.post("/v1/completions", body if raw is None else None, raw=raw)
+    err = o.get("error", {}) if isinstance(o, dict) else {}
+    check(st == want_st and isinstance(err.get("message"), str) and err["message"] and err.get("type") == "invalid_request_error",
+          "bad request %r: %d %s" % (body if raw is None else raw[:40], st, o))
+    if param:
+        check(err.get("param") == param, "bad request %r: param %s" % (body, err.get("param")))
+for body, param in [({"messages": "hi"}, "messages"), ({"messages": [{"role": "user"}]}, "messages"),
+                    ({"prompt": "x"}, "messages"), ({"messages": [{"role": "user", "content": "hi"}], "n": 3}, "n")]:
+    st, o = A.post("/v1/chat/completions", body)
+    check(st == 400 and o.get("error", {}).get("param") == param, "bad chat %r: %d %s" % (body, st, o))
+st, b = A.request("GET", "/v1/completions")
+check(st == 405 and json.loads(b)["error"]["message"], "GET /v1/completions: %d" % st)
+st, b = A.request("GET", "/v2/nothing")
+check(st == 404 and json.loads(b)["error"]["message"], "GET /v2/nothing: %d" % st)
+check_greedy(A, PROMPTS[3], "after bad requests")
+m = A.metrics()
+check(m.get("dspark_requests_invalid_total", 0) >= len(bad) + 4, "requests_invalid_total %s" % m.get("dspark_requests_invalid_total"))
+check(m.get("dspark_active_requests") == 0 and m.get("dspark_queue_depth") == 0, "idle gauges %s" % m)
+check(A.stop() == 0, "server A: exit status after SIGTERM")
+
+# ---------------------------------------------------------------------------------------------
+# B. A fresh (untrained) drafter, every slot verified (--schedule fixed): still lossless.
+subprocess.run([BIN, "init-drafter", "-m", MODEL, "-o", os.path.join(TMP, "drafter"), "--seed", "3"], check=True, capture_output=True)
+for sched in ("fixed", "auto"):
+    B = Server("-d", os.path.join(TMP, "drafter"), "--schedule", sched, "--max-concurrency", "3")
+    run_concurrently([lambda p=p, s=s: check_greedy(B, p, "drafter " + sched, stream=s) for p in PROMPTS[:4] for s in (False, True)])
+    m = B.metrics()
+    total = sum(REF[p]["generated_tokens"] for p in PROMPTS[:4]) * 2
+    check(m["dspark_completion_tokens_total"] == total, "%s: completion_tokens_total %s != %d" % (sched, m["dspark_completion_tokens_total"], total))
+    check(m['dspark_requests_finished_total{reason="length"}'] + m['dspark_requests_finished_total{reason="stop"}'] == 8, "%s: finished counts" % sched)
+    ells = {k: v for k, v in m.items() if k.startswith("dspark_verify_length_total")}
+    check(sum(ells.values()) == m["dspark_verify_rounds_total"], "%s: ell histogram %s sums to rounds %s" % (sched, ells, m["dspark_verify_rounds_total"]))
+    check(sum(int(re.search(r'"(\d+)"', k).group(1)) * v for k, v in ells.items()) == m["dspark_drafted_tokens_total"], "%s: sum of ell != drafted" % sched)
+    check(abs(m["dspark_tau"] - (m["dspark_accepted_tokens_total"] + m["dspark_verify_rounds_total"]) / m["dspark_verify_rounds_total"]) < 1e-9, "%s: tau" % sched)
+    if sched == "fixed":
+        check(m["dspark_drafted_tokens_total"] > 0 and 'dspark_tried_by_position_total{position="1"}' in m, "fixed: nothing drafted %s" % m)
+        check(m['dspark_tried_by_position_total{position="1"}'] >= m.get('dspark_accepted_by_position_total{position="1"}', -1) >= 0, "position 1 counts")
+    check(B.stop() == 0, "server B (%s): exit status" % sched)
+
+# ---------------------------------------------------------------------------------------------
+# C. A slow target (20 ms per round), one slot, no queue: 503, disconnects, drain.
+C = Server("--schedule", "none", "--max-concurrency", "1", "--queue", "0", "--step-delay-ms", "20")
+LONG = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s")
+
+
+def raw_request(body):
+    s = socket.create_connection(("127.0.0.1", C.port), timeout=30)
+    b = json.dumps(body)
+    s.sendall((LONG % (len(b), b)).encode())
+    return s
+
+
+def read_until(s, marker, count=1):
+    buf = b""
+    while buf.count(marker) < count:
+        d = s.recv(4096)
+        if not d:
+            break
+        buf += d
+    return buf
+
+
+def wait_metric(name, value, timeout=5):
+    t = time.time() + timeout
+    while time.time() < t:
+        if C.metrics().get(name) == value:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# Streams at one token per round, so text really goes out piece by piece: the pieces still add up,
+# and no piece of a stop string leaks before the stop is recognised.
+ev, done = C.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": N, "temperature": 0})
+check(done and len(ev) > N // 2 and stream_text(ev, False) == REF["Once upon a time"]["text"], "slow stream: %d events, %r" % (len(ev), stream_text(ev, False)))
+ev, done = C.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": N, "temperature": 0, "stop": stop})
+check(len(ev) > 3 and stream_text(ev, False) == want and finish_of(ev) == ["stop"], "slow streamed stop %r: %r" % (stop, stream_text(ev, False)))
+
+# A stream of 400 tokens (8 s) holds the only slot: another request gets 503 with a body.
+s1 = raw_request({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True})
+read_until(s1, b"data: ", 2)
+st, o = C.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4})
+check(st == 503 and o.get("error", {}).get("message"), "full queue: %d %s" % (st, o))
+# The client leaves mid-stream: its slot is freed long before its 400 tokens would be done.
+t0 = time.time()
+s1.close()
+check(wait_metric('dspark_requests_finished_total{reason="cancelled"}', 1), "streaming disconnect not cancelled")
+st, o = C.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4, "temperature": 0})
+check(st == 200 and time.time() - t0 < 5, "after a streaming disconnect: %d in %.1f s" % (st, time.time() - t0))
+check(C.metrics()["dspark_completion_tokens_total"] < 300, "the cancelled stream kept generating")
+# The same for a client that leaves before a non-streamed answer.
+s2 = raw_request({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0})
+time.sleep(0.3)
+s2.close()
+t0 = time.time()
+check(wait_metric('dspark_requests_finished_total{reason="cancelled"}', 2), "non-streamed disconnect not cancelled")
+st, o = C.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4, "temperature": 0})
+check(st == 200 and time.time() - t0 < 5, "after a non-streamed disconnect: %d in %.1f s" % (st, time.time() - t0))
+# SIGTERM while a stream runs: new requests are refused, the stream completes, exit 0.
+s3 = raw_request({"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}})
+read_until(s3, b"data: ", 2)
+C.p.send_signal(signal.SIGTERM)
+time.sleep(0.2)
+try:
+    st, o = C.post("/v1/completions", {"prompt": "The cat", "max_tokens": 4})
+    check(st == 503, "request while draining: %d" % st)
+except OSError:
+    pass  # already closed: also a refusal
+rest = read_until(s3, b"data: [DONE]")
+s3.close()
+usage = re.findall(rb'"usage":(\{[^}]*\})', rest)
+check(usage and json.loads(usage[-1])["completion_tokens"] == 60, "drained stream incomplete: %r" % rest[-300:])
+try:
+    rc = C.p.wait(20)
+except subprocess.TimeoutExpired:
+    rc = None
+check(rc == 0, "server C exit status after SIGTERM: %s" % rc)
+
+print("serve: %d failures" % len(FAILS) if FAILS else "serve: all checks passed")
+sys.exit(1 if FAILS else 0)

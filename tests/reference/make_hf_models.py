@@ -1,0 +1,202 @@
+#!/usr/bin/python3
+"""Write random tiny Hugging Face checkpoints of each supported architecture.
+
+    make_hf_models.py OUT_DIR --arch llama3|qwen2|qwen3|gemma3|gemma3_mm|gemma4 [--dtype f32|bf16]
+        [--seed 1] [--dim 64 --layers 4 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 --head-dim 16]
+
+config.json follows transformers' field names for the architecture (see hf_ref.py for what each
+field means); tensor values come from make_hf_llama.random_tensor (seeded by the tensor name), so
+they are the same for any dtype apart from its rounding. Tensors are written one at a time (large
+benchmark models never sit in memory twice). Also writes generation_config.json with a list of
+eos ids.
+
+Each architecture exercises its distinctive features on purpose: llama3 (llama3 RoPE scaling whose
+three frequency bands all occur, attention_bias), qwen2 (q/k/v biases, tied), qwen3 (q/k norms,
+head_dim != hidden/heads), gemma3 (1 + w norms, sandwich norms, GeGLU, sliding window 5 on 2 of 4
+layers, local/global RoPE bases, linear scaling, query_pre_attn_scalar, final softcap), gemma3_mm
+(the same text model inside Gemma3ForConditionalGeneration, with a vision tower tensor that must be
+ignored), gemma4 (plain-w norms, v_norm, global layers with a larger head_dim and K = V, proportional
+partial RoPE, attention scale 1, layer_scalar, softcap).
+
+As a module: `make_hf_model(out_dir, arch, **opts)` returns the output directory.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_hf_llama import DTYPES, random_tensor, split_shards, write_safetensors  # noqa: E402
+
+ARCHS = ("llama3", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4")
+
+
+def _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype):
+    base = {
+        "hidden_size": dim, "intermediate_size": ffn, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "vocab_size": vocab,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "torch_dtype": DTYPES[dtype][1],
+        "bos_token_id": 1, "eos_token_id": 2,
+    }
+    if arch == "llama3":
+        return {**base, "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+                "rope_theta": 10000.0, "attention_bias": True, "tie_word_embeddings": False,
+                "head_dim": head_dim,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                "eos_token_id": [2, 5]}
+    if arch == "qwen2":
+        return {**base, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+                "rope_theta": 1000000.0, "tie_word_embeddings": True, "use_sliding_window": False,
+                "sliding_window": 32}
+    if arch == "qwen3":
+        return {**base, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+                "rope_theta": 1000000.0, "tie_word_embeddings": False, "head_dim": 2 * head_dim,
+                "attention_bias": False, "layer_types": ["full_attention"] * layers}
+    if arch in ("gemma3", "gemma3_mm"):
+        text = {**base, "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh",
+                "head_dim": head_dim, "query_pre_attn_scalar": 24, "sliding_window": 5,
+                "sliding_window_pattern": 2, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+                "final_logit_softcapping": 10.0, "attn_logit_softcapping": None,
+                "tie_word_embeddings": True}
+        if arch == "gemma3":
+            return {**text, "architectures": ["Gemma3ForCausalLM"]}
+        return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                "text_config": text, "vision_config": {"hidden_size": 8, "model_type": "siglip_vision_model"},
+                "eos_token_id": [2, 7]}
+    if arch == "gemma4":
+        types = ["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2)
+        return {**base, "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+                "hidden_activation": "gelu_pytorch_tanh", "head_dim": head_dim, "global_head_dim": 2 * head_dim,
+                "num_global_key_value_heads": 1, "attention_k_eq_v": True, "sliding_window": 6,
+                "layer_types": types, "final_logit_softcapping": 10.0, "tie_word_embeddings": True,
+                "hidden_size_per_layer_input": 0, "enable_moe_block": False, "num_kv_shared_layers": 0,
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                       "rope_theta": 1000000.0}}}
+    raise ValueError(f"unknown arch {arch}")
+
+
+def _plan(arch, cfg):
+    """(name, shape, kind) of every tensor."""
+    c = cfg.get("text_config", cfg)
+    dim, ffn, vocab = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or dim // heads
+    gemma = arch.startswith("gemma")
+    pre = "model.language_model." if arch == "gemma3_mm" else "model."
+    norm = "gnorm" if arch.startswith("gemma3") else "norm"  # Gemma 3 stores w of x·(1 + w)
+    plan = [(pre + "embed_tokens.weight", (vocab, dim), "embed")]
+    for i in range(c["num_hidden_layers"]):
+        p = f"{pre}layers.{i}."
+        sliding = c.get("layer_types", ["sliding_attention"] * 99)[i] == "sliding_attention"
+        lhd, lkv, has_v = hd, kv, True
+        if arch == "gemma4" and not sliding:
+            lhd, lkv, has_v = c["global_head_dim"], c["num_global_key_value_heads"], False
+        plan += [(p + "input_layernorm.weight", (dim,), norm),
+                 (p + "self_attn.q_proj.weight", (heads * lhd, dim), "linear"),
+                 (p + "self_attn.k_proj.weight", (lkv * lhd, dim), "linear")]
+        if has_v:
+            plan.append((p + "self_attn.v_proj.weight", (lkv * lhd, dim), "linear"))
+        plan.append((p + "self_attn.o_proj.weight", (dim, heads * lhd), "linear"))
+        if arch in ("llama3", "qwen2"):
+            plan += [(p + "self_attn.q_proj.bias", (heads * lhd,), "bias"),
+                     (p + "self_attn.k_proj.bias", (lkv * lhd,), "bias"),
+                     (p + "self_attn.v_proj.bias", (lkv * lhd,), "bias")]
+        if arch == "llama3":
+            plan.append((p + "self_attn.o_proj.bias", (dim,), "bias"))
+        if arch == "qwen3" or gemma:
+            plan += [(p + "self_attn.q_norm.weight", (lhd,), norm), (p + "self_attn.k_norm.weight", (lhd,), norm)]
+        plan.append((p + "post_attention_layernorm.weight", (dim,), norm))
+        if gemma:
+            plan += [(p + "pre_feedforward_layernorm.weight", (dim,), norm),
+                     (p + "post_feedforward_layernorm.weight", (dim,), norm)]
+        if arch == "gemma4":
+            plan.append((p + "layer_scalar", (1,), "scalar"))
+        plan += [(p + "mlp.gate_proj.weight", (ffn, dim), "linear"),
+                 (p + "mlp.up_proj.weight", (ffn, dim), "linear"),
+                 (p + "mlp.down_proj.weight", (dim, ffn), "linear")]
+    plan.append((pre + "norm.weight", (dim,), norm))
+    if not c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", gemma)):
+        plan.append(("lm_head.weight", (vocab, dim), "linear"))
+    if arch == "gemma3_mm":
+        plan.append(("model.vision_tower.patch_embedding.weight", (8, 12), "linear"))
+    return plan
+
+
+def _values(seed, name, shape, kind):
+    if kind in ("norm", "embed", "linear"):
+        return random_tensor(seed, name, shape, kind)
+    z = random_tensor(seed, name, shape, "embed")
+    if kind == "gnorm":
+        return (0.1 * z).astype(np.float32)
+    if kind == "bias":
+        return (0.1 * z).astype(np.float32)
+    if kind == "scalar":
+        return (1.0 + 0.3 * z).astype(np.float32)
+    raise ValueError(kind)
+
+
+def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, ffn=96, vocab=300, head_dim=16,
+                  dtype="f32", shards=1, config_overrides=None):
+    os.makedirs(out_dir, exist_ok=True)
+    for fn in os.listdir(out_dir):
+        if fn.endswith(".safetensors") or fn.endswith(".json"):
+            os.remove(os.path.join(out_dir, fn))
+    cfg = _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype)
+    if config_overrides:
+        cfg.update(config_overrides)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": [2, 3]}, f, indent=2)
+    plan = _plan(arch, cfg)
+    # make_hf_llama's writer draws values through random_tensor(kind); route our kinds through it.
+    import make_hf_llama
+    orig = make_hf_llama.random_tensor
+    make_hf_llama.random_tensor = lambda s, n, sh, k: _values(s, n, sh, k)
+    try:
+        groups = split_shards(plan, shards, DTYPES[dtype][2])
+        if len(groups) == 1:
+            write_safetensors(os.path.join(out_dir, "model.safetensors"), groups[0], seed, dtype)
+        else:
+            weight_map, total = {}, 0
+            for i, items in enumerate(groups):
+                fn = "model-%05d-of-%05d.safetensors" % (i + 1, len(groups))
+                total += write_safetensors(os.path.join(out_dir, fn), items, seed, dtype)
+                weight_map.update({name: fn for name, _, _ in items})
+            with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+                json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    finally:
+        make_hf_llama.random_tensor = orig
+    return out_dir
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--arch", choices=ARCHS, required=True)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=96)
+    ap.add_argument("--vocab", type=int, default=300)
+    ap.add_argument("--head-dim", type=int, default=16)
+    ap.add_argument("--shards", type=int, default=1)
+    a = ap.parse_args(argv)
+    make_hf_model(a.out_dir, a.arch, seed=a.seed, dim=a.dim, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
+                  ffn=a.ffn, vocab=a.vocab, head_dim=a.head_dim, dtype=a.dtype, shards=a.shards)
+    print(a.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+// The engine's round structure on stories260K: chunked prefill (a long prompt joining does not stall
+// the sequences already decoding, and the results equal decoding each sequence alone), finish
+// reasons, and speculation with a drafter through the same path (greedy: token-identical).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "dspark.h"
+#include "model/model.h"
+
+static ds_model *g_m;
+static ds_drafter *g_d;
+
+static int setup(void **state) {
+    (void)state;
+    char path[4096], dir[4096];
+    const char *shared = getenv("DSPARK_SHARED"), *tmp = getenv("DSPARK_TMP");
+    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", shared ? shared : "../shared");
+    snprintf(dir, sizeof dir, "%s/engine_%ld", tmp ? tmp : "/tmp", (long)getpid());
+    ds_model_params mp = {.n_threads = 1};
+    if (ds_model_load(path, &mp, &g_m)) return -1;
+    ds_drafter_init_params p = ds_drafter_init_default();
+    p.n_layers = 1;
+    p.markov_rank = 16;
+    p.seed = 3;
+    if (ds_drafter_init_write(g_m, &p, dir) || ds_drafter_load(dir, g_m, &g_d)) {
+        fprintf(stderr, "%s\n", ds_last_error());
+        return -1;
+    }
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    ds_drafter_free(g_d);
+    ds_model_free(g_m);
+    return 0;
+}
+
+// A deterministic prompt of n tokens: BOS then ids drawn from the ordinary vocabulary.
+static void prompt_of(int32_t *p, int n, int seed) {
+    p[0] = ds_model_get_info(g_m)->bos_id;
+    for (int i = 1; i < n; i++) p[i] = (int32_t)(3 + (i * 131 + seed * 17) % 500);
+}
+
+// Greedy output of one sequence decoded alone (no speculation).
+static int alone(const int32_t *prompt, int n_prompt, int max_new, int32_t *out) {
+    ds_spec_params sp = {.kind = DS_SPEC_NONE};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
+    const ds_sampler_params smp = ds_sampler_default();
+    int id, n = 0;
+    assert_int_equal(ds_engine_add(e, prompt, n_prompt, max_new, &smp, 1, &id), DS_OK);
+    while (!ds_engine_finished(e, id)) {
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        n += ds_engine_take(e, id, out + n, max_new - n);
+    }
+    ds_engine_free(e);
+    return n;
+}
+
+// A 400-token prompt joins while a short one decodes: the short one still commits a token every
+// round (its prompt is prefilled 256 rows per round alongside), and both outputs equal decoding
+// each alone.
+static void test_chunked_prefill(void **state) {
+    (void)state;
+    int32_t pa[8], pb[400], out_a[64], out_b[64], ref_a[64], ref_b[64];
+    prompt_of(pa, 8, 1);
+    prompt_of(pb, 400, 2);
+    const int na_ref = alone(pa, 8, 40, ref_a), nb_ref = alone(pb, 400, 20, ref_b);
+    ds_spec_params sp = {.kind = DS_SPEC_NONE};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
+    const ds_sampler_params smp = ds_sampler_default();
+    int a, b, na = 0, nb = 0;
+    assert_int_equal(ds_engine_add(e, pa, 8, 40, &smp, 1, &a), DS_OK);
+    assert_int_equal(ds_engine_step(e), DS_OK); // a's prefill (7 rows)
+    assert_int_equal(ds_engine_step(e), DS_OK); // a's first token
+    na += ds_engine_take(e, a, out_a + na, 64 - na);
+    assert_int_equal(na, 1);
+    assert_int_equal(ds_engine_add(e, pb, 400, 20, &smp, 1, &b), DS_OK);
+    for (int round = 0; round < 2; round++) { // b's 399 prompt rows: 256, then 143
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        na += ds_engine_take(e, a, out_a + na, 64 - na);
+        assert_int_equal(na, 2 + round); // a did not wait
+        assert_int_equal(ds_engine_take(e, b, out_b, 64), 0);
+    }
+    while (ds_engine_active(e)) {
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        na += ds_engine_take(e, a, out_a + na, 64 - na);
+        nb += ds_engine_take(e, b, out_b + nb, 64 - nb);
+    }
+    assert_int_equal(na, na_ref);
+    assert_int_equal(nb, nb_ref);
+    assert_memory_equal(out_a, ref_a, sizeof(int32_t) * (size_t)na);
+    assert_memory_equal(out_b, ref_b, sizeof(int32_t) * (size_t)nb);
+    ds_engine_free(e);
+}
+
+// The same with a drafter: the drafter's context is fed from the chunked prefill's tap rows, and
+// greedy speculative output equals plain decoding.
+static void test_chunked_prefill_with_drafter(void **state) {
+    (void)state;
+    int32_t pb[300], out[64], ref[64];
+    prompt_of(pb, 300, 5);
+    const int n_ref = alone(pb, 300, 30, ref);
+    ds_spec_params sp = {.kind = DS_SPEC_DSPARK, .schedule = DS_SCHEDULE_FIXED};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(g_m, g_d, &sp, &e), DS_OK);
+    const ds_sampler_params smp = ds_sampler_default();
+    int id, n = 0;
+    assert_int_equal(ds_engine_add(e, pb, 300, 30, &smp, 1, &id), DS_OK);
+    while (!ds_engine_finished(e, id)) {
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        n += ds_engine_take(e, id, out + n, 64 - n);
+    }
+    assert_int_equal(n, n_ref);
+    assert_memory_equal(out, ref, sizeof(int32_t) * (size_t)n);
+    assert_true(ds_engine_stats(e, id)->drafted > 0);
+    ds_engine_free(e);
+}
+
+// LENGTH at the budget; STOP with the stop id that ended it (stories260K's greedy stories never
+// reach EOS, so a token it does produce is made a stop id, as generation_config.json would).
+static void test_finish_reasons(void **state) {
+    (void)state;
+    int32_t p[6], ref[16], stop = 0;
+    prompt_of(p, 6, 9);
+    assert_int_equal(alone(p, 6, 16, ref), 16);
+    const int saved = g_m->n_stop;
+    ds_model_add_stop(g_m, ref[5]);
+    int first = 0; // where it first appears
+    while (ref[first] != ref[5]) first++;
+    ds_spec_params sp = {.kind = DS_SPEC_NONE};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
+    const ds_sampler_params smp = ds_sampler_default();
+    int s1, s2;
+    assert_int_equal(ds_engine_add(e, p, 6, 3, &smp, 1, &s1), DS_OK);
+    assert_int_equal(ds_engine_add(e, p, 6, 16, &smp, 1, &s2), DS_OK);
+    assert_int_equal(ds_engine_finish_reason(e, s1, &stop), DS_FINISH_NONE);
+    assert_int_equal(stop, -1);
+    while (ds_engine_active(e)) assert_int_equal(ds_engine_step(e), DS_OK);
+    g_m->n_stop = saved;
+    assert_int_equal(ds_engine_finish_reason(e, s1, NULL), first < 3 ? DS_FINISH_STOP : DS_FINISH_LENGTH);
+    assert_int_equal(ds_engine_finish_reason(e, s2, &stop), DS_FINISH_STOP);
+    assert_int_equal(stop, ref[5]);
+    assert_int_equal(ds_engine_stats(e, s2)->generated, first); // the stop id itself is not output
+    assert_int_equal(ds_engine_finish_reason(e, 99, &stop), DS_FINISH_NONE); // no such sequence
+    ds_engine_free(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_chunked_prefill_with_drafter),
+        cmocka_unit_test(test_finish_reasons),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
