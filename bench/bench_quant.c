@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/threads.h"
 #include "dspark.h"
 #include "io/safetensors.h"
 #include "kernels/half.h"
@@ -74,7 +75,7 @@ static double read_bandwidth(void) {
     for (int rep = 0; rep < 5; rep++) {
         const double t0 = now();
         float total = 0;
-#pragma omp parallel reduction(+ : total)
+#pragma omp parallel num_threads(ds_threads()) reduction(+ : total)
         {
             const int nt = omp_get_num_threads(), t = omp_get_thread_num();
             const size_t per = n / (size_t)nt / 32 * 32;
@@ -335,7 +336,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     ds_set_threads(threads);
-    const int nt = omp_get_max_threads();
+    const int nt = ds_threads(); // the thread count ds_matmul uses (scratch is per thread)
     const double bw = read_bandwidth();
     printf("{\"bench\": \"bandwidth\", \"threads\": %d, \"read_gb_per_s\": %.2f}\n", nt, bw / 1e9);
     fflush(stdout);
