@@ -48,6 +48,8 @@ typedef enum {
     DS_BF16 = 30,
     DS_U32 = 1000, // safetensors only
     DS_I32 = 1001, // safetensors only
+    DS_AFFINE4 = 1004, // MLX affine 4-bit: packed U32 words + per-group scales/biases (in memory only)
+    DS_AFFINE8 = 1008, // MLX affine 8-bit (docs: ../shared/docs/mlx-affine-quant.md)
 } ds_dtype;
 
 const char *ds_dtype_name(ds_dtype t);

@@ -64,6 +64,8 @@ const char *ds_dtype_name(ds_dtype t) {
     case DS_Q8_0: return "Q8_0";
     case DS_U32: return "U32";
     case DS_I32: return "I32";
+    case DS_AFFINE4: return "AFFINE4";
+    case DS_AFFINE8: return "AFFINE8";
     }
     return "unknown";
 }

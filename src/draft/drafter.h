@@ -7,6 +7,7 @@
 #include "dspark.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
+#include "quant/qconfig.h"
 
 typedef enum { DS_STYLE_QWEN3, DS_STYLE_GEMMA4 } ds_draft_style;
 typedef enum { DS_MARKOV_NONE, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;
@@ -62,6 +63,7 @@ struct ds_drafter {
     float *owned;         // every f32 vector, one allocation
     size_t owned_used, owned_cap;
     ds_safetensors *st;
+    ds_quant_config quant; // config.json's quantization block (present = 0: full precision)
 };
 
 // Scratch of a block forward or context append over up to cap_rows rows (one sequence's chunk, or

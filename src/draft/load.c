@@ -13,6 +13,7 @@
 #include "kernels/half.h"
 #include "model/model.h"
 #include "model/st_weights.h"
+#include "quant/qconfig.h"
 
 const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d) { return &d->info; }
 
@@ -84,6 +85,7 @@ const char *ds_drafter_warning(const ds_drafter *d) { return d->warning[0] ? d->
 void ds_drafter_free(ds_drafter *d) {
     if (!d) return;
     ds_st_close(d->st);
+    ds_quant_config_free(&d->quant);
     free(d->layers);
     free(d->owned);
     free(d);
@@ -226,6 +228,9 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
                      d->nkv, d->hd);
         goto done;
     }
+    // MLX affine quantization (mlx-affine-quant.md): the block says which modules are quantized and
+    // how; ds_st_weight_q checks every quantized tensor against it.
+    st = ds_quant_config_parse(j, path, &d->quant);
 done:
     cJSON_Delete(j);
     return st;
@@ -286,7 +291,17 @@ static ds_status expect(loader *L, const char *name) {
 
 static ds_status W(loader *L, const char *name, int rows, int cols, ds_weight *w) {
     ds_status st = expect(L, name);
-    return st ? st : ds_st_weight(L->d->st, L->dir, name, rows, cols, 0, w);
+    if (!st) st = ds_st_weight_q(L->d->st, L->dir, name, rows, cols, 0, &L->d->quant, w);
+    if (!st && ds_weight_bits(w)) { // a quantized module also owns <module>.scales and .biases
+        char m[256], n[300];
+        ds_st_module_of(name, m, sizeof m);
+        snprintf(n, sizeof n, "%s.scales", m);
+        if (!(st = expect(L, n))) {
+            snprintf(n, sizeof n, "%s.biases", m);
+            st = expect(L, n);
+        }
+    }
+    return st;
 }
 
 static ds_status Vec(loader *L, const char *name, int n, float **out) {
@@ -399,7 +414,10 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     if (!d) return DS_ERR_NOMEM;
     draft_config c;
     ds_status st = read_config(d, dir, &c);
-    if (!st) st = check_pairing(d, &c, target, dir);
+    // No target (quantize's load smoke test): the drafter alone, unpaired.
+    if (!st && target) st = check_pairing(d, &c, target, dir);
+    if (!st && !target && (c.mask < 0 || c.mask >= d->V))
+        st = ds_fail(DS_ERR_FORMAT, "%s: mask_token_id %d is outside the vocabulary (0..%d)", dir, c.mask, d->V - 1);
     if (st) goto fail;
     if ((st = ds_st_open(dir, &d->st))) goto fail;
     d->r = c.rank;
@@ -418,9 +436,10 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     if (d->style == DS_STYLE_GEMMA4) {
         // embed scale = sqrt(H) rounded to the weight dtype (bf16(sqrt(3840)) = 62.0)
         const float s = sqrtf((float)d->H);
-        d->embed_scale = d->embed.type == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
-                         : d->embed.type == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
-                                                   : s;
+        const ds_dtype et = ds_weight_bits(&d->embed) ? d->embed.scale_type : d->embed.type; // quantized: as stored
+        d->embed_scale = et == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
+                         : et == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
+                                        : s;
         d->attn_scale = 1.0f; // q/k norms replace the scale
         d->softcap = (float)c.softcap;
     } else {
@@ -465,7 +484,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 static uint64_t hash_weight(uint64_t h, const ds_weight *w) {
-    const size_t bytes = ds_weight_bytes(w);
+    const size_t bytes = ds_weight_data_bytes(w); // the bytes at w->data (affine: packed words only)
     h = fnv(h, &w->type, sizeof w->type);
     h = fnv(h, &w->rows, sizeof w->rows);
     h = fnv(h, &w->cols, sizeof w->cols);

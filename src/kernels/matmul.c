@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "kernels/half.h"
+#include "kernels/qmatmul.h"
+#include "quant/affine.h"
 
 // Software prefetch distance in elements (4 KiB of 16-bit weights, 8 KiB of f32), measured with
 // bench_decode: 512 gave 88% of the BF16 bound, 1024 93%, 2048 98%.
@@ -108,14 +110,16 @@ static void rows_q8_0(float *y, int ldy, const float *x, int nb, const ds_block_
 
 // ---- Dispatch ------------------------------------------------------------------------------------
 typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int);
+typedef void (*qrows_fn)(float *, int, const float *, int, const ds_weight *, int, int);
 typedef struct {
     const char *name;
     rows_fn f32, bf16, f16;
+    qrows_fn affine; // MLX affine 4/8-bit (kernels/qmatmul.c)
 } isa_table;
 
-#define ISA_ENTRY(name)                                                                  \
-    {                                                                                    \
-#name, (rows_fn)rows_f32_##name, (rows_fn)rows_bf16_##name, (rows_fn)rows_f16_##name \
+#define ISA_ENTRY(name)                                                                                      \
+    {                                                                                                        \
+#name, (rows_fn)rows_f32_##name, (rows_fn)rows_bf16_##name, (rows_fn)rows_f16_##name, ds_qrows_##name \
     }
 static const isa_table g_isas[] = {ISA_ENTRY(avx512), ISA_ENTRY(avx2), ISA_ENTRY(scalar)};
 static const isa_table *g_isa;
@@ -161,8 +165,17 @@ size_t ds_weight_bytes(const ds_weight *w) {
     case DS_F16:
     case DS_BF16: return n * 2;
     case DS_Q8_0: return n / 32 * sizeof(ds_block_q8_0);
+    case DS_AFFINE4:
+    case DS_AFFINE8: // packed words + scales + biases
+        return n * (size_t)ds_weight_bits(w) / 8 +
+               2 * (n / (size_t)w->group_size) * (w->scale_type == DS_F32 ? 4 : 2);
     default: return 0;
     }
+}
+
+size_t ds_weight_data_bytes(const ds_weight *w) {
+    if (ds_weight_bits(w)) return (size_t)w->rows * (size_t)w->cols * (size_t)ds_weight_bits(w) / 8;
+    return ds_weight_bytes(w);
 }
 
 static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1) {
@@ -172,6 +185,8 @@ static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_we
     case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
     case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
     case DS_Q8_0: rows_q8_0(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    case DS_AFFINE4:
+    case DS_AFFINE8: t->affine(y, ldy, x, nb, w, r0, r1); break;
     default: break;
     }
 }
@@ -193,6 +208,15 @@ void ds_weight_row_f32(const ds_weight *w, int r, float *out) {
     case DS_Q8_0: {
         const ds_block_q8_0 *b = (const ds_block_q8_0 *)w->data + off / 32;
         for (size_t j = 0; j < c; j++) out[j] = ds_f16_to_f32(b[j / 32].d) * (float)b[j / 32].qs[j % 32];
+        break;
+    }
+    case DS_AFFINE4:
+    case DS_AFFINE8: { // the quantized embedding gather: one packed row, dequantized
+        const size_t srow = c / (size_t)w->group_size, ssz = w->scale_type == DS_F32 ? 4 : 2;
+        ds_affine_dequantize_row((const uint32_t *)w->data + (size_t)r * (c * (size_t)ds_weight_bits(w) / 32),
+                                 (const char *)w->scales + (size_t)r * srow * ssz,
+                                 (const char *)w->biases + (size_t)r * srow * ssz, w->scale_type, w->cols,
+                                 ds_weight_bits(w), w->group_size, out);
         break;
     }
     default: memset(out, 0, c * 4);
@@ -219,6 +243,10 @@ void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 
 static int gemm_min_rows(ds_dtype t) {
     if (g_gemm_min_rows) return g_gemm_min_rows;
+    // Affine: dequantizing tiles costs more than widening BF16 and our kernel is compute-bound, so the
+    // crossover (bench_quant "multirow", 2048² and 4096², 2 busy threads) is later: 32-64 rows.
+    if (t == DS_AFFINE8) return 48;
+    if (t == DS_AFFINE4) return 64;
     return t == DS_F32 ? 10 : 24;
 }
 // Below this many multiply-adds a product runs on the calling thread (fork/join costs more).

@@ -11,13 +11,26 @@
 // A 2-D weight matrix in PyTorch layout: `rows` output features, each a contiguous row of `cols`
 // input features.
 typedef struct {
-    ds_dtype type;    // F32, F16, BF16 or Q8_0
+    ds_dtype type;    // F32, F16, BF16, Q8_0, AFFINE4 or AFFINE8
     int rows, cols;
-    const void *data; // (rows, cols) elements of `type` (Q8_0: rows * cols/32 blocks)
+    const void *data; // (rows, cols) elements of `type` (Q8_0: rows * cols/32 blocks;
+                      //  AFFINE4/8: (rows, cols * bits/32) packed uint32 words, see quant/affine.h)
+    // MLX affine quantization only (../shared/docs/mlx-affine-quant.md):
+    int group_size;       // 32 or 64 elements per (scale, bias)
+    ds_dtype scale_type;  // F32, F16 or BF16: the stored type of scales and biases
+    const void *scales;   // (rows, cols / group_size)
+    const void *biases;   // (rows, cols / group_size)
 } ds_weight;
 
-// Bytes one weight occupies (what a decode step reads).
+// Bits per element of an affine weight (4 or 8), 0 for other types.
+static inline int ds_weight_bits(const ds_weight *w) {
+    return w->type == DS_AFFINE4 ? 4 : w->type == DS_AFFINE8 ? 8 : 0;
+}
+
+// Bytes one weight occupies (what a decode step reads; affine: packed words + scales + biases).
 size_t ds_weight_bytes(const ds_weight *w);
+// Bytes at w->data alone (affine: the packed words only).
+size_t ds_weight_data_bytes(const ds_weight *w);
 
 // y (n, w->rows) = x (n, w->cols) · Wᵀ. Few rows run a hand-vectorized kernel that reads each
 // weight row once for all rows (memory-bound decode/verify); many rows go to OpenBLAS sgemm (BF16/F16

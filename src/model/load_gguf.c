@@ -104,6 +104,15 @@ done:
     return st;
 }
 
+ds_status ds_model_load_gguf_tokenizer(ds_model *m, const char *path) {
+    ds_gguf g;
+    ds_status st = ds_gguf_open(&g, path);
+    if (st) return st;
+    st = load_tokenizer(m, &g); // the tokenizer copies what it keeps
+    ds_gguf_close(&g);
+    return st;
+}
+
 static ds_status read_config(ds_model *m, const ds_gguf *g) {
     ds_model_info *in = &m->info;
     int64_t v;

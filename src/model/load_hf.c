@@ -38,6 +38,7 @@
 #include "kernels/half.h"
 #include "model/model.h"
 #include "model/st_weights.h"
+#include "quant/qconfig.h"
 
 enum { FAM_LLAMA, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA3, FAM_GEMMA4 };
 enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_PROPORTIONAL };
@@ -63,8 +64,10 @@ typedef struct {
 
 static void st_backing_free(void *p) { ds_st_close(p); }
 
-static ds_status take_weight(const ds_safetensors *st, const char *dir, const char *name, ds_weight *w, int optional) {
-    return ds_st_weight(st, dir, name, -1, -1, optional, w); // shapes are checked in ds_model_finish
+static ds_status take_weight(const ds_safetensors *st, const char *dir, const char *name, ds_weight *w, int optional,
+                             const ds_quant_config *q) {
+    // shapes are checked in ds_model_finish; MLX affine weights against q (config.json's block)
+    return ds_st_weight_q(st, dir, name, -1, -1, optional, q, w);
 }
 
 static ds_status take_vector(ds_model *m, const ds_safetensors *st, const char *dir, const char *name, int n,
@@ -435,7 +438,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     m->info.bos_id = m->info.eos_id = m->info.unk_id = -1;
     hf_config h;
     memset(&h, 0, sizeof h);
+    ds_quant_config qc = {0};
     ds_status st = read_config(m, dir, &h);
+    if (!st) st = ds_quant_config_load(dir, &qc); // MLX affine weights (dspark quantize)
     if (st) goto fail;
     if ((st = read_generation_config(m, dir))) goto fail;
     const char *base = strrchr(dir, '/');
@@ -464,9 +469,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     }
     char name[160];
     snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
-    if ((st = take_weight(sf, dir, name, &m->tok_embd, 0))) goto fail;
-    if ((st = take_weight(sf, dir, "lm_head.weight", &m->output, 1))) goto fail;
-    if (!m->output.data && (st = take_weight(sf, dir, "language_model.lm_head.weight", &m->output, 1))) goto fail;
+    if ((st = take_weight(sf, dir, name, &m->tok_embd, 0, &qc))) goto fail;
+    if ((st = take_weight(sf, dir, "lm_head.weight", &m->output, 1, &qc))) goto fail;
+    if (!m->output.data && (st = take_weight(sf, dir, "language_model.lm_head.weight", &m->output, 1, &qc))) goto fail;
     if (!m->output.data && !h.tied) {
         st = ds_fail(DS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", dir);
         goto fail;
@@ -498,9 +503,10 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     const int gemma = h.fam == FAM_GEMMA3 || h.fam == FAM_GEMMA4;
     if (gemma) { // sqrt(hidden_size) in the embedding dtype
         const float s = sqrtf((float)in->dim);
-        m->embed_scale = m->tok_embd.type == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
-                         : m->tok_embd.type == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
-                                                      : s;
+        const ds_dtype et = ds_weight_bits(&m->tok_embd) ? m->tok_embd.scale_type : m->tok_embd.type; // quantized: as stored
+        m->embed_scale = et == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
+                         : et == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
+                                        : s;
     }
     m->final_softcap = (float)h.final_softcap;
     for (int l = 0; l < in->n_layers; l++) {
@@ -515,7 +521,7 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
         const int hd = L->head_dim, qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
 #define W(field, suffix, optional)                                        \
     snprintf(name, sizeof name, "%slayers.%d.%s.weight", pre, l, suffix); \
-    if ((st = take_weight(sf, dir, name, &L->field, optional))) goto fail;
+    if ((st = take_weight(sf, dir, name, &L->field, optional, &qc))) goto fail;
 #define V(field, suffix, n)                                               \
     snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix);        \
     if ((st = take_vector(m, sf, dir, name, n, &L->field))) goto fail;    \
@@ -561,12 +567,16 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     char tokjson[4096]; // the tokenizer, when the directory has one (tokenizer.json + tokenizer_config.json)
     snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", dir);
     if (access(tokjson, F_OK) == 0 && (st = ds_tokenizer_load(dir, &m->tok))) goto fail;
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.gguf", dir); // a GGUF conversion's (dspark quantize --target)
+    if (!m->tok && access(tokjson, R_OK) == 0 && (st = ds_model_load_gguf_tokenizer(m, tokjson))) goto fail;
     free(h.sliding);
     h.sliding = NULL;
     if ((st = ds_model_finish(m, dir))) goto fail;
+    ds_quant_config_free(&qc);
     *out = m;
     return DS_OK;
 fail:
+    ds_quant_config_free(&qc);
     free(h.sliding);
     ds_model_free(m);
     return st;

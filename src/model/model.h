@@ -94,4 +94,8 @@ struct ds_kv {
 // Make room for `need` rows (amortized doubling; no allocation once the cache has grown).
 ds_status ds_kv_reserve(ds_kv *kv, int need);
 
+// The SentencePiece tokenizer of a GGUF file (a "tokenizer.gguf" next to an HF directory that
+// dspark quantize --target converted from GGUF) into m->tok and the BOS/EOS/UNK ids.
+ds_status ds_model_load_gguf_tokenizer(ds_model *m, const char *path);
+
 #endif

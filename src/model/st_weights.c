@@ -4,20 +4,102 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "quant/qconfig.h"
+
+static void shape_text(const ds_st_tensor *t, char *got, size_t cap) {
+    got[0] = 0;
+    for (int i = 0; i < t->n_dims && i < 4; i++)
+        snprintf(got + strlen(got), cap - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+}
+
+// An MLX affine weight (../shared/docs/mlx-affine-quant.md, "Tensor layout"): `t` = X.weight (U32,
+// [out, in·bits/32]) with X.scales / X.biases ([out, in/group_size], one float dtype). The logical
+// shape, bits and group size follow from the packed width and the scales' width, checked against
+// what config.json's quantization block says of X.
+static ds_status affine_weight(const ds_safetensors *st, const char *where, const char *name, const char *module,
+                               const ds_st_tensor *t, const ds_st_tensor *sc, int rows, int cols,
+                               const ds_quant_config *q, ds_weight *w) {
+    char sn[300], bn[300], got[64];
+    snprintf(sn, sizeof sn, "%s.scales", module);
+    snprintf(bn, sizeof bn, "%s.biases", module);
+    const ds_st_tensor *bi = ds_st_find(st, bn);
+    int eb = 0, eg = 0;
+    if (!q || !q->present)
+        return ds_fail(DS_ERR_FORMAT, "%s: '%s' is quantized (has '%s') but config.json has no quantization block", where,
+                       name, sn);
+    if (!ds_quant_config_module(q, module, &eb, &eg))
+        return ds_fail(DS_ERR_FORMAT, "%s: config.json marks '%s' as not quantized but the file has '%s'", where, module,
+                       sn);
+    if (!bi) return ds_fail(DS_ERR_FORMAT, "%s: quantized '%s' has scales but no '%s'", where, name, bn);
+    if (t->dtype != DS_U32)
+        return ds_fail(DS_ERR_FORMAT, "%s: quantized '%s' must be U32 (packed words), not %s", where, name,
+                       ds_dtype_name(t->dtype));
+    if (sc->dtype != DS_F32 && sc->dtype != DS_F16 && sc->dtype != DS_BF16)
+        return ds_fail(DS_ERR_FORMAT, "%s: '%s' has dtype %s (F32, F16 or BF16 expected)", where, sn,
+                       ds_dtype_name(sc->dtype));
+    if (bi->dtype != sc->dtype)
+        return ds_fail(DS_ERR_FORMAT, "%s: '%s' is %s but '%s' is %s (they must match)", where, bn,
+                       ds_dtype_name(bi->dtype), sn, ds_dtype_name(sc->dtype));
+    if (t->n_dims != 2 || sc->n_dims != 2 || bi->n_dims != 2 || t->shape[0] > INT32_MAX || t->shape[0] < 1 ||
+        sc->shape[0] != t->shape[0] || bi->shape[0] != t->shape[0] || bi->shape[1] != sc->shape[1] ||
+        sc->shape[1] < 1 || sc->shape[1] > INT32_MAX / 64 || t->shape[1] > INT32_MAX / 8)
+        return ds_fail(DS_ERR_FORMAT, "%s: quantized '%s': weight, scales and biases shapes disagree", where, module);
+    const int64_t R = t->shape[0], P = t->shape[1], G = sc->shape[1];
+    const int64_t L = cols >= 0 ? cols : G * eg; // logical input width
+    if (L % G || P * 32 % L || L / G != eg || P * 32 / L != eb) {
+        shape_text(t, got, sizeof got);
+        return ds_fail(DS_ERR_FORMAT,
+                       "%s: quantized '%s' has packed shape [%s] and %lld groups per row: not %d-bit with group size %d "
+                       "over %lld columns as config.json says",
+                       where, name, got, (long long)G, eb, eg, (long long)L);
+    }
+    if (rows >= 0 && R != rows)
+        return ds_fail(DS_ERR_FORMAT, "%s: quantized '%s' has %lld rows, expected %d", where, name, (long long)R, rows);
+    w->type = eb == 4 ? DS_AFFINE4 : DS_AFFINE8;
+    w->rows = (int)R;
+    w->cols = (int)L;
+    w->data = t->data;
+    w->group_size = eg;
+    w->scale_type = sc->dtype;
+    w->scales = sc->data;
+    w->biases = bi->data;
+    return DS_OK;
+}
+
+int ds_st_module_of(const char *name, char *module, size_t cap) {
+    const size_t n = strlen(name);
+    if (n <= 7 || strcmp(name + n - 7, ".weight") || n - 7 >= cap) return 0;
+    memcpy(module, name, n - 7);
+    module[n - 7] = 0;
+    return 1;
+}
 
 ds_status ds_st_weight(const ds_safetensors *st, const char *where, const char *name, int rows, int cols,
                        int optional, ds_weight *w) {
+    return ds_st_weight_q(st, where, name, rows, cols, optional, NULL, w);
+}
+
+ds_status ds_st_weight_q(const ds_safetensors *st, const char *where, const char *name, int rows, int cols,
+                         int optional, const ds_quant_config *q, ds_weight *w) {
     const ds_st_tensor *t = ds_st_find(st, name);
     memset(w, 0, sizeof *w);
     if (!t) return optional ? DS_OK : ds_fail(DS_ERR_FORMAT, "%s: missing tensor '%s'", where, name);
+    // Quantization is detected here and only here: a module is quantized iff <module>.scales exists.
+    char module[256], sn[300];
+    if (ds_st_module_of(name, module, sizeof module)) {
+        snprintf(sn, sizeof sn, "%s.scales", module);
+        const ds_st_tensor *sc = ds_st_find(st, sn);
+        if (sc) return affine_weight(st, where, name, module, t, sc, rows, cols, q, w);
+    }
+    if (t->dtype == DS_U32)
+        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' is U32 (packed) but has no scales next to it", where, name);
     if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 supported)", where, name,
                        ds_dtype_name(t->dtype));
     if (t->n_dims != 2 || t->shape[0] > INT32_MAX || t->shape[1] > INT32_MAX ||
         (rows >= 0 && t->shape[0] != rows) || (cols >= 0 && t->shape[1] != cols)) {
-        char got[64] = "";
-        for (int i = 0; i < t->n_dims && i < 4; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        char got[64];
+        shape_text(t, got, sizeof got);
         return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%d, %d]", where, name, got, rows, cols);
     }
     w->type = t->dtype;

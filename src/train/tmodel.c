@@ -98,6 +98,14 @@ ds_status ds_tmodel_load(const char *dir, const ds_model *target, ds_tmodel *tm)
     ds_status st = ds_drafter_load(dir, target, &tm->d);
     if (st) return st;
     const ds_drafter *d = tm->d;
+    if (d->quant.present) { // packed 4/8-bit weights have no gradient to follow
+        ds_drafter_free(tm->d);
+        tm->d = NULL;
+        return ds_fail(DS_ERR_UNSUPPORTED,
+                       "%s: this drafter is quantized (config.json has a quantization block); train the full-precision "
+                       "drafter and quantize it afterwards with dspark quantize",
+                       dir);
+    }
     tm->entries = ds_calloc(64 + (size_t)d->info.n_layers * 20, sizeof *tm->entries);
     tm->p.layers = ds_calloc((size_t)d->info.n_layers, sizeof(ds_tlayer));
     if (!tm->entries || !tm->p.layers) {

@@ -1,0 +1,104 @@
+// dspark quantize: a drafter or target in MLX's affine 4/8-bit format (src/quant/quantize.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "quant/quantize.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]\n"
+            "  --drafter              SRC_DIR is a DeepSpec drafter (default)\n"
+            "  --target               SRC is a Llama-family target: an HF safetensors directory, or a .gguf file\n"
+            "                         (written out as an HF directory, its tokenizer as tokenizer.gguf)\n"
+            "  --keep PATTERN         keep modules matching the glob (e.g. 'layers.0.*') in full precision\n"
+            "                         (repeatable; recorded as false in config.json)\n"
+            "  --override PATTERN=BITS:GROUP  per-module bits and group size (repeatable)\n"
+            "  --max-shard-mb N       shard above N MiB of data (default 5 GiB; fractions allowed)\n"
+            "  --skip-load-smoke      do not reload the result and run one quantized projection\n"
+            "Drafters: every 2-D weight whose input width the group size divides is quantized, the\n"
+            "embed_tokens and markov_w1 gather tables included; confidence_head.* and 1-D tensors stay as they are.\n");
+}
+
+static double g_t0;
+
+static void progress(void *ctx, const char *stage, int i, int n, const char *name) {
+    (void)ctx;
+    if (!strcmp(stage, "quantize")) fprintf(stderr, "\r[%3d/%3d] %-60.60s", i + 1, n, name);
+    else if (!strcmp(stage, "write")) fprintf(stderr, "\nwriting %s\n", name);
+    else if (!strcmp(stage, "smoke")) fprintf(stderr, "load smoke test\n");
+    else fprintf(stderr, "done in %.1f s: %s\n", cli_now() - g_t0, name);
+}
+
+int cmd_quantize(int argc, char **argv) {
+    ds_quantize_params p = ds_quantize_default();
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0, have_bits = 0, have_group = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(o, "--drafter")) p.target = 0;
+        else if (!strcmp(o, "--target")) p.target = 1;
+        else if (!strcmp(o, "--skip-load-smoke")) p.skip_load_smoke = 1;
+        else if (o[0] == '-' && o[1]) {
+            if (!v) return cli_usage_error("option %s needs a value", o);
+            i++;
+            if (!strcmp(o, "--bits")) {
+                if (!cli_parse_int(v, 0, 64, &n)) return cli_usage_error("--bits: '%s' is not a number", v);
+                p.bits = (int)n;
+                have_bits = 1;
+            } else if (!strcmp(o, "--group-size")) {
+                if (!cli_parse_int(v, 0, 1 << 20, &n)) return cli_usage_error("--group-size: '%s' is not a number", v);
+                p.group_size = (int)n;
+                have_group = 1;
+            } else if (!strcmp(o, "--keep")) {
+                if (p.n_keep == DS_QUANT_MAX_PATTERNS) return cli_usage_error("too many --keep patterns");
+                p.keep[p.n_keep++] = v;
+            } else if (!strcmp(o, "--override")) {
+                static char buf[DS_QUANT_MAX_PATTERNS][256];
+                const char *eq = strrchr(v, '=');
+                int b, g;
+                if (p.n_override == DS_QUANT_MAX_PATTERNS || !eq || eq - v >= 256 || sscanf(eq + 1, "%d:%d", &b, &g) != 2)
+                    return cli_usage_error("--override: expected PATTERN=BITS:GROUP, got '%s'", v);
+                memcpy(buf[p.n_override], v, (size_t)(eq - v));
+                buf[p.n_override][eq - v] = 0;
+                p.override[p.n_override] = buf[p.n_override];
+                p.override_bits[p.n_override] = b;
+                p.override_group[p.n_override++] = g;
+            } else if (!strcmp(o, "--max-shard-mb")) {
+                double mb;
+                if (!cli_parse_float(v, 0.001, 1 << 30, &mb)) return cli_usage_error("--max-shard-mb: '%s' is not a size", v);
+                p.max_shard_bytes = (size_t)(mb * 1048576.0);
+            } else {
+                return cli_usage_error("quantize: unknown option '%s' (see dspark quantize --help)", o);
+            }
+        } else {
+            if (n_pos == 2) return cli_usage_error("quantize takes SRC_DIR OUT_DIR (extra argument '%s')", o);
+            pos[n_pos++] = o;
+        }
+    }
+    if (n_pos != 2) return cli_usage_error("quantize needs SRC_DIR and OUT_DIR (see dspark quantize --help)");
+    if (!have_bits || !have_group) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
+    char out[4096];
+    snprintf(out, sizeof out, "%s", pos[1]);
+    for (size_t k = strlen(out); k > 1 && out[k - 1] == '/'; k--) out[k - 1] = 0;
+    pos[1] = out;
+    if (!cli_check_writable(pos[1])) return 1;
+    cli_catch_interrupt();
+    p.interrupted = &cli_interrupted;
+    p.progress = progress;
+    g_t0 = cli_now();
+    ds_quantize_stats s;
+    ds_status st = ds_quantize(pos[0], pos[1], &p, &s);
+    if (st) return cli_fail(st);
+    printf("{\"out\": \"%s\", \"bits\": %d, \"group_size\": %d, \"tensors\": %d, \"quantized\": %d, "
+           "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d}\n",
+           pos[1], p.bits, p.group_size, s.n_tensors, s.n_quantized, s.src_bytes, s.out_bytes,
+           s.src_bytes ? (double)s.out_bytes / (double)s.src_bytes : 0.0, s.n_shards);
+    return 0;
+}

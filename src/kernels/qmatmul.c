@@ -1,0 +1,109 @@
+// Affine (MLX 4/8-bit) matrix products for few rows, one instantiation per instruction set.
+// See qmatmul.h and ../shared/docs/mlx-affine-quant.md (the packing read here: element j of a row
+// at byte j·bits/8, low nibble first for 4 bits, because words are little-endian).
+#include "kernels/qmatmul.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/half.h"
+#include "quant/affine.h"
+
+// Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c) and the most groups
+// per pass (bounds the per-group Σx table on the stack: 8 × 512 floats).
+#define DS_QX_BLOCK_BYTES 32768
+#define DS_QX_GROUPS 512
+
+// ---- AVX-512 ---------------------------------------------------------------------------------
+#define ISA avx512
+#define ISA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define VLEN 16
+#define VEC __m512
+#define VZERO _mm512_setzero_ps()
+#define VSET1(f) _mm512_set1_ps(f)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#define VLOAD_F32(p) _mm512_loadu_ps(p)
+// 2 x 16 bytes -> 2 x 16 floats
+#define VQ8(b, j, v0, v1)                                                                             \
+    do {                                                                                              \
+        v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j))))); \
+        v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j) + 16)))); \
+    } while (0)
+// 16 bytes = 32 nibbles: low nibbles (elements 0, 2, .., 30) and high nibbles (1, 3, .., 31) as two
+// vectors, no shuffles; the kernel pairs them with x de-interleaved the same way (QX_PERM4).
+#define VQ4(b, j, v0, v1)                                                                           \
+    do {                                                                                            \
+        const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j) / 2)), m_ = _mm_set1_epi8(0x0F); \
+        v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw_, m_)));                     \
+        v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_)));  \
+    } while (0)
+#include "kernels/qmatmul_isa.inc"
+#undef ISA
+#undef ISA_TARGET
+#undef VLEN
+#undef VEC
+#undef VZERO
+#undef VSET1
+#undef VFMA
+#undef VSUM
+#undef VLOAD_F32
+#undef VQ8
+#undef VQ4
+
+// ---- AVX2 + FMA ------------------------------------------------------------------------------
+__attribute__((target("avx2,fma"))) static inline float qhsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#define ISA avx2
+#define ISA_TARGET __attribute__((target("avx2,fma,f16c")))
+#define VLEN 8
+#define VEC __m256
+#define VZERO _mm256_setzero_ps()
+#define VSET1(f) _mm256_set1_ps(f)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VSUM(v) qhsum256(v)
+#define VLOAD_F32(p) _mm256_loadu_ps(p)
+// 16 bytes -> 2 x 8 floats
+#define VQ8(b, j, v0, v1)                                                                  \
+    do {                                                                                   \
+        const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j)));                \
+        v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(raw_));                               \
+        v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(raw_, raw_)));     \
+    } while (0)
+// 8 bytes = 16 nibbles: low nibbles (even elements), high nibbles (odd elements), as for AVX-512
+#define VQ4(b, j, v0, v1)                                                                          \
+    do {                                                                                           \
+        const __m128i raw_ = _mm_loadl_epi64((const __m128i *)((b) + (j) / 2)), m_ = _mm_set1_epi8(0x0F); \
+        v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(raw_, m_)));                   \
+        v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_))); \
+    } while (0)
+#include "kernels/qmatmul_isa.inc"
+#undef ISA
+#undef ISA_TARGET
+#undef VLEN
+#undef VEC
+#undef VZERO
+#undef VSET1
+#undef VFMA
+#undef VSUM
+#undef VLOAD_F32
+#undef VQ8
+#undef VQ4
+
+// ---- Scalar fallback -------------------------------------------------------------------------
+#define ISA scalar
+#define ISA_TARGET
+#define VLEN 1
+#define VEC float
+#define VZERO 0.0f
+#define VSET1(f) (f)
+#define VFMA(a, b, c) ((a) * (b) + (c))
+#define VSUM(v) (v)
+#define VLOAD_F32(p) (*(p))
+#define VQ8(b, j, v0, v1) (v0 = (float)(b)[j], v1 = (float)(b)[(j) + 1])
+#define VQ4(b, j, v0, v1) (v0 = (float)((b)[(j) / 2] & 15), v1 = (float)((b)[(j) / 2] >> 4))
+#include "kernels/qmatmul_isa.inc"

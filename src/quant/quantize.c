@@ -1,0 +1,637 @@
+// dspark quantize (see quantize.h). Sources are read into a list of named tensors; a policy decides
+// per 2-D weight (module) whether and how it is quantized; the writer packs with quant/affine.c
+// (the contract's formulas, ../shared/docs/mlx-affine-quant.md) into a temporary directory that is
+// reloaded (smoke test) and then renamed into place.
+#include "quant/quantize.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/status.h"
+#include "draft/drafter.h"
+#include "io/gguf.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "kernels/half.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "model/st_weights.h"
+#include "quant/affine.h"
+#include "quant/qconfig.h"
+
+ds_quantize_params ds_quantize_default(void) {
+    ds_quantize_params p;
+    memset(&p, 0, sizeof p);
+    p.bits = 4;
+    p.group_size = 64;
+    return p;
+}
+
+#define DS_QUANT_DEFAULT_SHARD ((size_t)5 << 30) // "above ~5 GiB the file is sharded"
+
+// One tensor of the source, as it will be written (name in the output's convention).
+typedef struct {
+    char *name;
+    ds_dtype dtype;      // F32, F16, BF16 (or Q8_0 from GGUF: widened/quantized, never written as is)
+    int n_dims;
+    int64_t shape[2];    // (rows, cols) or (n)
+    const void *data;    // mapped source data, or `owned`
+    void *owned;         // data we made (GGUF conversions), freed at the end
+} src_tensor;
+
+typedef struct {
+    src_tensor *t;
+    int n, cap;
+    cJSON *config;       // the output config.json (source config + quantization blocks)
+    char src_dir[4096];  // directory whose other files are copied ("" = none)
+    ds_safetensors *st;  // safetensors source (kept open while writing)
+    ds_model *gguf;      // GGUF source (kept open while writing)
+    ds_gguf tok;         // GGUF source: its tokenizer metadata, carried as tokenizer.gguf
+    int have_tok;
+} source;
+
+static ds_status add_tensor(source *s, const char *name, ds_dtype dt, int n_dims, const int64_t *shape,
+                            const void *data, void *owned) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        src_tensor *t = realloc(s->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            free(owned);
+            return ds_fail(DS_ERR_NOMEM, "out of memory");
+        }
+        s->t = t;
+        s->cap = cap;
+    }
+    src_tensor *t = &s->t[s->n];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = strdup(name))) {
+        free(owned);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    for (int i = 0; i < n_dims && i < 2; i++) t->shape[i] = shape[i];
+    t->data = data;
+    t->owned = owned;
+    s->n++;
+    return DS_OK;
+}
+
+static void source_free(source *s) {
+    for (int i = 0; i < s->n; i++) {
+        free(s->t[i].name);
+        free(s->t[i].owned);
+    }
+    free(s->t);
+    cJSON_Delete(s->config);
+    ds_st_close(s->st);
+    ds_model_free(s->gguf);
+    if (s->have_tok) ds_gguf_close(&s->tok);
+    memset(s, 0, sizeof *s);
+}
+
+static int is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static const char *arch0(const cJSON *cfg) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+    const cJSON *a0 = cJSON_IsArray(a) ? cJSON_GetArrayItem(a, 0) : NULL;
+    return cJSON_IsString(a0) ? a0->valuestring : "";
+}
+
+static int is_drafter_arch(const char *a) { return !strcmp(a, "Qwen3DSparkModel") || !strcmp(a, "Gemma4DSparkModel"); }
+static int is_target_arch(const char *a) {
+    return !strcmp(a, "LlamaForCausalLM") || !strcmp(a, "MistralForCausalLM") || !strcmp(a, "Qwen3ForCausalLM");
+}
+
+// A safetensors directory (drafter or HF target).
+static ds_status open_st_dir(source *s, const char *src, const ds_quantize_params *p) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", src);
+    ds_status st = ds_json_load(path, 1 << 20, &s->config);
+    if (st) return st;
+    const char *a = arch0(s->config);
+    if (!p->target && !is_drafter_arch(a))
+        return ds_fail(DS_ERR_UNSUPPORTED,
+                       "%s: architectures[0] '%s' is not a DeepSpec drafter (Qwen3DSparkModel or Gemma4DSparkModel); "
+                       "to quantize a target model use --target",
+                       path, a);
+    if (p->target && is_drafter_arch(a))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: this is a DeepSpec drafter (%s); quantize it with --drafter", path, a);
+    if (p->target && !is_target_arch(a))
+        return ds_fail(DS_ERR_UNSUPPORTED,
+                       "%s: architecture '%s' is not a target dspark runs (LlamaForCausalLM, MistralForCausalLM, "
+                       "Qwen3ForCausalLM)",
+                       path, a);
+    if (cJSON_GetObjectItemCaseSensitive(s->config, "quantization") ||
+        cJSON_GetObjectItemCaseSensitive(s->config, "quantization_config"))
+        return ds_fail(DS_ERR_INVALID, "%s: the source is already quantized (config.json has a quantization block)",
+                       path);
+    if ((st = ds_st_open(src, &s->st))) return st;
+    for (int i = 0; i < ds_st_count(s->st); i++) {
+        const ds_st_tensor *t = ds_st_at(s->st, i);
+        const size_t n = strlen(t->name);
+        if (t->dtype == DS_U32 || (n > 7 && !strcmp(t->name + n - 7, ".scales")))
+            return ds_fail(DS_ERR_INVALID, "%s: the source is already quantized (tensor '%s')", src, t->name);
+        if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 supported)", src, t->name,
+                           ds_dtype_name(t->dtype));
+        if (t->n_dims > 2)
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most 2 supported)", src, t->name,
+                           t->n_dims);
+        if ((st = add_tensor(s, t->name, t->dtype, t->n_dims, t->shape, t->data, NULL))) return st;
+    }
+    snprintf(s->src_dir, sizeof s->src_dir, "%s", src);
+    return DS_OK;
+}
+
+// A weight of the loaded GGUF model as a new f32 (rows, cols) tensor; `heads` > 0: undo llama.cpp's
+// Q/K row permutation (interleaved RoPE pairs) so the rows are in Hugging Face's halves order:
+// HF row h·d + i (i < d/2) = GGUF row h·d + 2i, HF row h·d + d/2 + i = GGUF row h·d + 2i + 1.
+static ds_status add_gguf_weight(source *s, const char *name, const ds_weight *w, int heads) {
+    const size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
+    float *f = malloc(rows * cols * sizeof(float));
+    if (!f) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    const int d = heads > 0 ? w->rows / heads : 0;
+    for (size_t r = 0; r < rows; r++) {
+        size_t src_r = r;
+        if (heads > 0) {
+            const size_t h = r / (size_t)d, i = r % (size_t)d, half = (size_t)d / 2;
+            src_r = h * (size_t)d + (i < half ? 2 * i : 2 * (i - half) + 1);
+        }
+        ds_weight_row_f32(w, (int)src_r, f + r * cols);
+    }
+    const int64_t shape[2] = {w->rows, w->cols};
+    return add_tensor(s, name, DS_F32, 2, shape, f, f);
+}
+
+static ds_status add_gguf_vector(source *s, const char *name, const float *v, int n) {
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    memcpy(f, v, (size_t)n * sizeof(float));
+    const int64_t shape[1] = {n};
+    return add_tensor(s, name, DS_F32, 1, shape, f, f);
+}
+
+// A GGUF target, converted to a Hugging Face Llama directory (halves RoPE order, F32 full-precision
+// tensors; Q8_0 sources are dequantized first). The tokenizer travels as tokenizer.gguf (the
+// source's tokenizer.* metadata, no tensors), which the HF loader reads.
+static ds_status open_gguf(source *s, const char *src) {
+    ds_model_params mp = {0};
+    ds_status st = ds_model_load(src, &mp, &s->gguf);
+    if (st) return st;
+    const ds_model *m = s->gguf;
+    const ds_model_info *in = &m->info;
+    if (strcmp(m->arch, "llama"))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (only llama GGUF files convert)", src, m->arch);
+    char n[128];
+    const int tied = m->output.data == m->tok_embd.data;
+    if ((st = add_gguf_weight(s, "model.embed_tokens.weight", &m->tok_embd, 0))) return st;
+    if (!tied && (st = add_gguf_weight(s, "lm_head.weight", &m->output, 0))) return st;
+    if ((st = add_gguf_vector(s, "model.norm.weight", m->out_norm, in->dim))) return st;
+    for (int l = 0; l < in->n_layers; l++) {
+        const ds_layer *L = &m->layers[l];
+#define N(x) (snprintf(n, sizeof n, "model.layers.%d.%s", l, x), n)
+        if ((st = add_gguf_weight(s, N("self_attn.q_proj.weight"), &L->wq, in->n_heads)) ||
+            (st = add_gguf_weight(s, N("self_attn.k_proj.weight"), &L->wk, in->n_kv_heads)) ||
+            (st = add_gguf_weight(s, N("self_attn.v_proj.weight"), &L->wv, 0)) ||
+            (st = add_gguf_weight(s, N("self_attn.o_proj.weight"), &L->wo, 0)) ||
+            (st = add_gguf_weight(s, N("mlp.gate_proj.weight"), &L->w_gate, 0)) ||
+            (st = add_gguf_weight(s, N("mlp.up_proj.weight"), &L->w_up, 0)) ||
+            (st = add_gguf_weight(s, N("mlp.down_proj.weight"), &L->w_down, 0)) ||
+            (st = add_gguf_vector(s, N("input_layernorm.weight"), L->attn_norm, in->dim)) ||
+            (st = add_gguf_vector(s, N("post_attention_layernorm.weight"), L->ffn_norm, in->dim)))
+            return st;
+#undef N
+    }
+    cJSON *c = s->config = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"), cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "llama");
+    cJSON_AddNumberToObject(c, "hidden_size", in->dim);
+    cJSON_AddNumberToObject(c, "intermediate_size", in->ffn_dim);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", in->n_layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", in->n_heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", in->n_kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", in->head_dim);
+    cJSON_AddNumberToObject(c, "vocab_size", in->vocab_size);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", in->max_ctx);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", in->norm_eps);
+    cJSON_AddNumberToObject(c, "rope_theta", in->rope_theta);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", tied);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    if (in->bos_id >= 0) cJSON_AddNumberToObject(c, "bos_token_id", in->bos_id);
+    if (in->eos_id >= 0) cJSON_AddNumberToObject(c, "eos_token_id", in->eos_id);
+    cJSON_AddStringToObject(c, "converted_from", "gguf");
+    if (ds_gguf_find_kv(&((ds_gguf *)m->backing)[0], "tokenizer.ggml.model")) {
+        if ((st = ds_gguf_open(&s->tok, src))) return st;
+        s->have_tok = 1;
+    }
+    return DS_OK;
+}
+
+// ---- policy ---------------------------------------------------------------------------------------
+
+static int matches(const char *const *pats, int n, const char *module) {
+    for (int i = 0; i < n; i++)
+        if (fnmatch(pats[i], module, 0) == 0) return i;
+    return -1;
+}
+
+// Decide for tensor t: returns 1 and bits/gs when quantized; 0 otherwise (*record: write `false`
+// into the config for this module, i.e. a 2-D weight deliberately left in full precision).
+static int plan(const src_tensor *t, const ds_quantize_params *p, char *module, size_t cap, int *bits, int *gs,
+                int *record) {
+    *record = 0;
+    if (t->n_dims != 2 || !ds_st_module_of(t->name, module, cap)) return 0; // 1-D tensors: never
+    *record = 1;
+    if (!p->target && !strncmp(module, "confidence_head.", 16)) return 0; // policy: full precision
+    if (matches(p->keep, p->n_keep, module) >= 0) return 0;
+    *bits = p->bits;
+    *gs = p->group_size;
+    const int o = matches(p->override, p->n_override, module);
+    if (o >= 0) {
+        *bits = p->override_bits[o];
+        *gs = p->override_group[o];
+    }
+    if (t->shape[1] % *gs) return 0; // not shape-eligible
+    return 1;
+}
+
+// ---- writing --------------------------------------------------------------------------------------
+
+// Files we write at the top of the temporary directory are removed with it.
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[4400];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static ds_status copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    ds_status st = DS_OK;
+    if (!in || !out) st = ds_fail(DS_ERR_IO, "%s: cannot copy: %s", in ? to : from, strerror(errno));
+    char buf[1 << 16];
+    size_t k;
+    while (!st && (k = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, k, out) != k) st = ds_fail(DS_ERR_IO, "%s: write failed", to);
+    if (in) fclose(in);
+    if (out && fclose(out) != 0 && !st) st = ds_fail(DS_ERR_IO, "%s: write failed", to);
+    return st;
+}
+
+// Other files of a source directory (tokenizer, generation config, calibration, ...) travel as is.
+static ds_status copy_others(const char *src, const char *dst) {
+    DIR *d = opendir(src);
+    if (!d) return DS_OK;
+    struct dirent *e;
+    ds_status st = DS_OK;
+    char a[4400], b[4400];
+    while (!st && (e = readdir(d))) {
+        const char *n = e->d_name;
+        const size_t len = strlen(n);
+        if (n[0] == '.' || !strcmp(n, "config.json") || !strcmp(n, "model.safetensors.index.json") ||
+            (len > 12 && !strcmp(n + len - 12, ".safetensors")))
+            continue;
+        snprintf(a, sizeof a, "%s/%s", src, n);
+        struct stat sb;
+        if (stat(a, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        snprintf(b, sizeof b, "%s/%s", dst, n);
+        st = copy_file(a, b);
+    }
+    closedir(d);
+    return st;
+}
+
+// GGUF value sizes for the metadata-only tokenizer file.
+static size_t gguf_scalar_size(ds_gguf_type t) {
+    switch (t) {
+    case DS_GGUF_U8: case DS_GGUF_I8: case DS_GGUF_BOOL: return 1;
+    case DS_GGUF_U16: case DS_GGUF_I16: return 2;
+    case DS_GGUF_U32: case DS_GGUF_I32: case DS_GGUF_F32: return 4;
+    case DS_GGUF_U64: case DS_GGUF_I64: case DS_GGUF_F64: return 8;
+    default: return 0;
+    }
+}
+
+static void put_str(FILE *f, const char *p, uint64_t n) {
+    fwrite(&n, 8, 1, f);
+    fwrite(p, 1, (size_t)n, f);
+}
+
+// tokenizer.gguf: GGUF v3 with no tensors and the source's general.architecture + tokenizer.* keys.
+static ds_status write_tokenizer_gguf(const ds_gguf *g, const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return ds_fail(DS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    uint64_t nkv = 0;
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (!strncmp(g->kv[i].key, "tokenizer.", 10) || !strcmp(g->kv[i].key, "general.architecture")) nkv++;
+    const uint32_t magic = 0x46554747, version = 3;
+    const uint64_t nt = 0;
+    fwrite(&magic, 4, 1, f);
+    fwrite(&version, 4, 1, f);
+    fwrite(&nt, 8, 1, f);
+    fwrite(&nkv, 8, 1, f);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const ds_gguf_kv *kv = &g->kv[i];
+        if (strncmp(kv->key, "tokenizer.", 10) && strcmp(kv->key, "general.architecture")) continue;
+        put_str(f, kv->key, strlen(kv->key));
+        const uint32_t ty = (uint32_t)kv->type;
+        fwrite(&ty, 4, 1, f);
+        if (kv->type == DS_GGUF_STRING) {
+            put_str(f, kv->v.s.ptr, kv->v.s.len);
+        } else if (kv->type == DS_GGUF_ARRAY) {
+            const uint32_t at = (uint32_t)kv->arr_type;
+            fwrite(&at, 4, 1, f);
+            fwrite(&kv->arr_n, 8, 1, f);
+            if (kv->arr_type == DS_GGUF_STRING)
+                for (uint64_t k = 0; k < kv->arr_n; k++) put_str(f, kv->arr_strs[k].ptr, kv->arr_strs[k].len);
+            else
+                fwrite(kv->arr_data, gguf_scalar_size(kv->arr_type), (size_t)kv->arr_n, f);
+        } else {
+            unsigned char b[8];
+            const size_t sz = gguf_scalar_size(kv->type);
+            if (kv->type == DS_GGUF_F32) {
+                const float v = (float)kv->v.f;
+                memcpy(b, &v, 4);
+            } else if (kv->type == DS_GGUF_F64) {
+                memcpy(b, &kv->v.f, 8);
+            } else {
+                const uint64_t v = kv->v.u; // little-endian: the low bytes are the value
+                memcpy(b, &v, 8);
+            }
+            fwrite(b, 1, sz, f);
+        }
+    }
+    const long pos = ftell(f); // pad the (empty) data section to the default alignment
+    static const char zeros[32];
+    if (pos % 32) fwrite(zeros, 1, (size_t)(32 - pos % 32), f);
+    if (ferror(f) | (fclose(f) != 0)) return ds_fail(DS_ERR_IO, "%s: write failed", path);
+    return DS_OK;
+}
+
+static ds_status interrupted(const ds_quantize_params *p) {
+    return p->interrupted && *p->interrupted ? ds_fail(DS_ERR_INTERRUPTED, "interrupted; nothing was written")
+                                             : DS_OK;
+}
+
+// Convert n floats to `dt` (F32 / F16 / BF16) into a new buffer.
+static void *convert(const float *f, size_t n, ds_dtype dt) {
+    void *o = malloc(n * (dt == DS_F32 ? 4 : 2) + 1);
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (dt == DS_F32) ((float *)o)[i] = f[i];
+        else if (dt == DS_BF16) ((uint16_t *)o)[i] = ds_f32_to_bf16(f[i]);
+        else ((uint16_t *)o)[i] = ds_f32_to_f16(f[i]);
+    }
+    return o;
+}
+
+typedef struct {
+    void **bufs;
+    int n;
+} owned_bufs;
+
+static void *keep(owned_bufs *o, void *p) {
+    if (p) o->bufs[o->n++] = p;
+    return p;
+}
+
+// Reload what was written and run one quantized projection against the source numbers: a wrong
+// layout fails here, not at serve time.
+static ds_status smoke(const source *s, const char *tmp, const ds_quantize_params *p) {
+    const char *want = p->target ? "model.layers.0.self_attn.q_proj.weight" : "fc.weight";
+    const src_tensor *ref = NULL;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->t[i].name, want)) ref = &s->t[i];
+    ds_drafter *d = NULL;
+    ds_model *m = NULL;
+    ds_status st;
+    const ds_weight *w;
+    if (p->target) {
+        ds_model_params mp = {0};
+        if ((st = ds_model_load(tmp, &mp, &m))) return ds_fail_prefix(st, "load smoke test");
+        w = &m->layers[0].wq;
+    } else {
+        if ((st = ds_drafter_load(tmp, NULL, &d))) return ds_fail_prefix(st, "load smoke test");
+        w = &d->fc;
+    }
+    if (!ref || ref->n_dims != 2 || w->rows != ref->shape[0] || w->cols != ref->shape[1]) {
+        st = ds_fail(DS_ERR_FORMAT, "load smoke test: %s reloads as (%d, %d)", want, w->rows, w->cols);
+        goto done;
+    }
+    const int rows = w->rows, cols = w->cols;
+    float *x = malloc(sizeof(float) * (size_t)cols), *y = malloc(sizeof(float) * (size_t)rows);
+    float *yr = malloc(sizeof(float) * (size_t)rows), *row = malloc(sizeof(float) * (size_t)cols);
+    float *scratch = malloc(sizeof(float) * (ds_matmul_scratch_floats(w) + 1));
+    if (!x || !y || !yr || !row || !scratch) {
+        st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    } else {
+        for (int j = 0; j < cols; j++) x[j] = (float)sin(0.37 * j + 0.1);
+        ds_matmul(y, x, w, 1, scratch); // output shape: (1, rows)
+        const ds_weight src = {ref->dtype, rows, cols, ref->data};
+        double num = 0, den = 0;
+        for (int r = 0; r < rows; r++) {
+            ds_weight_row_f32(&src, r, row);
+            double a = 0;
+            for (int j = 0; j < cols; j++) a += (double)row[j] * x[j];
+            num += (y[r] - a) * (y[r] - a);
+            den += a * a;
+        }
+        // 4-bit groups keep relative errors near 0.1; a wrong layout gives ~1 or more.
+        if (!(num <= 0.25 * den + 1e-12))
+            st = ds_fail(DS_ERR_FORMAT, "load smoke test: quantized %s gives relative error %.3f (layout broken?)", want,
+                         sqrt(num / (den > 0 ? den : 1)));
+    }
+    free(x);
+    free(y);
+    free(yr);
+    free(row);
+    free(scratch);
+done:
+    ds_drafter_free(d);
+    ds_model_free(m);
+    return st;
+}
+
+static ds_status write_out(source *s, const char *tmp, const ds_quantize_params *p, ds_quantize_stats *stats) {
+    ds_st_writer *w = ds_st_writer_new();
+    owned_bufs o = {calloc((size_t)s->n * 3 + 1, sizeof(void *)), 0};
+    cJSON *q = cJSON_CreateObject();
+    ds_status st = !w || !o.bufs || !q ? ds_fail(DS_ERR_NOMEM, "out of memory") : DS_OK;
+    if (!st) st = ds_st_writer_set_metadata(w, "format", "mlx");
+    if (q) {
+        cJSON_AddNumberToObject(q, "group_size", p->group_size);
+        cJSON_AddNumberToObject(q, "bits", p->bits);
+        cJSON_AddStringToObject(q, "mode", "affine");
+    }
+    float *f = NULL, *sc = NULL, *bi = NULL;
+    for (int i = 0; i < s->n && !st; i++) {
+        const src_tensor *t = &s->t[i];
+        char module[256], name[300];
+        int bits = 0, gs = 0, record;
+        const int quant = plan(t, p, module, sizeof module, &bits, &gs, &record);
+        if (p->progress) p->progress(p->progress_ctx, "quantize", i, s->n, t->name);
+        if ((st = interrupted(p))) break;
+        const int64_t rows = t->n_dims == 2 ? t->shape[0] : 1, cols = t->n_dims == 2 ? t->shape[1] : t->shape[0];
+        const size_t n = (size_t)rows * (size_t)cols;
+        stats->n_tensors++;
+        stats->src_bytes += t->dtype == DS_Q8_0 ? n / 32 * 34 : n * ds_dtype_size(t->dtype);
+        const ds_dtype out_dt = t->dtype == DS_Q8_0 ? DS_F16 : t->dtype; // Q8_0 only from GGUF (converted to F32)
+        if (!quant) {
+            if (record && q) cJSON_AddFalseToObject(q, module);
+            stats->out_bytes += n * ds_dtype_size(out_dt);
+            st = ds_st_writer_add(w, t->name, out_dt, t->n_dims, t->shape, t->data);
+            continue;
+        }
+        if (bits != p->bits || gs != p->group_size) {
+            cJSON *e = cJSON_AddObjectToObject(q, module);
+            cJSON_AddNumberToObject(e, "bits", bits);
+            cJSON_AddNumberToObject(e, "group_size", gs);
+        }
+        const int64_t G = cols / gs, P = cols * bits / 32;
+        uint32_t *packed = keep(&o, malloc((size_t)rows * (size_t)P * 4 + 4));
+        f = realloc(f, sizeof(float) * (size_t)cols);
+        sc = realloc(sc, sizeof(float) * (size_t)rows * (size_t)G);
+        bi = realloc(bi, sizeof(float) * (size_t)rows * (size_t)G);
+        if (!packed || !f || !sc || !bi) {
+            st = ds_fail(DS_ERR_NOMEM, "out of memory quantizing '%s'", t->name);
+            break;
+        }
+        const ds_weight src = {t->dtype, (int)rows, (int)cols, t->data};
+        for (int64_t r = 0; r < rows && !st; r++) {
+            ds_weight_row_f32(&src, (int)r, f);
+            for (int64_t j = 0; j < cols; j++)
+                if (!isfinite(f[j])) {
+                    st = ds_fail(DS_ERR_INVALID, "tensor '%s' has a non-finite value at (%lld, %lld)", t->name,
+                                 (long long)r, (long long)j);
+                    break;
+                }
+            ds_affine_quantize_row(f, (int)cols, bits, gs, packed + r * P, sc + r * G, bi + r * G);
+        }
+        if (st) break;
+        // scales/biases "stored in the source dtype" (the contract)
+        void *scv = keep(&o, convert(sc, (size_t)(rows * G), out_dt));
+        void *biv = keep(&o, convert(bi, (size_t)(rows * G), out_dt));
+        if (!scv || !biv) {
+            st = ds_fail(DS_ERR_NOMEM, "out of memory");
+            break;
+        }
+        const int64_t ps[2] = {rows, P}, ss[2] = {rows, G};
+        snprintf(name, sizeof name, "%s.scales", module);
+        if (!st) st = ds_st_writer_add(w, name, DS_F32 == out_dt ? DS_F32 : out_dt, 2, ss, scv);
+        snprintf(name, sizeof name, "%s.biases", module);
+        if (!st) st = ds_st_writer_add(w, name, out_dt, 2, ss, biv);
+        if (!st) st = ds_st_writer_add(w, t->name, DS_U32, 2, ps, packed);
+        stats->n_quantized++;
+        stats->out_bytes += (size_t)(rows * P * 4) + 2 * (size_t)(rows * G) * ds_dtype_size(out_dt);
+    }
+    free(f);
+    free(sc);
+    free(bi);
+    if (!st && !stats->n_quantized)
+        st = ds_fail(DS_ERR_INVALID, "group size %d divides no eligible tensor's input width: nothing to quantize",
+                     p->group_size);
+    if (!st && p->progress) p->progress(p->progress_ctx, "write", s->n, s->n, tmp);
+    if (!st) st = ds_st_writer_write_dir(w, tmp, p->max_shard_bytes ? p->max_shard_bytes : DS_QUANT_DEFAULT_SHARD);
+    if (!st) st = interrupted(p);
+    if (!st) { // config.json: the source's, with both blocks (mlx-affine-quant.md, "config.json block")
+        cJSON_AddItemToObject(s->config, "quantization", q);
+        cJSON_AddItemToObject(s->config, "quantization_config", cJSON_Duplicate(q, 1));
+        q = NULL;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        st = ds_json_save(s->config, path);
+        if (!st && s->src_dir[0]) st = copy_others(s->src_dir, tmp);
+        if (!st && s->have_tok) {
+            snprintf(path, sizeof path, "%s/tokenizer.gguf", tmp);
+            st = write_tokenizer_gguf(&s->tok, path);
+        }
+        char idx[4200];
+        snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", tmp);
+        stats->n_shards = 1;
+        if (!access(idx, F_OK)) {
+            DIR *d = opendir(tmp);
+            struct dirent *e;
+            stats->n_shards = 0;
+            while (d && (e = readdir(d)))
+                if (!strncmp(e->d_name, "model-", 6)) stats->n_shards++;
+            if (d) closedir(d);
+        }
+    }
+    cJSON_Delete(q);
+    for (int i = 0; i < o.n; i++) free(o.bufs[i]);
+    free(o.bufs);
+    ds_st_writer_free(w);
+    return st;
+}
+
+ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_params *p, ds_quantize_stats *stats) {
+    char out[4096]; // without trailing slashes: OUT.tmp.<pid> must be its sibling
+    snprintf(out, sizeof out, "%s", out_arg);
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = 0;
+    ds_quantize_stats dummy;
+    if (!stats) stats = &dummy;
+    memset(stats, 0, sizeof *stats);
+    if (!ds_affine_supported(p->bits, p->group_size))
+        return ds_fail(DS_ERR_INVALID, "bits %d, group size %d: supported are bits 4 or 8 and group size 32 or 64",
+                       p->bits, p->group_size);
+    for (int i = 0; i < p->n_override; i++)
+        if (!ds_affine_supported(p->override_bits[i], p->override_group[i]))
+            return ds_fail(DS_ERR_INVALID, "override '%s': bits %d, group size %d are not supported", p->override[i],
+                           p->override_bits[i], p->override_group[i]);
+    struct stat sb;
+    if (stat(out, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", out);
+    source s;
+    memset(&s, 0, sizeof s);
+    ds_status st;
+    if (is_dir(src)) {
+        st = open_st_dir(&s, src, p);
+    } else if (!p->target) {
+        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: not a DeepSpec drafter directory; to quantize a target model use --target",
+                     src);
+    } else {
+        st = open_gguf(&s, src);
+    }
+    if (st) {
+        source_free(&s);
+        return st;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    if (mkdir(tmp, 0755) != 0) {
+        st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        source_free(&s);
+        return st;
+    }
+    st = write_out(&s, tmp, p, stats);
+    if (!st && !p->skip_load_smoke) {
+        if (p->progress) p->progress(p->progress_ctx, "smoke", 0, 1, tmp);
+        st = smoke(&s, tmp, p);
+    }
+    if (!st) st = interrupted(p);
+    if (!st && rename(tmp, out) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", out, strerror(errno));
+    if (st) remove_tree(tmp);
+    else if (p->progress) p->progress(p->progress_ctx, "done", 1, 1, out);
+    source_free(&s);
+    return st;
+}
