@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "  --taps L1,L2,..     target layers to tap (default: up to 5 spread over 1..L-2)\n"
             "  --no-confidence     no confidence head\n"
             "  --dtype f32|bf16    weight type (default f32)\n"
+            "  --style S           qwen3 | gemma4 layers (default: gemma4 for Gemma 3/4 targets, else qwen3)\n"
             "  --seed S            random seed (default 0); same seed, same bytes\n");
 }
 
@@ -65,6 +66,10 @@ int cmd_init_drafter(int argc, char **argv) {
             if (!strcmp(v, "f32")) p.dtype = DS_F32;
             else if (!strcmp(v, "bf16")) p.dtype = DS_BF16;
             else return cli_usage_error("--dtype expects f32 or bf16, got '%s'", v);
+        } else if (!strcmp(o, "--style")) {
+            if (strcmp(v, "qwen3") && strcmp(v, "gemma4"))
+                return cli_usage_error("--style expects qwen3 or gemma4, got '%s'", v);
+            p.style = v;
         } else if (!strcmp(o, "--seed")) {
             if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n)) return cli_usage_error("--seed expects a non-negative integer");
             p.seed = (uint64_t)n;

@@ -319,11 +319,12 @@ typedef struct {
     int confidence;      // 1 = with a confidence head (c = 0.5 at init)
     uint64_t seed;
     ds_dtype dtype;      // DS_F32 (default) or DS_BF16
+    const char *style;   // "qwen3" or "gemma4" layers; NULL = by the target (Gemma 3/4: gemma4, else qwen3)
 } ds_drafter_init_params;
 
 ds_drafter_init_params ds_drafter_init_default(void);
 // Write a freshly initialized drafter for `target` to `dir` in the DeepSpec format (Qwen3DSparkModel
-// layers): normal(0, 0.02) weights, norms 1, Markov W2 = 0 (a pure parallel drafter at first),
+// layers, or Gemma4DSparkModel on the target's global attention geometry): normal(0, 0.02) weights, norms 1, Markov W2 = 0 (a pure parallel drafter at first),
 // confidence head 0 (c = 0.5), embed_tokens and lm_head copied from the target. Same seed, same
 // bytes. `dir` must not exist; it appears complete or not at all.
 ds_status ds_drafter_init_write(const ds_model *target, const ds_drafter_init_params *p, const char *dir);

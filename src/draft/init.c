@@ -1,5 +1,13 @@
 // A freshly initialized DeepSpec drafter for any target we can run (the starting point of
-// training): config.json per deepspec-format.md §2 and the tensors of §3, Qwen3DSparkModel layers.
+// training): config.json per deepspec-format.md §2 and the tensors of §3. Two layer styles:
+//   qwen3   Qwen3DSparkModel: the target's head_dim / num_key_value_heads / rope_theta.
+//   gemma4  Gemma4DSparkModel (the default for Gemma 3 / 4 targets): the geometry of the target's
+//           GLOBAL (full-attention) layers: their head dim and KV heads, rope_theta and the part of
+//           the pairs that rotate (partial_rotary_factor); K = V (no v_proj), four norms, layer_scalar
+//           1, the target's final_logit_softcapping.
+// In both, the drafter's scaled embedding equals the target's: embed_tokens holds the target's table
+// times target_scale / drafter_scale (a verbatim copy when the two scales agree, as for a Qwen3 target
+// or a Gemma target written in its own dtype); lm_head is the target's output matrix verbatim.
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -17,8 +25,68 @@
 
 ds_drafter_init_params ds_drafter_init_default(void) {
     ds_drafter_init_params p = {.n_layers = 5, .block_size = 7, .markov_rank = -1, .markov_head = "vanilla",
-                                .confidence = 1, .seed = 0, .dtype = DS_F32};
+                                .confidence = 1, .seed = 0, .dtype = DS_F32, .style = NULL};
     return p;
+}
+
+// What the drafter's layers look like and compute (decided from the target and the style).
+typedef struct {
+    int gemma;         // Gemma4DSparkModel layers (else Qwen3DSparkModel)
+    int head_dim, n_kv_heads;
+    double theta;      // RoPE base
+    double partial;    // partial_rotary_factor (gemma: the fraction of pairs that rotate)
+    double softcap;    // final_logit_softcapping (gemma), 0 = none
+    float embed_scale; // what the loader multiplies embed_tokens rows by (deepspec-format.md §3)
+} draft_shape;
+
+static ds_status shape_of(const ds_model *t, const char *style, ds_dtype dtype, draft_shape *g) {
+    const ds_model_info *in = ds_model_get_info(t);
+    memset(g, 0, sizeof *g);
+    if (!style) g->gemma = strncmp(t->arch, "gemma", 5) == 0;
+    else if (!strcmp(style, "gemma4")) g->gemma = 1;
+    else if (strcmp(style, "qwen3")) return ds_fail(DS_ERR_INVALID, "drafter style '%s' (qwen3 or gemma4)", style);
+    g->head_dim = in->head_dim;
+    g->n_kv_heads = in->n_kv_heads;
+    g->theta = in->rope_theta;
+    g->partial = 1.0;
+    g->embed_scale = 1.0f;
+    if (!g->gemma) return DS_OK;
+    // The first full-attention (global) layer sets the geometry; a target without one: layer 0.
+    int l = 0;
+    while (l < in->n_layers && t->layers[l].window) l++;
+    const ds_layer *L = &t->layers[l < in->n_layers ? l : 0];
+    if (L->head_dim) g->head_dim = L->head_dim;
+    if (L->n_kv_heads) g->n_kv_heads = L->n_kv_heads;
+    // Rotated pairs: the leading nonzero frequencies of that layer's RoPE set (proportional partial
+    // RoPE leaves the rest at 0). rope_theta is the global layers' base. Frequency scaling (Gemma 3's
+    // linear factor) has no field in the drafter format: the drafter keeps plain θ^(−2j/d).
+    const ds_rope_freqs *rf = &t->rope[L->rope >= 0 && L->rope < t->n_rope ? L->rope : 0];
+    const int half = g->head_dim / 2;
+    int rot = 0;
+    while (rf->inv_freq && rot < half && rot < rf->half && rf->inv_freq[rot] != 0.0f) rot++;
+    if (rf->inv_freq && rot < half) { // partial: a factor whose floor(factor·d/2) is exactly rot
+        g->partial = rot ? 2.0 * rot / g->head_dim : 1.0 / g->head_dim;
+        while ((int)floor(g->partial * g->head_dim / 2) < rot) g->partial = nextafter(g->partial, 2.0);
+    }
+    g->softcap = t->final_softcap > 0 ? t->final_softcap : 0;
+    const float s = sqrtf((float)in->dim); // sqrt(H) rounded to the drafter's weight dtype
+    g->embed_scale = dtype == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s)) : s;
+    return DS_OK;
+}
+
+// embed_tokens: rows e such that e·drafter_scale = the target's scaled embedding row. A verbatim copy
+// when the scales agree; else the nearest f32 quotient (its product with the drafter's scale is within
+// one ulp of the target's value; bf16 checkpoints then round it like every other weight).
+static void embed_table(const ds_model *t, const draft_shape *g, float *e) {
+    const ds_model_info *in = ds_model_get_info(t);
+    ds_weight_rows_f32(&t->tok_embd, 0, in->vocab_size, e);
+    const float ts = t->embed_scale ? t->embed_scale : 1.0f, ds = g->embed_scale;
+    if (ts == ds) return;
+    const size_t n = (size_t)in->vocab_size * in->dim;
+    for (size_t i = 0; i < n; i++) {
+        const float y = e[i] * ts; // the target's embedding value (f32, as ds_model_forward computes it)
+        e[i] = (float)((double)y / ds);
+    }
 }
 
 // Tensors to write, in f32 until the end (then converted if the checkpoint is bf16).
@@ -124,13 +192,13 @@ static void default_taps(int L, int *taps, int *n) {
     }
 }
 
-static ds_status write_config(const ds_model *t, const ds_drafter_init_params *p, const int *taps, int n_taps, int r,
-                              int mask, const char *mask_src, const char *path) {
+static ds_status write_config(const ds_model *t, const ds_drafter_init_params *p, const draft_shape *g, const int *taps,
+                              int n_taps, int r, int mask, const char *mask_src, const char *path) {
     const ds_model_info *in = ds_model_get_info(t);
     cJSON *c = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString("Qwen3DSparkModel"));
-    cJSON_AddStringToObject(c, "model_type", "qwen3");
+    cJSON_AddItemToArray(a, cJSON_CreateString(g->gemma ? "Gemma4DSparkModel" : "Qwen3DSparkModel"));
+    cJSON_AddStringToObject(c, "model_type", g->gemma ? "gemma4_text" : "qwen3");
     // The target's text config ...
     cJSON_AddNumberToObject(c, "hidden_size", in->dim);
     cJSON_AddNumberToObject(c, "intermediate_size", in->ffn_dim);
@@ -139,10 +207,25 @@ static ds_status write_config(const ds_model *t, const ds_drafter_init_params *p
     cJSON_AddNumberToObject(c, "head_dim", in->head_dim);
     cJSON_AddNumberToObject(c, "rms_norm_eps", in->norm_eps);
     cJSON_AddNumberToObject(c, "vocab_size", in->vocab_size);
-    cJSON_AddNumberToObject(c, "rope_theta", in->rope_theta);
+    if (g->gemma) { // the drafter uses only the global attention geometry
+        cJSON_AddNumberToObject(c, "global_head_dim", g->head_dim);
+        cJSON_AddNumberToObject(c, "num_global_key_value_heads", g->n_kv_heads);
+        cJSON_AddBoolToObject(c, "attention_k_eq_v", 1);
+        if (g->softcap > 0) cJSON_AddNumberToObject(c, "final_logit_softcapping", g->softcap);
+        cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+        cJSON *fa = cJSON_AddObjectToObject(rp, "full_attention");
+        cJSON_AddStringToObject(fa, "rope_type", g->partial < 1 ? "proportional" : "default");
+        cJSON_AddNumberToObject(fa, "rope_theta", g->theta);
+        if (g->partial < 1) cJSON_AddNumberToObject(fa, "partial_rotary_factor", g->partial);
+        cJSON_AddBoolToObject(c, "enable_moe_block", 0);
+        cJSON_AddNumberToObject(c, "hidden_size_per_layer_input", 0);
+    } else {
+        cJSON_AddNumberToObject(c, "rope_theta", in->rope_theta);
+    }
     cJSON_AddNumberToObject(c, "max_position_embeddings", in->max_ctx);
     cJSON_AddBoolToObject(c, "attention_bias", 0);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    if (g->gemma) cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+    else cJSON_AddStringToObject(c, "hidden_act", "silu");
     if (in->bos_id >= 0) cJSON_AddNumberToObject(c, "bos_token_id", in->bos_id);
     if (in->eos_id >= 0) cJSON_AddNumberToObject(c, "eos_token_id", in->eos_id);
     cJSON_AddStringToObject(c, "torch_dtype", p->dtype == DS_BF16 ? "bfloat16" : "float32");
@@ -180,15 +263,15 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
-static ds_status build(const ds_model *t, const ds_drafter_init_params *p, const int *taps, int T, int r,
+static ds_status build(const ds_model *t, const ds_drafter_init_params *p, const draft_shape *g, int T, int r,
                        builder *b) {
     const ds_model_info *in = ds_model_get_info(t);
-    const int H = in->dim, V = in->vocab_size, F = in->ffn_dim, hd = in->head_dim;
-    const int qd = in->n_heads * hd, kvd = in->n_kv_heads * hd;
+    const int H = in->dim, V = in->vocab_size, F = in->ffn_dim, hd = g->head_dim;
+    const int qd = in->n_heads * hd, kvd = g->n_kv_heads * hd;
     ds_status st = DS_OK;
     // Frozen copies of the target's input and output embeddings.
     float *e = tensor(b, "embed_tokens.weight", V, H, &st);
-    if (e) ds_weight_rows_f32(&t->tok_embd, 0, V, e);
+    if (e) embed_table(t, g, e);
     float *o = tensor(b, "lm_head.weight", V, H, &st);
     if (o) ds_weight_rows_f32(&t->output, 0, V, o);
     normal(b, "fc.weight", H, T * H, &st);
@@ -199,11 +282,16 @@ static ds_status build(const ds_model *t, const ds_drafter_init_params *p, const
         ones(b, NAME("input_layernorm.weight"), H, &st);
         normal(b, NAME("self_attn.q_proj.weight"), qd, H, &st);
         normal(b, NAME("self_attn.k_proj.weight"), kvd, H, &st);
-        normal(b, NAME("self_attn.v_proj.weight"), kvd, H, &st);
+        if (!g->gemma) normal(b, NAME("self_attn.v_proj.weight"), kvd, H, &st); // Gemma: V = v_norm(K projection)
         normal(b, NAME("self_attn.o_proj.weight"), H, qd, &st);
         ones(b, NAME("self_attn.q_norm.weight"), hd, &st);
         ones(b, NAME("self_attn.k_norm.weight"), hd, &st);
         ones(b, NAME("post_attention_layernorm.weight"), H, &st);
+        if (g->gemma) { // sandwich norms (plain w: 1 is the identity) and the layer's output scale
+            ones(b, NAME("pre_feedforward_layernorm.weight"), H, &st);
+            ones(b, NAME("post_feedforward_layernorm.weight"), H, &st);
+            ones(b, NAME("layer_scalar"), 1, &st);
+        }
         normal(b, NAME("mlp.gate_proj.weight"), F, H, &st);
         normal(b, NAME("mlp.up_proj.weight"), F, H, &st);
         normal(b, NAME("mlp.down_proj.weight"), H, F, &st);
@@ -225,7 +313,6 @@ static ds_status build(const ds_model *t, const ds_drafter_init_params *p, const
         tensor(b, "confidence_head.proj.weight", 1, H + r, &st);
         tensor(b, "confidence_head.proj.bias", 1, 0, &st);
     }
-    (void)taps;
     return st;
 }
 
@@ -255,6 +342,9 @@ ds_status ds_drafter_init_write(const ds_model *t, const ds_drafter_init_params 
     } else {
         default_taps(in->n_layers, taps, &T);
     }
+    draft_shape g;
+    ds_status st0 = shape_of(t, p.style, p.dtype, &g);
+    if (st0) return st0;
     struct stat sb;
     if (stat(dir, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", dir);
     char tmp[4096];
@@ -269,9 +359,9 @@ ds_status ds_drafter_init_write(const ds_model *t, const ds_drafter_init_params 
     const int mask = in->unk_id >= 0 ? in->unk_id : in->vocab_size - 1;
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", tmp);
-    ds_status st = build(t, &p, taps, T, r, b);
+    ds_status st = build(t, &p, &g, T, r, b);
     if (!st) st = write_tensors(b, p.dtype, tmp);
-    if (!st) st = write_config(t, &p, taps, T, r, mask, in->unk_id >= 0 ? "unk" : "last_id", cfg);
+    if (!st) st = write_config(t, &p, &g, taps, T, r, mask, in->unk_id >= 0 ? "unk" : "last_id", cfg);
     if (!st && rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
     if (st) remove_dir(tmp);
     builder_free(b);
