@@ -253,6 +253,17 @@ def main():
         check_drafter(chk, "gemma4_bf16_f32", g4b, init(g4b, "d_g4b_f32"), facts[g4b], "gemma4", verbatim=False)
         check_drafter(chk, "gemma4_bf16_bf16", g4b, init(g4b, "d_g4b_bf16", "--dtype", "bf16"), facts[g4b], "gemma4",
                       verbatim=True)
+        # Global head dim 48, partial_rotary_factor 0.3: 7 of 24 pairs rotate (a factor that is no
+        # binary fraction; the written one must give exactly 7 to the loader and the reference).
+        rp = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+              "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.3, "rope_theta": 50000.0}}
+        g4o = mk(os.path.join(TMP, "t_gemma4_odd"), "gemma4", seed=35, head_dim=24, layers=5,
+                 config_overrides={"rope_parameters": rp})
+        f_o = target_facts(g4o)
+        f_o["global_"]["partial"] = 14 / 48  # what 0.3 means: floor(0.3 * 48 / 2) = 7 pairs
+        d_o = init(g4o, "d_gemma4_odd")
+        check_drafter(chk, "gemma4_partial_0.3", g4o, d_o, f_o, "gemma4", verbatim=True)
+        chk.equal("gemma4_partial_0.3: reference rotates 7 pairs", ds.load(d_o).config.rope_pairs, 7)
         # --style overrides, both ways.
         d_q = init(g4, "d_gemma4_as_qwen3", "--style", "qwen3")
         check_drafter(chk, "gemma4 --style qwen3", g4, d_q, facts[g4], "qwen3", verbatim=False)
