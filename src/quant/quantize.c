@@ -650,6 +650,7 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
         source_free(&s);
         return st;
     }
+    stats->n_dropped = s.n_dropped;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
     if (mkdir(tmp, 0755) != 0) {

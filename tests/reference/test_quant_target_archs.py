@@ -140,7 +140,9 @@ def main():
             for bits, gs in SETTINGS:
                 label = f"{name} q{bits} g{gs}"
                 out = os.path.join(tmp, f"{name}_q{bits}")
-                common.run([dspark, "quantize", src, out, "--target", "--bits", str(bits), "--group-size", str(gs)])
+                res = json.loads(common.run([dspark, "quantize", src, out, "--target", "--bits", str(bits),
+                                             "--group-size", str(gs)]).strip().splitlines()[-1])
+                chk.equal(f"{label}: reported dropped tensors", res["dropped"], 3 if arch == "gemma3_mm" else 0)
                 deq = check_dir(chk, label, src, out, bits, gs)
                 ref = hf_ref.forward(dequantized_model(src, deq), ids)
                 for chunks in (None, (7, 1, 11)):
