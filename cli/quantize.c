@@ -10,7 +10,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]\n"
             "  --drafter              SRC_DIR is a DeepSpec drafter (default)\n"
-            "  --target               SRC is a Llama-family target: an HF safetensors directory, or a .gguf file\n"
+            "  --target               SRC is a target: an HF safetensors directory of any architecture dspark runs\n"
+            "                         (text model only: a vision tower is dropped), or a llama .gguf file\n"
             "                         (written out as an HF directory, its tokenizer as tokenizer.gguf)\n"
             "  --keep PATTERN         keep modules matching the glob (e.g. 'layers.0.*') in full precision\n"
             "                         (repeatable; recorded as false in config.json)\n"
@@ -97,8 +98,8 @@ int cmd_quantize(int argc, char **argv) {
     ds_status st = ds_quantize(pos[0], pos[1], &p, &s);
     if (st) return cli_fail(st);
     printf("{\"out\": \"%s\", \"bits\": %d, \"group_size\": %d, \"tensors\": %d, \"quantized\": %d, "
-           "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d}\n",
+           "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d, \"dropped\": %d}\n",
            pos[1], p.bits, p.group_size, s.n_tensors, s.n_quantized, s.src_bytes, s.out_bytes,
-           s.src_bytes ? (double)s.out_bytes / (double)s.src_bytes : 0.0, s.n_shards);
+           s.src_bytes ? (double)s.out_bytes / (double)s.src_bytes : 0.0, s.n_shards, s.n_dropped);
     return 0;
 }

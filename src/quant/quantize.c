@@ -56,6 +56,8 @@ typedef struct {
     ds_model *gguf;      // GGUF source (kept open while writing)
     ds_gguf tok;         // GGUF source: its tokenizer metadata, carried as tokenizer.gguf
     int have_tok;
+    char prefix[32];     // HF target: where the text model's tensors live ("model.", "model.language_model.", ...)
+    int n_dropped;       // HF target: tensors the loader never reads (vision tower, projector), not written
 } source;
 
 static ds_status add_tensor(source *s, const char *name, ds_dtype dt, int n_dims, const int64_t *shape,
@@ -110,8 +112,33 @@ static const char *arch0(const cJSON *cfg) {
 }
 
 static int is_drafter_arch(const char *a) { return !strcmp(a, "Qwen3DSparkModel") || !strcmp(a, "Gemma4DSparkModel"); }
+// The Hugging Face architectures model/load_hf.c runs (*ForConditionalGeneration: its text part).
 static int is_target_arch(const char *a) {
-    return !strcmp(a, "LlamaForCausalLM") || !strcmp(a, "MistralForCausalLM") || !strcmp(a, "Qwen3ForCausalLM");
+    static const char *const known[] = {"LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",
+                                        "Qwen3ForCausalLM",  "Gemma3ForCausalLM",  "Gemma3ForConditionalGeneration",
+                                        "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(a, known[i])) return 1;
+    return 0;
+}
+
+// HF target: the text model's tensor prefix (as load_hf.c finds it: where embed_tokens lives).
+static const char *text_prefix(const ds_safetensors *st) {
+    static const char *const prefixes[] = {"model.", "model.language_model.", "language_model.model."};
+    char name[128];
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (ds_st_find(st, name)) return prefixes[i];
+    }
+    return "model.";
+}
+
+// HF target: whether the loader reads this tensor (the text model and its lm_head). The others (a
+// vision tower, a multimodal projector) are dropped: the output is a text-only directory, which the
+// loader runs from the same config.json.
+static int text_tensor(const char *prefix, const char *name) {
+    return !strncmp(name, prefix, strlen(prefix)) || !strcmp(name, "lm_head.weight") ||
+           !strcmp(name, "language_model.lm_head.weight");
 }
 
 // A safetensors directory (drafter or HF target).
@@ -130,17 +157,22 @@ static ds_status open_st_dir(source *s, const char *src, const ds_quantize_param
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: this is a DeepSpec drafter (%s); quantize it with --drafter", path, a);
     if (p->target && !is_target_arch(a))
         return ds_fail(DS_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not a target dspark runs (LlamaForCausalLM, MistralForCausalLM, "
-                       "Qwen3ForCausalLM)",
+                       "%s: architecture '%s' is not a target dspark runs (Llama, Mistral, Qwen2, Qwen3, Gemma3, "
+                       "Gemma4 *ForCausalLM, Gemma3/Gemma4ForConditionalGeneration)",
                        path, a);
     if (cJSON_GetObjectItemCaseSensitive(s->config, "quantization") ||
         cJSON_GetObjectItemCaseSensitive(s->config, "quantization_config"))
         return ds_fail(DS_ERR_INVALID, "%s: the source is already quantized (config.json has a quantization block)",
                        path);
     if ((st = ds_st_open(src, &s->st))) return st;
+    if (p->target) snprintf(s->prefix, sizeof s->prefix, "%s", text_prefix(s->st));
     for (int i = 0; i < ds_st_count(s->st); i++) {
         const ds_st_tensor *t = ds_st_at(s->st, i);
         const size_t n = strlen(t->name);
+        if (p->target && !text_tensor(s->prefix, t->name)) {
+            s->n_dropped++;
+            continue;
+        }
         if (t->dtype == DS_U32 || (n > 7 && !strcmp(t->name + n - 7, ".scales")))
             return ds_fail(DS_ERR_INVALID, "%s: the source is already quantized (tensor '%s')", src, t->name);
         if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
@@ -419,7 +451,9 @@ static void *keep(owned_bufs *o, void *p) {
 // Reload what was written and run one quantized projection against the source numbers: a wrong
 // layout fails here, not at serve time.
 static ds_status smoke(const source *s, const char *tmp, const ds_quantize_params *p) {
-    const char *want = p->target ? "model.layers.0.self_attn.q_proj.weight" : "fc.weight";
+    char want[160];
+    snprintf(want, sizeof want, "%s", "fc.weight");
+    if (p->target) snprintf(want, sizeof want, "%slayers.0.self_attn.q_proj.weight", s->prefix[0] ? s->prefix : "model.");
     const src_tensor *ref = NULL;
     for (int i = 0; i < s->n; i++)
         if (!strcmp(s->t[i].name, want)) ref = &s->t[i];
@@ -616,6 +650,7 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
         source_free(&s);
         return st;
     }
+    stats->n_dropped = s.n_dropped;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
     if (mkdir(tmp, 0755) != 0) {

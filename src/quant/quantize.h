@@ -1,4 +1,4 @@
-// dspark quantize: a DeepSpec drafter or a Llama-family target written in MLX's affine format
+// dspark quantize: a DeepSpec drafter or a target (any architecture model/load_hf.c runs) written in MLX's affine format
 // (../shared/docs/mlx-affine-quant.md): packed U32 weights with per-group scales/biases, both
 // config blocks, safetensors metadata {"format": "mlx"}, sharded above a size limit, written
 // atomically (a temporary directory renamed into place), then reloaded as a smoke test.
@@ -14,7 +14,8 @@
 typedef struct {
     int bits;                // 4 or 8
     int group_size;          // 32 or 64
-    int target;              // 0: DeepSpec drafter (directory), 1: Llama-family target (HF directory or GGUF)
+    int target;              // 0: DeepSpec drafter (directory), 1: target (HF directory of an architecture the
+                             // HF loader runs, text tensors only; or a llama GGUF)
     const char *keep[DS_QUANT_MAX_PATTERNS]; // module globs (fnmatch) kept in full precision (config: false)
     int n_keep;
     // Per-module overrides: modules matching override[i] get override_bits[i] / override_group[i].
@@ -36,6 +37,7 @@ typedef struct {
     int n_tensors, n_quantized;
     size_t src_bytes, out_bytes; // tensor data bytes before and after
     int n_shards;                // 1 = model.safetensors
+    int n_dropped;               // target: tensors the loader never reads (vision tower, projector), not written
 } ds_quantize_stats;
 
 // Quantize `src` into `out` (which must not exist). On any error or interruption nothing is left

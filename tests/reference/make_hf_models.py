@@ -14,8 +14,8 @@ Each architecture exercises its distinctive features on purpose: llama3 (llama3 
 three frequency bands all occur, attention_bias), qwen2 (q/k/v biases, tied), qwen3 (q/k norms,
 head_dim != hidden/heads), gemma3 (1 + w norms, sandwich norms, GeGLU, sliding window 5 on 2 of 4
 layers, local/global RoPE bases, linear scaling, query_pre_attn_scalar, final softcap), gemma3_mm
-(the same text model inside Gemma3ForConditionalGeneration, with a vision tower tensor that must be
-ignored), gemma4 (plain-w norms, v_norm, global layers with a larger head_dim and K = V, proportional
+(the same text model inside Gemma3ForConditionalGeneration, with vision tower and projector
+tensors, one 4-D, that must be ignored), gemma4 (plain-w norms, v_norm, global layers with a larger head_dim and K = V, proportional
 partial RoPE, attention scale 1, layer_scalar, softcap).
 
 As a module: `make_hf_model(out_dir, arch, **opts)` returns the output directory.
@@ -125,7 +125,9 @@ def _plan(arch, cfg):
     if not c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", gemma)):
         plan.append(("lm_head.weight", (vocab, dim), "linear"))
     if arch == "gemma3_mm":
-        plan.append(("model.vision_tower.patch_embedding.weight", (8, 12), "linear"))
+        plan += [("model.vision_tower.patch_embedding.weight", (8, 12), "linear"),
+                 ("model.vision_tower.patch_conv.weight", (8, 3, 2, 2), "embed"),  # 4-D, like a real conv
+                 ("model.multi_modal_projector.proj.weight", (8, dim), "linear")]
     return plan
 
 
