@@ -499,6 +499,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     } else if (n_logit_rows) {
         int g = 0;
         for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++) {
+            if (!seqs[s].n_logits) continue; // (a prefill chunk; its logits pointer may be NULL)
             const int first = r0 + seqs[s].n_tokens - seqs[s].n_logits;
             memcpy(ws->logit_in + (size_t)g * dim, ws->xb + (size_t)first * dim, (size_t)seqs[s].n_logits * dim * 4);
             g += seqs[s].n_logits;
@@ -506,6 +507,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         ds_matmul(ws->logits, ws->logit_in, &m->output, n_logit_rows, ws->scratch);
         g = 0;
         for (int s = 0; s < n_seqs; s++) {
+            if (!seqs[s].n_logits) continue;
             memcpy(seqs[s].logits, ws->logits + (size_t)g * in->vocab_size,
                    (size_t)seqs[s].n_logits * in->vocab_size * 4);
             g += seqs[s].n_logits;
