@@ -770,11 +770,16 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
     lin(ws->u, ws->h, tm->lm_head, NULL, M, V, H);
     if (d->softcap > 0)
         for (size_t i = 0; i < (size_t)M * V; i++) ws->u[i] = tanhf(ws->u[i] / d->softcap) * d->softcap;
-    // Target distributions t = softmax(lm_head · G[p + k]) for labeled rows.
+    // Target distributions t = softmax(softcap(lm_head · G[p + k])) for labeled rows (the target's
+    // own softcap, as its logits have it; none for Llama/Qwen).
+    const float tc = s->target_softcap;
     for (int i = 0; i < M; i++) {
         if (ws->w[i] <= 0) continue;
-        lin(ws->t + (size_t)i * V, s->hidden + (size_t)ws->pos[i] * H, tm->lm_head, NULL, 1, V, H);
-        ds_softmax(ws->t + (size_t)i * V, V);
+        float *ti = ws->t + (size_t)i * V;
+        lin(ti, s->hidden + (size_t)ws->pos[i] * H, tm->lm_head, NULL, 1, V, H);
+        if (tc > 0)
+            for (int v = 0; v < V; v++) ti[v] = tanhf(ti[v] / tc) * tc;
+        ds_softmax(ti, V);
     }
     heads_fwd(tm, ws, M, B);
     losses(tm, ws, lw, M, B, st);

@@ -89,6 +89,8 @@ typedef struct {
     const float *hidden;   // (n, H) target final normed hidden
     const int *anchors;    // (n_anchors) positions p with mask[p] and mask[p+1]
     int n_anchors;
+    float target_softcap;  // the target's final logit softcap (Gemma): its distribution is
+                           // softmax(c·tanh(lm_head·G / c)); 0 = none
 } ds_tsample;
 
 typedef struct ds_tws ds_tws; // forward/backward scratch, grown on demand

@@ -23,6 +23,7 @@
 #include "io/atomic.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "model/model.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
@@ -369,7 +370,7 @@ ds_status ds_train_run(const ds_train_opts *o) {
             ds_forward_seq f = {.kv = kv, .tokens = tok, .n_tokens = n, .tap_layers = di->tap_layers,
                                 .n_taps = di->n_taps, .taps = taps, .hidden = hidden};
             if ((st = ds_model_forward(target, tws, &f, 1))) goto done;
-            ds_tsample sm = {tok, n, np, taps, hidden, anchors, na};
+            ds_tsample sm = {tok, n, np, taps, hidden, anchors, na, target->final_softcap};
             if ((st = ds_train_sequence(&S.tm, ws, &sm, &o->lw, grad, &ls))) goto done;
             step_tokens += n;
         }

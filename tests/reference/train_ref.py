@@ -114,7 +114,7 @@ def conf_logit(m, h_k, prev):
     return ds._linear(m, feat, "confidence_head.proj")[0]
 
 
-def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_fixed=None):
+def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_fixed=None, target_softcap=0.0):
     """The four losses (0-d tensors, differentiable in m.weights) of one sequence, plus "cstar":
     {(anchor index, slot): c*} of every valid slot with a confidence head.
 
@@ -153,7 +153,10 @@ def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_f
             z = U[k] + bias
             logp = torch.log_softmax(z, dim=-1)
             pd = torch.exp(logp)
-            pt = torch.softmax(G[p + k] @ lm_head.T, dim=-1)
+            tl = G[p + k] @ lm_head.T
+            if target_softcap > 0:  # the target's own final logit softcap (Gemma)
+                tl = target_softcap * torch.tanh(tl / target_softcap)
+            pt = torch.softmax(tl, dim=-1)
             w = slot_weight(k)
             ce_k = -logp[tokens[p + 1 + k]]
             l1_k = torch.sum(torch.abs(pd - pt))
@@ -185,11 +188,11 @@ def trainable_model(m):
 
 
 def loss_and_grads(drafter_dir, target_path, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0,
-                   dtype=torch.float64):
+                   dtype=torch.float64, target_softcap=0.0):
     """(loss values {loss, loss_ce, loss_l1, loss_conf}, {trainable name: gradient ndarray})."""
     m = trainable_model(ds.load(drafter_dir, dtype=dtype))
     R, G = target_rows(m, target_path, tokens, dtype=dtype)
-    L = losses(m, R, G, tokens, n_prompt, anchors, ce=ce, l1=l1, conf=conf)
+    L = losses(m, R, G, tokens, n_prompt, anchors, ce=ce, l1=l1, conf=conf, target_softcap=target_softcap)
     names = trainable_names(m.config)
     params = [m.w(n) for n in names]
     grads = torch.autograd.grad(L["loss"], params, allow_unused=True)

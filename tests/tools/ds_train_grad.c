@@ -1,6 +1,7 @@
 // Test tool for the gradient check (tests/reference/test_train_grad.py): the training loss of one
 // sequence with given anchors, and the gradient of every trainable tensor.
 //   ds_train_grad TARGET DRAFTER_DIR --tokens 1,2,.. --n-prompt P --anchors 3,7 [--ce 0.1 --l1 0.9 --conf 1]
+//                 [--target-softcap C]
 //                 --out FILE.safetensors
 // Writes each gradient under its tensor's name (F32), and scalars loss, loss_ce, loss_l1, loss_conf.
 #include <stdio.h>
@@ -25,6 +26,7 @@ int main(int argc, char **argv) {
     int n = 0, n_anchors = 0, n_prompt = 0;
     ds_loss_weights lw = {0.1f, 0.9f, 1.0f, 4.0f};
     const char *out = NULL;
+    float target_softcap = 0;
     for (int i = 3; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (!strcmp(o, "--tokens")) n = parse_list(v, tok, 8192);
@@ -33,6 +35,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--ce")) lw.ce = (float)atof(v);
         else if (!strcmp(o, "--l1")) lw.l1 = (float)atof(v);
         else if (!strcmp(o, "--conf")) lw.conf = (float)atof(v);
+        else if (!strcmp(o, "--target-softcap")) target_softcap = (float)atof(v);
         else if (!strcmp(o, "--out")) out = v;
         else {
             fprintf(stderr, "ds_train_grad: unknown option %s\n", o);
@@ -57,7 +60,7 @@ int main(int argc, char **argv) {
     ds_forward_seq f = {.kv = kv, .tokens = tok, .n_tokens = n, .tap_layers = di->tap_layers, .n_taps = di->n_taps,
                         .taps = taps, .hidden = hidden};
     if (ds_model_forward(m, ws, &f, 1)) return die("target forward");
-    ds_tsample s = {tok, n, n_prompt, taps, hidden, anchors, n_anchors};
+    ds_tsample s = {tok, n, n_prompt, taps, hidden, anchors, n_anchors, target_softcap};
     ds_tws *tws;
     float *grad = calloc(tm.n_params, sizeof(float));
     ds_loss_stats st = {0};
