@@ -147,17 +147,12 @@ int main(int argc, char **argv) {
             continue;
         }
         i++;
+        if (bench_shape_option(o, v, &s)) continue;
         if (!strcmp(o, "--rows")) rows = atoi(v);
         else if (!strcmp(o, "--cols")) cols = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
         else if (!strcmp(o, "--threads")) threads = atoi(v);
         else if (!strcmp(o, "-n")) n = atoi(v);
-        else if (!strcmp(o, "--dim")) s.dim = atoi(v);
-        else if (!strcmp(o, "--layers")) s.layers = atoi(v);
-        else if (!strcmp(o, "--ffn")) s.ffn = atoi(v);
-        else if (!strcmp(o, "--heads")) s.heads = atoi(v);
-        else if (!strcmp(o, "--kv-heads")) s.kv_heads = atoi(v);
-        else if (!strcmp(o, "--vocab")) s.vocab = atoi(v);
         else {
             fprintf(stderr, "bench_quant: unknown option %s\n", o);
             return 2;

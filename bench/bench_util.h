@@ -105,6 +105,19 @@ typedef struct {
     const char *rms_eps; // as config.json spells it; NULL = "1e-6"
 } bench_shape;
 
+// The shape options both synthetic-model benches take: --dim --layers --ffn --heads --kv-heads
+// --vocab. Returns 1 when `o` is one of them (value `v` taken), else 0.
+static inline int bench_shape_option(const char *o, const char *v, bench_shape *s) {
+    if (!strcmp(o, "--dim")) s->dim = atoi(v);
+    else if (!strcmp(o, "--layers")) s->layers = atoi(v);
+    else if (!strcmp(o, "--ffn")) s->ffn = atoi(v);
+    else if (!strcmp(o, "--heads")) s->heads = atoi(v);
+    else if (!strcmp(o, "--kv-heads")) s->kv_heads = atoi(v);
+    else if (!strcmp(o, "--vocab")) s->vocab = atoi(v);
+    else return 0;
+    return 1;
+}
+
 // (rows, cols) uniform in [-scale, scale) from bench_frand, as f32 or bf16; NULL when out of memory.
 static inline void *bench_random_matrix(int rows, int cols, ds_dtype t, float scale) {
     const size_t n = (size_t)rows * cols;
