@@ -7,24 +7,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dspark.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // Median seconds per product over `reps`, cycling through `copies` weight matrices so that every
 // product streams its weights from memory.
 static double time_matmul(ds_weight *ws, int copies, const float *x, float *y, int n, float *scratch, int reps) {
     double t[64];
     for (int r = 0; r < reps; r++) {
-        const double t0 = now();
+        const double t0 = bench_now();
         ds_matmul(y, x, &ws[r % copies], n, scratch);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
     for (int i = 1; i < reps; i++) // insertion sort for the median
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
@@ -36,10 +31,7 @@ static double time_matmul(ds_weight *ws, int copies, const float *x, float *y, i
 }
 
 int main(int argc, char **argv) {
-    if (!getenv("OPENBLAS_CORETYPE") && ds_openblas_core_hint()) { // see cli/main.c
-        setenv("OPENBLAS_CORETYPE", ds_openblas_core_hint(), 1);
-        execv("/proc/self/exe", argv);
-    }
+    bench_openblas_reexec(argv);
     const int threads = argc > 1 ? atoi(argv[1]) : 1;
     ds_set_threads(threads);
     const int rows = 5632, cols = 2048, copies = 8, reps = 15;

@@ -13,82 +13,19 @@
 //    quantized with dspark's quantizer to 8 and 4 bits: bytes and ratio to bf16 (and to f32);
 //  - "decode": greedy decode tokens/s of that target at f32, bf16, 8-bit and 4-bit (group 64).
 #include <dirent.h>
-#include <immintrin.h>
-#include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/threads.h"
+#include "bench_util.h"
 #include "dspark.h"
-#include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
 #include "quant/affine.h"
 #include "quant/quantize.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static float frand(void) { // uniform in [-1, 1)
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / (1 << 23)) - 1.0);
-}
-
-__attribute__((target("avx2"))) static float sum_avx2(const float *p, size_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    float out[8];
-    _mm256_storeu_ps(out, s);
-    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
-}
-
-// Best-of-5 read bandwidth (bytes/s) over 1 GiB (far beyond the caches), as bench_decode measures it.
-static double read_bandwidth(void) {
-    const size_t n = (size_t)1 << 28;
-    float *buf = aligned_alloc(64, n * sizeof(float));
-    if (!buf) return 0;
-    memset(buf, 0, n * sizeof(float));
-    double best = 0;
-    volatile float sink = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        const double t0 = now();
-        float total = 0;
-#pragma omp parallel num_threads(ds_threads()) reduction(+ : total)
-        {
-            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-            const size_t per = n / (size_t)nt / 32 * 32;
-            total += sum_avx2(buf + per * (size_t)t, per);
-        }
-        sink += total;
-        const double bw = (double)n * sizeof(float) / (now() - t0);
-        best = bw > best ? bw : best;
-    }
-    (void)sink;
-    free(buf);
-    return best;
-}
 
 // ---- GEMV ---------------------------------------------------------------------------------------
 
@@ -103,7 +40,7 @@ static void make_weight(bench_w *bw, int rows, int cols, ds_dtype t, int bits, i
     if (!bits) {
         bw->a = malloc(n * (t == DS_F32 ? 4 : 2));
         for (size_t i = 0; i < n; i++) {
-            const float v = frand() * 0.05f;
+            const float v = bench_frand() * 0.05f;
             if (t == DS_F32) ((float *)bw->a)[i] = v;
             else ((uint16_t *)bw->a)[i] = ds_f32_to_bf16(v);
         }
@@ -117,7 +54,7 @@ static void make_weight(bench_w *bw, int rows, int cols, ds_dtype t, int bits, i
     bw->b = malloc((size_t)rows * G * 2);
     bw->c = malloc((size_t)rows * G * 2);
     for (int r = 0; r < rows; r++) {
-        for (int j = 0; j < cols; j++) row[j] = frand() * 0.05f;
+        for (int j = 0; j < cols; j++) row[j] = bench_frand() * 0.05f;
         ds_affine_quantize_row(row, cols, bits, gs, (uint32_t *)bw->a + (size_t)r * P, s, b);
         for (int g = 0; g < G; g++) {
             ((uint16_t *)bw->b)[(size_t)r * G + g] = ds_f32_to_bf16(s[g]);
@@ -135,7 +72,7 @@ static void make_weight(bench_w *bw, int rows, int cols, ds_dtype t, int bits, i
 // memory) so the weights come from DRAM, not from the (large) last-level cache.
 static double gemv_seconds(const ds_weight *w, int repeats, int copies, const bench_w *src) {
     float *x = malloc(sizeof(float) * w->cols), *y = malloc(sizeof(float) * w->rows);
-    for (int j = 0; j < w->cols; j++) x[j] = frand();
+    for (int j = 0; j < w->cols; j++) x[j] = bench_frand();
     ds_weight *ws = malloc(sizeof(ds_weight) * copies);
     void **bufs = calloc((size_t)copies * 3, sizeof(void *));
     const size_t packed = ds_weight_bits(w) ? (size_t)w->rows * w->cols * ds_weight_bits(w) / 8
@@ -155,11 +92,11 @@ static double gemv_seconds(const ds_weight *w, int repeats, int copies, const be
     double *t = malloc(sizeof(double) * repeats);
     for (int c = 0; c < copies; c++) ds_matmul(y, x, &ws[c], 1, NULL); // touch every page once
     for (int r = 0; r < repeats; r++) {
-        const double t0 = now();
+        const double t0 = bench_now();
         for (int c = 0; c < copies; c++) ds_matmul(y, x, &ws[c], 1, NULL);
-        t[r] = (now() - t0) / copies;
+        t[r] = (bench_now() - t0) / copies;
     }
-    qsort(t, (size_t)repeats, sizeof *t, cmp_double);
+    qsort(t, (size_t)repeats, sizeof *t, bench_cmp_double);
     const double med = t[repeats / 2];
     for (int c = 0; c < copies * 3; c++) free(bufs[c]);
     free(bufs);
@@ -168,83 +105,6 @@ static double gemv_seconds(const ds_weight *w, int repeats, int copies, const be
     free(y);
     free(t);
     return med;
-}
-
-// ---- synthetic target ---------------------------------------------------------------------------
-
-typedef struct {
-    int dim, layers, ffn, heads, kv_heads, vocab;
-} shape;
-
-static int make_synthetic(const char *dir, const shape *s, ds_dtype dt) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    struct stat sb;
-    if (stat(path, &sb) == 0) return 0;
-    fprintf(stderr, "bench: writing a synthetic %s Llama (dim %d, %d layers) to %s\n", ds_dtype_name(dt), s->dim,
-            s->layers, dir);
-    mkdir(dir, 0755);
-    ds_st_writer *w = ds_st_writer_new();
-    void **owned = calloc((size_t)s->layers * 9 + 3, sizeof(void *));
-    int n_owned = 0, rc = 1;
-    const int hd = s->dim / s->heads;
-    char name[128];
-#define ADD2(nm, r, c)                                                                     \
-    do {                                                                                   \
-        const size_t n_ = (size_t)(r) * (c);                                               \
-        void *d = owned[n_owned++] = malloc(n_ * (dt == DS_F32 ? 4 : 2));                  \
-        if (!d) goto done;                                                                 \
-        const float sc = 1.0f / sqrtf((float)(c));                                         \
-        for (size_t i = 0; i < n_; i++) {                                                  \
-            if (dt == DS_F32) ((float *)d)[i] = frand() * sc;                              \
-            else ((uint16_t *)d)[i] = ds_f32_to_bf16(frand() * sc);                        \
-        }                                                                                  \
-        int64_t sh[2] = {r, c};                                                            \
-        if (ds_st_writer_add(w, nm, dt, 2, sh, d)) goto done;                              \
-    } while (0)
-#define ADD1(nm, n)                                                                        \
-    do {                                                                                   \
-        float *d = owned[n_owned++] = malloc(sizeof(float) * (n));                         \
-        if (!d) goto done;                                                                 \
-        for (int i = 0; i < (n); i++) d[i] = 1.0f;                                         \
-        int64_t sh[1] = {n};                                                               \
-        if (ds_st_writer_add(w, nm, DS_F32, 1, sh, d)) goto done;                          \
-    } while (0)
-    ADD2("model.embed_tokens.weight", s->vocab, s->dim);
-    ADD2("lm_head.weight", s->vocab, s->dim);
-    ADD1("model.norm.weight", s->dim);
-    for (int l = 0; l < s->layers; l++) {
-#define L(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
-        ADD2(L("self_attn.q_proj.weight"), s->heads * hd, s->dim);
-        ADD2(L("self_attn.k_proj.weight"), s->kv_heads * hd, s->dim);
-        ADD2(L("self_attn.v_proj.weight"), s->kv_heads * hd, s->dim);
-        ADD2(L("self_attn.o_proj.weight"), s->dim, s->heads * hd);
-        ADD2(L("mlp.gate_proj.weight"), s->ffn, s->dim);
-        ADD2(L("mlp.up_proj.weight"), s->ffn, s->dim);
-        ADD2(L("mlp.down_proj.weight"), s->dim, s->ffn);
-        ADD1(L("input_layernorm.weight"), s->dim);
-        ADD1(L("post_attention_layernorm.weight"), s->dim);
-#undef L
-    }
-    if (ds_st_writer_write_dir(w, dir, 0)) goto done;
-    FILE *f = fopen(path, "w");
-    if (!f) goto done;
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d, "
-            "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
-            "\"num_key_value_heads\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 4096, "
-            "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false}\n",
-            s->dim, s->ffn, s->layers, s->heads, s->kv_heads, s->vocab);
-    fclose(f);
-    rc = 0;
-done:
-    if (rc) fprintf(stderr, "bench: cannot write the synthetic model: %s\n", ds_last_error());
-    for (int i = 0; i < n_owned; i++) free(owned[i]);
-    free(owned);
-    ds_st_writer_free(w);
-    return rc;
-#undef ADD1
-#undef ADD2
 }
 
 static size_t dir_bytes(const char *dir) {
@@ -263,51 +123,23 @@ static size_t dir_bytes(const char *dir) {
     return total;
 }
 
-// Median tokens/s of `repeats` runs of n greedy decode steps after an 8-token prefill.
+// Median greedy decode tokens/s of the model in `dir` (bench_decode_tps); its weight bytes to *wbytes.
 static double decode_tps(const char *dir, int n, int repeats, size_t *wbytes) {
     ds_model *m;
     if (ds_model_load(dir, NULL, &m)) {
         fprintf(stderr, "bench: %s\n", ds_last_error());
         return 0;
     }
-    const ds_model_info *in = ds_model_get_info(m);
-    *wbytes = in->weight_bytes;
-    ds_kv *kv;
-    ds_workspace *ws;
-    float *logits = malloc(sizeof(float) * in->vocab_size);
-    double *rates = malloc(sizeof(double) * repeats);
-    if (ds_kv_init(m, n + 16, &kv) || ds_workspace_init(m, &ws)) return 0;
-    for (int r = 0; r < repeats; r++) {
-        ds_kv_truncate(kv, 0);
-        int32_t prompt[8];
-        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
-        ds_forward_seq pf = {.kv = kv, .tokens = prompt, .n_tokens = 8, .n_logits = 1, .logits = logits};
-        ds_model_forward(m, ws, &pf, 1);
-        const double t0 = now();
-        for (int i = 0; i < n; i++) {
-            int32_t next = ds_argmax(logits, in->vocab_size);
-            ds_forward_seq s = {.kv = kv, .tokens = &next, .n_tokens = 1, .n_logits = 1, .logits = logits};
-            ds_model_forward(m, ws, &s, 1);
-        }
-        rates[r] = n / (now() - t0);
-    }
-    qsort(rates, (size_t)repeats, sizeof *rates, cmp_double);
-    const double med = rates[repeats / 2];
-    ds_kv_free(kv);
-    ds_workspace_free(ws);
+    *wbytes = ds_model_get_info(m)->weight_bytes;
+    const double tps = bench_decode_tps(m, n, repeats);
     ds_model_free(m);
-    free(logits);
-    free(rates);
-    return med;
+    return tps;
 }
 
 int main(int argc, char **argv) {
-    if (!getenv("OPENBLAS_CORETYPE") && ds_openblas_core_hint()) { // see cli/main.c
-        setenv("OPENBLAS_CORETYPE", ds_openblas_core_hint(), 1);
-        execv("/proc/self/exe", argv);
-    }
+    bench_openblas_reexec(argv);
     int rows = 4096, cols = 4096, repeats = 9, threads = 0, decode = 1, n = 16;
-    shape s = {1024, 8, 2816, 16, 4, 32000};
+    bench_shape s = {1024, 8, 2816, 16, 4, 32000, DS_F32, 0, 0, "1e-5"};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "0";
         if (!strcmp(o, "--no-decode")) {
@@ -315,17 +147,12 @@ int main(int argc, char **argv) {
             continue;
         }
         i++;
+        if (bench_shape_option(o, v, &s)) continue;
         if (!strcmp(o, "--rows")) rows = atoi(v);
         else if (!strcmp(o, "--cols")) cols = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
         else if (!strcmp(o, "--threads")) threads = atoi(v);
         else if (!strcmp(o, "-n")) n = atoi(v);
-        else if (!strcmp(o, "--dim")) s.dim = atoi(v);
-        else if (!strcmp(o, "--layers")) s.layers = atoi(v);
-        else if (!strcmp(o, "--ffn")) s.ffn = atoi(v);
-        else if (!strcmp(o, "--heads")) s.heads = atoi(v);
-        else if (!strcmp(o, "--kv-heads")) s.kv_heads = atoi(v);
-        else if (!strcmp(o, "--vocab")) s.vocab = atoi(v);
         else {
             fprintf(stderr, "bench_quant: unknown option %s\n", o);
             return 2;
@@ -337,7 +164,7 @@ int main(int argc, char **argv) {
     }
     ds_set_threads(threads);
     const int nt = ds_threads(); // the thread count ds_matmul uses (scratch is per thread)
-    const double bw = read_bandwidth();
+    const double bw = bench_read_bandwidth(nt);
     printf("{\"bench\": \"bandwidth\", \"threads\": %d, \"read_gb_per_s\": %.2f}\n", nt, bw / 1e9);
     fflush(stdout);
 
@@ -375,16 +202,16 @@ int main(int argc, char **argv) {
         const int ns[] = {4, 8, 16, 32, 64};
         float *x = malloc(sizeof(float) * (size_t)cols * 64), *y = malloc(sizeof(float) * (size_t)rows * 64);
         float *scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&w.w) * (size_t)nt);
-        for (size_t i = 0; i < (size_t)cols * 64; i++) x[i] = frand();
+        for (size_t i = 0; i < (size_t)cols * 64; i++) x[i] = bench_frand();
         for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
             double t[2];
             for (int path = 0; path < 2; path++) {
                 ds_matmul_set_gemm_min_rows(path ? 1 : 1000000);
                 double best = 1e30;
                 for (int r = 0; r < repeats; r++) {
-                    const double t0 = now();
+                    const double t0 = bench_now();
                     ds_matmul(y, x, &w.w, ns[k], scratch);
-                    const double dt = now() - t0;
+                    const double dt = bench_now() - t0;
                     best = dt < best ? dt : best;
                 }
                 t[path] = best;
@@ -413,7 +240,9 @@ int main(int argc, char **argv) {
     snprintf(bf16d, sizeof bf16d, "%s-bf16", base);
     snprintf(q8d, sizeof q8d, "%s-q8g64", base);
     snprintf(q4d, sizeof q4d, "%s-q4g64", base);
-    if (make_synthetic(f32d, &s, DS_F32) || make_synthetic(bf16d, &s, DS_BF16)) return 1;
+    bench_shape s16 = s;
+    s16.dtype = DS_BF16;
+    if (bench_make_synthetic(f32d, &s) || bench_make_synthetic(bf16d, &s16)) return 1;
     const char *qd[2] = {q8d, q4d};
     for (int b = 0; b < 2; b++) {
         struct stat sb;

@@ -85,6 +85,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dspark.h"
 #include "kernels/matmul.h"
 #include "sched/schedule.h"
@@ -95,17 +96,6 @@
 #define MAX_CONC 64
 #define SYN_CTX 64   // context rows of every synthetic request
 #define THRESHOLD 0.5f
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void die(const char *what) {
     fprintf(stderr, "bench_sched: %s: %s\n", what, ds_last_error());
@@ -155,7 +145,7 @@ static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_par
         for (int k = 0; k < R && next < n_req; k++) {
             if (active[k]) continue;
             const int j = next++, p = j % ps->n;
-            t_join[k] = now();
+            t_join[k] = bench_now();
             if (ds_engine_add(e, ps->ptoks[p], ps->plen[p], budget, &smp, (uint64_t)j, &id[k])) die("add");
             req[k] = j;
             n_out[j] = 0;
@@ -163,9 +153,9 @@ static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_par
             n_active++;
         }
         if (!n_active) break;
-        const double t0 = now();
+        const double t0 = bench_now();
         if (ds_engine_step(e)) die("step");
-        const double t1 = now();
+        const double t1 = bench_now();
         step_s += t1 - t0;
         for (int k = 0; k < R; k++) {
             if (!active[k]) continue;
@@ -334,7 +324,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             f[i] = (ds_forward_seq){.kv = sy->kv[k], .tokens = sy->rows[k], .n_tokens = ell[i] + 1,
                                     .n_logits = ell[i] + 1, .logits = sy->logits[k]};
         }
-        const double t0 = now();
+        const double t0 = bench_now();
         if (ds_model_forward(sy->m, sy->ws, f, n)) die("forward");
         volatile int32_t sink = 0;
         int adv[MAX_CONC];
@@ -350,7 +340,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             res->verified += ell[i];
             if (policy == 9) ds_gate_observe_round(&gate, ell[i], a);
         }
-        const double dt = now() - t0 + round_draft;
+        const double dt = bench_now() - t0 + round_draft;
         vt += dt;
         step_s += dt;
         draft_s += round_draft;
@@ -422,14 +412,14 @@ static void time_drafter(const ds_model *m, const ds_drafter *d, const int *rs, 
         for (int K = 1; K <= GAMMA; K++) {
             for (int i = 0; i < R; i++) nk[i] = K;
             for (int r = 0; r < reps + 1; r++) {
-                const double t0 = now();
+                const double t0 = bench_now();
                 for (int i = 0; i < R; i++)
                     if (ds_drafter_append(d, st[i], taps + (size_t)(ctx - 2) * W, 2)) die("append");
                 if (ds_drafter_draft_batch(d, bt, st, anchor, nk, R, spp, rngp, outp, ql, confp)) die("draft");
-                if (r) t[r - 1] = now() - t0; // the first run warms up
+                if (r) t[r - 1] = bench_now() - t0; // the first run warms up
                 for (int i = 0; i < R; i++) ds_draft_state_truncate(st[i], ctx - 2);
             }
-            qsort(t, (size_t)reps, sizeof *t, cmp_double);
+            qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
             draft_ms[R][K] = 1e3 * t[reps / 2];
         }
     }
@@ -531,10 +521,7 @@ static int parse_list(const char *s, int *out, int cap) {
 }
 
 int main(int argc, char **argv) {
-    if (!getenv("OPENBLAS_CORETYPE") && ds_openblas_core_hint()) { // see cli/main.c
-        setenv("OPENBLAS_CORETYPE", ds_openblas_core_hint(), 1);
-        execv("/proc/self/exe", argv);
-    }
+    bench_openblas_reexec(argv);
     if (argc < 3) {
         fprintf(stderr,
                 "usage: bench_sched STORIES_GGUF DRAFTER_DIR [--synthetic DIR] [--synthetic-drafter DIR]\n"

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 static const char *PROMPTS[] = {"Once upon a time", "The cat sat", "Lily and Tom went to the park",
                                 "One day, a little bird", "Tim had a big red ball", "The sun was",
                                 "There was a dog named Max", "Sue wanted to play"};
@@ -35,12 +37,6 @@ typedef struct {
     long tokens;
     int failures;
 } client_job;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int connect_to(const char *host, int port) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -82,7 +78,7 @@ static char *http_exchange(const char *host, int port, const char *req, double *
         if (r <= 0) break;
         len += (size_t)r;
         buf[len] = 0;
-        if (t_first && *t_first == 0 && strstr(buf, "data: {")) *t_first = now_s();
+        if (t_first && *t_first == 0 && strstr(buf, "data: {")) *t_first = bench_now();
     }
     close(fd);
     buf[len] = 0;
@@ -102,9 +98,9 @@ static void *client_main(void *arg) {
                  "POST /v1/completions HTTP/1.0\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                  j->host, strlen(body), body);
         double t_first;
-        const double t0 = now_s();
+        const double t0 = bench_now();
         char *resp = http_exchange(j->host, j->port, req, &t_first);
-        const double t1 = now_s();
+        const double t1 = bench_now();
         const char *u = resp ? strstr(resp, "\"completion_tokens\":") : NULL;
         if (!resp || strncmp(resp, "HTTP/1.", 7) || strncmp(resp + 9, "200", 3) || !strstr(resp, "data: [DONE]") || !u || !t_first) {
             j->failures++;
@@ -117,11 +113,6 @@ static void *client_main(void *arg) {
         free(resp);
     }
     return NULL;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double pct(const double *sorted, int n, double q) {
@@ -161,7 +152,7 @@ static result run_load(const char *label, const char *host, int port, int client
     pthread_t *th = calloc((size_t)clients, sizeof *th);
     const int total = clients * requests;
     double *lat = calloc((size_t)total, sizeof *lat), *ttft = calloc((size_t)total, sizeof *ttft);
-    const double t0 = now_s();
+    const double t0 = bench_now();
     for (int c = 0; c < clients; c++) {
         jobs[c] = (client_job){.port = port, .requests = requests, .max_tokens = max_tokens, .client = c,
                                .latency = lat + (size_t)c * requests, .ttft = ttft + (size_t)c * requests};
@@ -175,15 +166,15 @@ static result run_load(const char *label, const char *host, int port, int client
         tokens += jobs[c].tokens;
         failures += jobs[c].failures;
     }
-    const double wall = now_s() - t0;
+    const double wall = bench_now() - t0;
     int n = 0;
     for (int i = 0; i < total; i++)
         if (lat[i] >= 0) {
             lat[n] = lat[i];
             ttft[n++] = ttft[i];
         }
-    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-    qsort(ttft, (size_t)n, sizeof *ttft, cmp_double);
+    qsort(lat, (size_t)n, sizeof *lat, bench_cmp_double);
+    qsort(ttft, (size_t)n, sizeof *ttft, bench_cmp_double);
     result r = {.req_s = n / wall, .tok_s = tokens / wall, .lat50 = pct(lat, n, 0.5), .lat99 = pct(lat, n, 0.99),
                 .ttft50 = pct(ttft, n, 0.5), .ttft99 = pct(ttft, n, 0.99), .failures = failures};
     const double tau = metric(host, port, "dspark_tau");

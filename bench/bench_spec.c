@@ -11,14 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dspark.h"
 #include "kernels/matmul.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     double tok_s, rounds_s, tau, draft_ms_per_round, verify_ms_per_round;
@@ -33,10 +28,10 @@ static int run(ds_model *m, ds_drafter *d, ds_spec_kind kind, const int32_t *pro
         ds_engine *e;
         int id;
         if (ds_engine_init(m, d, &sp, &e) || ds_engine_add(e, prompt, n_prompt, n, &smp, 1, &id)) return 1;
-        const double t0 = now();
+        const double t0 = bench_now();
         while (ds_engine_active(e))
             if (ds_engine_step(e)) return 1;
-        const double dt = now() - t0;
+        const double dt = bench_now() - t0;
         const ds_seq_stats *t = ds_engine_stats(e, id);
         if (t->generated / dt > best) {
             best = t->generated / dt;
@@ -52,10 +47,7 @@ static int run(ds_model *m, ds_drafter *d, ds_spec_kind kind, const int32_t *pro
 }
 
 int main(int argc, char **argv) {
-    if (!getenv("OPENBLAS_CORETYPE") && ds_openblas_core_hint()) { // see cli/main.c
-        setenv("OPENBLAS_CORETYPE", ds_openblas_core_hint(), 1);
-        execv("/proc/self/exe", argv);
-    }
+    bench_openblas_reexec(argv);
     if (argc < 3) {
         fprintf(stderr, "usage: bench_spec MODEL DRAFTER_DIR [-n TOKENS] [--repeats R]\n");
         return 2;

@@ -13,19 +13,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "dspark.h"
 #include "tokenizer/utf8.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static const char k_chunk[] =
     "The quick brown fox jumps over the lazy dog; it wasn't the first time, and it won't be the last. "
@@ -44,13 +34,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--repeats")) reps = atol(argv[i + 1]);
     }
     if (kib < 1 || reps < 1) return 2;
-    double t0 = now();
+    double t0 = bench_now();
     ds_tokenizer *t;
     if (ds_tokenizer_load(argv[1], &t)) {
         fprintf(stderr, "bench_tokenizer: %s\n", ds_last_error());
         return 1;
     }
-    const double load_ms = (now() - t0) * 1e3;
+    const double load_ms = (bench_now() - t0) * 1e3;
     size_t len = 0, cap = (size_t)kib * 1024 + sizeof k_chunk;
     char *text = malloc(cap);
     while (len + sizeof k_chunk - 1 <= (size_t)kib * 1024) memcpy(text + len, k_chunk, sizeof k_chunk - 1), len += sizeof k_chunk - 1;
@@ -62,11 +52,11 @@ int main(int argc, char **argv) {
            *tu = malloc(sizeof(double) * (size_t)reps);
     volatile int sink = 0;
     for (long r = 0; r < reps; r++) {
-        double a = now();
+        double a = bench_now();
         sink += ds_utf8_valid((const uint8_t *)text, len, NULL);
-        double b = now();
+        double b = bench_now();
         ds_tokenize_ex(t, text, len, DS_TOK_PARSE_SPECIAL, ids, n, &n);
-        double c = now();
+        double c = bench_now();
         ds_detok d;
         ds_detok_init(&d, t, 0);
         size_t o = 0;
@@ -74,12 +64,12 @@ int main(int argc, char **argv) {
             int m = ds_detok_push(&d, ids[i], out + o, 64);
             o += (size_t)(m > 0 ? m : 0);
         }
-        double e = now();
+        double e = bench_now();
         tu[r] = b - a, te[r] = c - b, td[r] = e - c;
     }
-    qsort(tu, (size_t)reps, sizeof *tu, cmp_d);
-    qsort(te, (size_t)reps, sizeof *te, cmp_d);
-    qsort(td, (size_t)reps, sizeof *td, cmp_d);
+    qsort(tu, (size_t)reps, sizeof *tu, bench_cmp_double);
+    qsort(te, (size_t)reps, sizeof *te, bench_cmp_double);
+    qsort(td, (size_t)reps, sizeof *td, bench_cmp_double);
     const double u = tu[reps / 2], e = te[reps / 2], d = td[reps / 2];
     printf("{\"tokenizer\": \"%s\", \"text_bytes\": %zu, \"tokens\": %d, \"load_ms\": %.1f, \"encode_mb_s\": %.2f, "
            "\"encode_tok_s\": %.0f, \"decode_mb_s\": %.2f, \"utf8_scan_mb_s\": %.1f, \"encode_vs_utf8_scan\": %.1f}\n",

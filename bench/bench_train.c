@@ -8,20 +8,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "kernels/matmul.h"
 #include "train/trainer.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int main(int argc, char **argv) {
-    if (!getenv("OPENBLAS_CORETYPE") && ds_openblas_core_hint()) { // see cli/main.c
-        setenv("OPENBLAS_CORETYPE", ds_openblas_core_hint(), 1);
-        execv("/proc/self/exe", argv);
-    }
+    bench_openblas_reexec(argv);
     if (argc < 3) {
         fprintf(stderr, "usage: bench_train MODEL DATA [--threads 1,2] [--steps N] [--layers L]\n");
         return 2;
@@ -48,12 +40,12 @@ int main(int argc, char **argv) {
         o.threads = t;
         o.quiet = 1;
         o.shape.n_layers = layers;
-        const double t0 = now();
+        const double t0 = bench_now();
         if (ds_train_run(&o)) {
             fprintf(stderr, "bench_train: %s\n", ds_last_error());
             return 1;
         }
-        const double dt = now() - t0;
+        const double dt = bench_now() - t0;
         // Blocks trained: read back from the metrics log.
         char path[128], line[512];
         snprintf(path, sizeof path, "%s/metrics.jsonl", out);

@@ -54,19 +54,15 @@ static int parse_args(int argc, char **argv, cal_args *a) {
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
         i++;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) a->drafter = v;
-        else if (!strcmp(o, "--prompts")) a->prompts = v;
+        const int r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
+        if (r < 0) return -r;
+        if (r) continue;
+        if (!strcmp(o, "--prompts")) a->prompts = v;
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
         else if (!strcmp(o, "--plot")) a->plot = v;
         else if (!strcmp(o, "--max-tokens")) {
             if (!cli_parse_int(v, 1, 1 << 24, &a->max_tokens))
                 return cli_usage_error("--max-tokens expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            if (!cli_parse_int(v, 1, 1024, &a->threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
-        } else if (!strcmp(o, "--seed")) {
-            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &a->seed))
-                return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
         } else if (!strcmp(o, "--temp")) {
             if (!cli_parse_float(v, 0, 100, &a->temp)) return cli_usage_error("--temp expects 0..100, got '%s'", v);
         } else {

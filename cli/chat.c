@@ -53,17 +53,12 @@ static int parse_args(int argc, char **argv, chat_args *a) {
         i++;
         int r = cli_sampling_option(o, v, &a->sp);
         if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
+        if (!r) r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
         if (r < 0) return -r;
         if (r) continue;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "--system")) a->system = v;
-        else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) a->drafter = v;
+        if (!strcmp(o, "--system")) a->system = v;
         else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
             if (!cli_parse_int(v, 1, 1 << 24, &a->n_predict)) return cli_usage_error("-n expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            if (!cli_parse_int(v, 1, 1024, &a->threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
-        } else if (!strcmp(o, "--seed")) {
-            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &a->seed)) return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
         } else {
             return cli_usage_error("unknown option '%s' (see dspark chat --help)", o);
         }

@@ -21,6 +21,10 @@ void cli_catch_interrupt(void);
 
 // Options shared by several commands. Each returns 1 when `o` is one of its options and `v` was
 // taken, 0 when `o` is not one of them, and a negative exit status (after printing) on a bad value.
+// The target and run: -m/--model, -d/--drafter, -t/--threads (1..1024), --seed (>= 0). Pass NULL
+// for an option the command does not take (it then stays unknown to this function).
+int cli_run_option(const char *o, const char *v, const char **model, const char **drafter, long *threads,
+                   long *seed);
 // Sampling: --temp --top-k --top-p --min-p.
 int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp);
 // Speculation: --spec --draft-max --conf-threshold --ngram --schedule --costs. `given` collects

@@ -97,6 +97,23 @@ void cli_catch_interrupt(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+int cli_run_option(const char *o, const char *v, const char **model, const char **drafter, long *threads,
+                   long *seed) {
+    if (model && (!strcmp(o, "-m") || !strcmp(o, "--model"))) {
+        *model = v;
+    } else if (drafter && (!strcmp(o, "-d") || !strcmp(o, "--drafter"))) {
+        *drafter = v;
+    } else if (threads && (!strcmp(o, "-t") || !strcmp(o, "--threads"))) {
+        if (!cli_parse_int(v, 1, 1024, threads)) return -cli_usage_error("-t expects 1..1024, got '%s'", v);
+    } else if (seed && !strcmp(o, "--seed")) {
+        if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, seed))
+            return -cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp) {
     double f;
     long k;

@@ -68,11 +68,11 @@ static int parse_args(int argc, char **argv, dg_args *a) {
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
         i++;
-        const int r = cli_sampling_option(o, v, &a->sp);
+        int r = cli_sampling_option(o, v, &a->sp);
+        if (!r) r = cli_run_option(o, v, &a->model, NULL, &a->threads, &a->seed);
         if (r < 0) return -r;
         if (r) continue;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "--prompts")) a->prompts = v;
+        if (!strcmp(o, "--prompts")) a->prompts = v;
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
         else if (!strcmp(o, "--holdout-out")) a->holdout_out = v;
         else if (!strcmp(o, "-n") || !strcmp(o, "--count")) {
@@ -82,11 +82,6 @@ static int parse_args(int argc, char **argv, dg_args *a) {
                 return cli_usage_error("--max-tokens expects a positive count, got '%s'", v);
         } else if (!strcmp(o, "--concurrency")) {
             if (!cli_parse_int(v, 1, 4096, &a->concurrency)) return cli_usage_error("--concurrency expects 1..4096, got '%s'", v);
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            if (!cli_parse_int(v, 1, 1024, &a->threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
-        } else if (!strcmp(o, "--seed")) {
-            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &a->seed))
-                return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
         } else if (!strcmp(o, "--holdout")) {
             if (!cli_parse_float(v, 0, 1, &a->holdout)) return cli_usage_error("--holdout expects a fraction in [0, 1], got '%s'", v);
         } else {

@@ -49,12 +49,11 @@ static int parse_args(int argc, char **argv, prof_args *a) {
         }
         if (!v) return cli_usage_error("option %s needs a value", o);
         i++;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) a->drafter = v;
-        else if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
-        else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            if (!cli_parse_int(v, 1, 1024, &a->threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
-        } else if (!strcmp(o, "--bmax")) {
+        const int r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, NULL);
+        if (r < 0) return -r;
+        if (r) continue;
+        if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
+        else if (!strcmp(o, "--bmax")) {
             if (!cli_parse_int(v, 1, 512, &a->bmax)) return cli_usage_error("--bmax expects 1..512, got '%s'", v);
         } else if (!strcmp(o, "--ctx")) {
             if (!cli_parse_int(v, 1, 1 << 20, &a->ctx))

@@ -63,12 +63,11 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(o, "--schedule") && strcmp(v, "auto") && strcmp(v, "fixed") && strcmp(v, "threshold"))
             return cli_usage_error("--schedule expects auto, fixed, threshold or none, got '%s'", v);
-        const int r = cli_spec_option(o, v, &spec, &costs, &given);
+        int r = cli_spec_option(o, v, &spec, &costs, &given);
+        if (!r) r = cli_run_option(o, v, &model, &drafter, &threads, NULL);
         if (r < 0) return -r;
         if (r) continue;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) model = v;
-        else if (!strcmp(o, "-d") || !strcmp(o, "--drafter")) drafter = v;
-        else if (!strcmp(o, "--host")) sp.host = v;
+        if (!strcmp(o, "--host")) sp.host = v;
         else if (!strcmp(o, "--name")) sp.model_name = v;
         else if (!strcmp(o, "--port")) {
             if (!cli_parse_int(v, 0, 65535, &port)) return cli_usage_error("--port expects 0..65535, got '%s'", v);
@@ -84,8 +83,6 @@ int cmd_serve(int argc, char **argv) {
             sp.step_delay_ms = (int)ms;
         } else if (!strcmp(o, "--drain-timeout")) {
             if (!cli_parse_float(v, 0, 86400, &drain)) return cli_usage_error("--drain-timeout expects seconds, got '%s'", v);
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            if (!cli_parse_int(v, 1, 1024, &threads)) return cli_usage_error("-t expects 1..1024, got '%s'", v);
         } else {
             return cli_usage_error("unknown option '%s' (see dspark serve --help)", o);
         }

@@ -9,6 +9,7 @@
 
 #include "kernels/half.h"
 #include "kernels/qmatmul.h"
+#include "kernels/simd.h"
 #include "quant/affine.h"
 
 // Software prefetch distance in elements (4 KiB of 16-bit weights, 8 KiB of f32), measured with
@@ -31,46 +32,22 @@
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #include "kernels/matmul_isa.inc"
-#undef ISA
-#undef ISA_TARGET
-#undef VLEN
-#undef VEC
-#undef VZERO
-#undef VFMA
-#undef VSUM
-#undef VLOAD_F32
-#undef VLOAD_BF16
-#undef VLOAD_F16
+#include "kernels/isa_undef.inc"
 
 // ---- AVX2 + FMA + F16C -----------------------------------------------------------------------
-__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 #define ISA avx2
 #define ISA_TARGET __attribute__((target("avx2,fma,f16c")))
 #define VLEN 8
 #define VEC __m256
 #define VZERO _mm256_setzero_ps()
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VSUM(v) hsum256(v)
+#define VSUM(v) ds_hsum256(v)
 #define VLOAD_F32(p) _mm256_loadu_ps(p)
 #define VLOAD_BF16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #include "kernels/matmul_isa.inc"
-#undef ISA
-#undef ISA_TARGET
-#undef VLEN
-#undef VEC
-#undef VZERO
-#undef VFMA
-#undef VSUM
-#undef VLOAD_F32
-#undef VLOAD_BF16
-#undef VLOAD_F16
+#include "kernels/isa_undef.inc"
 
 // ---- Scalar fallback (one "vector" = one float) ----------------------------------------------
 #define ISA scalar

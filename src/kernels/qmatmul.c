@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/half.h"
+#include "kernels/simd.h"
 #include "quant/affine.h"
 
 // Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c) and the most groups
@@ -39,25 +40,9 @@
         v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_)));  \
     } while (0)
 #include "kernels/qmatmul_isa.inc"
-#undef ISA
-#undef ISA_TARGET
-#undef VLEN
-#undef VEC
-#undef VZERO
-#undef VSET1
-#undef VFMA
-#undef VSUM
-#undef VLOAD_F32
-#undef VQ8
-#undef VQ4
+#include "kernels/isa_undef.inc"
 
 // ---- AVX2 + FMA ------------------------------------------------------------------------------
-__attribute__((target("avx2,fma"))) static inline float qhsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 #define ISA avx2
 #define ISA_TARGET __attribute__((target("avx2,fma,f16c")))
 #define VLEN 8
@@ -65,7 +50,7 @@ __attribute__((target("avx2,fma"))) static inline float qhsum256(__m256 v) {
 #define VZERO _mm256_setzero_ps()
 #define VSET1(f) _mm256_set1_ps(f)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VSUM(v) qhsum256(v)
+#define VSUM(v) ds_hsum256(v)
 #define VLOAD_F32(p) _mm256_loadu_ps(p)
 // 16 bytes -> 2 x 8 floats
 #define VQ8(b, j, v0, v1)                                                                  \
@@ -82,17 +67,7 @@ __attribute__((target("avx2,fma"))) static inline float qhsum256(__m256 v) {
         v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_))); \
     } while (0)
 #include "kernels/qmatmul_isa.inc"
-#undef ISA
-#undef ISA_TARGET
-#undef VLEN
-#undef VEC
-#undef VZERO
-#undef VSET1
-#undef VFMA
-#undef VSUM
-#undef VLOAD_F32
-#undef VQ8
-#undef VQ4
+#include "kernels/isa_undef.inc"
 
 // ---- Scalar fallback -------------------------------------------------------------------------
 #define ISA scalar

@@ -44,64 +44,19 @@ static ds_status take_vector(ds_model *m, const ds_gguf *g, const char *name, in
     return DS_OK;
 }
 
+// The tokenizer under tokenizer.ggml.* (src/tokenizer/load.c); none, or a kind other than "llama"
+// (SentencePiece) and "gpt2" (byte-level BPE), is not an error: the model then runs on token ids.
 static ds_status load_tokenizer(ds_model *m, const ds_gguf *g) {
     char model[32] = "";
     if (!ds_gguf_find_kv(g, "tokenizer.ggml.model")) return DS_OK;
     ds_status st = ds_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model);
     if (st) return st;
-    if (strcmp(model, "gpt2") == 0) { // byte-level BPE (src/tokenizer/load.c)
-        if ((st = ds_tokenizer_load(g->map.path, &m->tok))) return st;
-        m->info.bos_id = ds_tokenizer_bos(m->tok);
-        m->info.eos_id = ds_tokenizer_eos(m->tok);
-        return DS_OK;
-    }
-    if (strcmp(model, "llama") != 0) return DS_OK; // other tokenizers: the model runs on token ids
-    const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
-    const ds_gguf_kv *scores = ds_gguf_find_kv(g, "tokenizer.ggml.scores");
-    const ds_gguf_kv *types = ds_gguf_find_kv(g, "tokenizer.ggml.token_type");
-    if (!toks || toks->type != DS_GGUF_ARRAY || toks->arr_type != DS_GGUF_STRING)
-        return ds_fail(DS_ERR_FORMAT, "%s: tokenizer.ggml.tokens is missing or not a string array", g->map.path);
-    const uint64_t n = toks->arr_n;
-    if (n == 0 || n > (1u << 24))
-        return ds_fail(DS_ERR_FORMAT, "%s: tokenizer has %llu tokens", g->map.path, (unsigned long long)n);
-    if (scores && (scores->type != DS_GGUF_ARRAY || scores->arr_n != n || scores->arr_type == DS_GGUF_STRING ||
-                   scores->arr_type == DS_GGUF_ARRAY))
-        return ds_fail(DS_ERR_FORMAT, "%s: tokenizer.ggml.scores does not match the token list", g->map.path);
-    if (types && (types->type != DS_GGUF_ARRAY || types->arr_n != n || types->arr_type == DS_GGUF_STRING ||
-                  types->arr_type == DS_GGUF_ARRAY))
-        return ds_fail(DS_ERR_FORMAT, "%s: tokenizer.ggml.token_type does not match the token list", g->map.path);
-    int64_t bos, eos, unk;
-    int space;
-    if ((st = ds_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &bos)) ||
-        (st = ds_gguf_get_int_or(g, "tokenizer.ggml.eos_token_id", -1, &eos)) ||
-        (st = ds_gguf_get_int_or(g, "tokenizer.ggml.unknown_token_id", -1, &unk)) ||
-        (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", 1, &space)))
-        return st;
-    const char **pieces = malloc(n * sizeof *pieces);
-    size_t *lens = malloc(n * sizeof *lens);
-    float *sc = malloc(n * sizeof *sc);
-    int32_t *ty = malloc(n * sizeof *ty);
-    if (!pieces || !lens || !sc || !ty) {
-        st = ds_fail(DS_ERR_NOMEM, "out of memory reading the tokenizer");
-        goto done;
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        pieces[i] = toks->arr_strs[i].ptr;
-        lens[i] = (size_t)toks->arr_strs[i].len;
-        sc[i] = scores ? (float)ds_gguf_arr_f64(scores, i) : 0.0f;
-        ty[i] = types ? (int32_t)ds_gguf_arr_i64(types, i) : 0;
-    }
-    st = ds_tokenizer_init_spm((int)n, pieces, lens, sc, types ? ty : NULL, (int)bos, (int)eos, (int)unk, space, &m->tok);
-    if (st) ds_fail_prefix(st, "%s", g->map.path);
-    m->info.bos_id = (int)bos;
-    m->info.eos_id = (int)eos;
-    m->info.unk_id = (int)unk;
-done:
-    free(pieces);
-    free(lens);
-    free(sc);
-    free(ty);
-    return st;
+    if (strcmp(model, "llama") != 0 && strcmp(model, "gpt2") != 0) return DS_OK;
+    if ((st = ds_tokenizer_load_gguf(g, &m->tok))) return st;
+    m->info.bos_id = ds_tokenizer_bos(m->tok);
+    m->info.eos_id = ds_tokenizer_eos(m->tok);
+    m->info.unk_id = ds_tokenizer_unk(m->tok);
+    return DS_OK;
 }
 
 ds_status ds_model_load_gguf_tokenizer(ds_model *m, const char *path) {

@@ -133,48 +133,36 @@ static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, ds_tokenizer 
     return st;
 }
 
-// tokenizer.ggml.* (model "llama") as load_gguf.c reads it for a model; "gpt2" via load_gguf_bpe.
-static ds_status load_gguf_tok(const char *path, ds_tokenizer **out) {
-    ds_gguf g;
-    ds_status st = ds_gguf_open(&g, path);
-    if (st) return st;
+ds_status ds_tokenizer_load_gguf(const ds_gguf *g, ds_tokenizer **out) {
+    const char *path = g->map.path;
     char model[32] = "";
-    const ds_gguf_kv *toks = ds_gguf_find_kv(&g, "tokenizer.ggml.tokens");
-    const ds_gguf_kv *scores = ds_gguf_find_kv(&g, "tokenizer.ggml.scores");
-    const ds_gguf_kv *types = ds_gguf_find_kv(&g, "tokenizer.ggml.token_type");
-    const char **pieces = NULL;
-    size_t *lens = NULL;
-    float *sc = NULL;
-    int32_t *ty = NULL;
-    if (!ds_gguf_find_kv(&g, "tokenizer.ggml.model") || (st = ds_gguf_get_str(&g, "tokenizer.ggml.model", model, sizeof model))) {
-        if (!st) st = ds_fail(DS_ERR_FORMAT, "%s: no tokenizer", path);
-        goto done;
-    }
-    if (!strcmp(model, "gpt2")) {
-        st = load_gguf_bpe(path, &g, out);
-        goto done;
-    }
-    if (strcmp(model, "llama") != 0) {
-        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: GGUF tokenizer model '%s' is not supported (llama, gpt2)", path, model);
-        goto done;
-    }
+    ds_status st;
+    if (!ds_gguf_find_kv(g, "tokenizer.ggml.model")) return ds_fail(DS_ERR_FORMAT, "%s: no tokenizer", path);
+    if ((st = ds_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model))) return st;
+    if (!strcmp(model, "gpt2")) return load_gguf_bpe(path, g, out);
+    if (strcmp(model, "llama") != 0)
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: GGUF tokenizer model '%s' is not supported (llama, gpt2)", path, model);
+    const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    const ds_gguf_kv *scores = ds_gguf_find_kv(g, "tokenizer.ggml.scores");
+    const ds_gguf_kv *types = ds_gguf_find_kv(g, "tokenizer.ggml.token_type");
     if (!toks || toks->type != DS_GGUF_ARRAY || toks->arr_type != DS_GGUF_STRING || toks->arr_n == 0 || toks->arr_n > (1u << 24) ||
         (scores && (scores->type != DS_GGUF_ARRAY || scores->arr_n != toks->arr_n || scores->arr_type == DS_GGUF_STRING ||
                     scores->arr_type == DS_GGUF_ARRAY)) ||
         (types && (types->type != DS_GGUF_ARRAY || types->arr_n != toks->arr_n || types->arr_type == DS_GGUF_STRING ||
-                   types->arr_type == DS_GGUF_ARRAY))) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: tokenizer.ggml.tokens/scores/token_type are missing or inconsistent", path);
-        goto done;
-    }
+                   types->arr_type == DS_GGUF_ARRAY)))
+        return ds_fail(DS_ERR_FORMAT, "%s: tokenizer.ggml.tokens/scores/token_type are missing or inconsistent", path);
     int64_t bos, eos, unk;
     int space;
-    if ((st = ds_gguf_get_int_or(&g, "tokenizer.ggml.bos_token_id", -1, &bos)) ||
-        (st = ds_gguf_get_int_or(&g, "tokenizer.ggml.eos_token_id", -1, &eos)) ||
-        (st = ds_gguf_get_int_or(&g, "tokenizer.ggml.unknown_token_id", -1, &unk)) ||
-        (st = ds_gguf_get_bool_or(&g, "tokenizer.ggml.add_space_prefix", 1, &space)))
-        goto done;
+    if ((st = ds_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &bos)) ||
+        (st = ds_gguf_get_int_or(g, "tokenizer.ggml.eos_token_id", -1, &eos)) ||
+        (st = ds_gguf_get_int_or(g, "tokenizer.ggml.unknown_token_id", -1, &unk)) ||
+        (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", 1, &space)))
+        return st;
     const uint64_t n = toks->arr_n;
-    pieces = malloc(n * sizeof *pieces), lens = malloc(n * sizeof *lens), sc = malloc(n * sizeof *sc), ty = malloc(n * sizeof *ty);
+    const char **pieces = malloc(n * sizeof *pieces);
+    size_t *lens = malloc(n * sizeof *lens);
+    float *sc = malloc(n * sizeof *sc);
+    int32_t *ty = malloc(n * sizeof *ty);
     if (!pieces || !lens || !sc || !ty) {
         st = ds_fail(DS_ERR_NOMEM, "%s: out of memory reading the tokenizer", path);
         goto done;
@@ -192,6 +180,14 @@ done:
     free(lens);
     free(sc);
     free(ty);
+    return st;
+}
+
+static ds_status load_gguf_tok(const char *path, ds_tokenizer **out) {
+    ds_gguf g;
+    ds_status st = ds_gguf_open(&g, path);
+    if (st) return st;
+    st = ds_tokenizer_load_gguf(&g, out); // the tokenizer copies what it keeps
     ds_gguf_close(&g);
     return st;
 }

@@ -307,6 +307,7 @@ fail:
 int ds_tokenizer_vocab_size(const ds_tokenizer *t) { return t ? t->n_vocab : 0; }
 int ds_tokenizer_bos(const ds_tokenizer *t) { return t ? t->bos : -1; }
 int ds_tokenizer_eos(const ds_tokenizer *t) { return t ? t->eos : -1; }
+int ds_tokenizer_unk(const ds_tokenizer *t) { return t ? t->unk : -1; }
 
 int ds_token_bytes(const ds_tokenizer *t, int32_t id, char *buf, int cap) {
     size_t n;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dspark.h"
+#include "io/gguf.h"
 
 // Token types as GGUF's tokenizer.ggml.token_type stores them.
 enum {
@@ -32,5 +33,12 @@ ds_status ds_tokenizer_load_hf(const char *json_path, const char *config_path, d
 struct cJSON;
 ds_status ds_tokenizer_from_json(const char *json_path, const struct cJSON *root, const struct cJSON *cfg,
                                  ds_tokenizer **out);
+
+// The tokenizer of an open GGUF file (tokenizer.ggml.*): model "llama" as SentencePiece, "gpt2"
+// as byte-level BPE. Fails naming the file when there is none, another kind, or bad metadata. load.c.
+ds_status ds_tokenizer_load_gguf(const ds_gguf *g, ds_tokenizer **out);
+
+// The unknown-token id (-1 when none); ds_tokenizer_bos/eos are in dspark.h.
+int ds_tokenizer_unk(const ds_tokenizer *t);
 
 #endif

@@ -166,6 +166,14 @@ class Checker:
                               f"{int(np.sum(diff >= tol))} of {diff.size} elements over)")
         return True
 
+    def forward_close(self, label, dump, ref, taps, tol):
+        """A ds_ref_dump (see read_dump) against a reference forward (.logits, .taps[layer],
+        .hidden tensors): logits, each tap in `taps` order, and the final hidden state."""
+        self.close(f"{label}: logits", dump["logits"], ref.logits.numpy(), tol)
+        for j, layer in enumerate(taps):
+            self.close(f"{label}: tap {layer}", dump["taps"][:, j, :], ref.taps[layer].numpy(), tol)
+        self.close(f"{label}: final hidden", dump["hidden"], ref.hidden.numpy(), tol)
+
     def equal(self, what, got, want):
         self.checks += 1
         if got != want:

@@ -186,25 +186,13 @@ def make_config(style, hidden, vocab, layers, heads, kv_heads, head_dim, ffn, bl
 
 
 def _write_file(path, items, arrays, dtype):
-    """One safetensors file with `items` (name, shape, kind); returns its data size in bytes."""
-    st_dtype, _, eb = DTYPES[dtype]
-    header, off = {}, 0
-    for name, shape, _ in items:
-        n = int(np.prod(shape)) * eb
-        header[name] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [off, off + n]}
-        off += n
-    header["__metadata__"] = {"format": "pt"}
-    hb = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(len(hb).to_bytes(8, "little"))
-        f.write(hb)
-        for name, shape, _ in items:
-            a = arrays[name]
-            if a.shape != tuple(shape):
-                raise ValueError(f"internal: {name} {a.shape} vs {shape}")
-            f.write(make_hf_llama.encode(a, dtype))
-    return off
+    """One safetensors file with `items` (name, shape, kind) from `arrays`; returns its data bytes."""
+    def tensor_of(name, shape, _kind):
+        a = arrays[name]
+        if a.shape != tuple(shape):
+            raise ValueError(f"internal: {name} {a.shape} vs {shape}")
+        return a
+    return make_hf_llama.write_tensors(path, items, tensor_of, dtype)
 
 
 def make_deepspec(out_dir, style="qwen3", hidden=None, vocab=None, layers=2, heads=4, kv_heads=2,

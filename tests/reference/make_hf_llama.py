@@ -100,8 +100,9 @@ def split_shards(plan, n_shards, elem_bytes):
     return groups
 
 
-def write_safetensors(path, items, seed, dtype):
-    """Write one safetensors file holding `items` (name, shape, kind); returns its data bytes."""
+def write_tensors(path, items, tensor_of, dtype):
+    """Write one safetensors file holding `items` (name, shape, kind), each tensor_of(name, shape,
+    kind) encoded as `dtype`; returns its data bytes."""
     st_dtype, _, eb = DTYPES[dtype]
     header, off = {}, 0
     for name, shape, _ in items:
@@ -115,8 +116,13 @@ def write_safetensors(path, items, seed, dtype):
         f.write(struct.pack("<Q", len(hbytes)))
         f.write(hbytes)
         for name, shape, kind in items:
-            f.write(encode(random_tensor(seed, name, shape, kind), dtype))
+            f.write(encode(tensor_of(name, shape, kind), dtype))
     return off
+
+
+def write_safetensors(path, items, seed, dtype):
+    """Write one safetensors file holding `items` (name, shape, kind) with random_tensor values."""
+    return write_tensors(path, items, lambda name, shape, kind: random_tensor(seed, name, shape, kind), dtype)
 
 
 def make_config(dim, layers, heads, kv_heads, ffn, vocab, head_dim, tied, dtype, norm_eps,

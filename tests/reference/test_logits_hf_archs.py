@@ -48,10 +48,7 @@ def main():
             ref = hf_ref.forward(model, ids, taps=TAPS)
             dump = common.ref_dump(path, ids, taps=TAPS, chunks=chunks, tag=f"hfa_{name}")
             label = f"{name} n={n}" + (f" chunks={chunks}" if chunks else "")
-            chk.close(f"{label}: logits", dump["logits"], ref.logits.numpy(), TOL)
-            for j, layer in enumerate(TAPS):
-                chk.close(f"{label}: tap {layer}", dump["taps"][:, j, :], ref.taps[layer].numpy(), TOL)
-            chk.close(f"{label}: final hidden", dump["hidden"], ref.hidden.numpy(), TOL)
+            chk.forward_close(label, dump, ref, TAPS, TOL)
     chk.finish()
 
 

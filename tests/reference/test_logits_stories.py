@@ -31,13 +31,6 @@ def sequences(tok, vocab):
     return seqs
 
 
-def compare(chk, label, dump, ref, taps):
-    chk.close(f"{label}: logits", dump["logits"], ref.logits.numpy(), TOL)
-    for j, layer in enumerate(taps):
-        chk.close(f"{label}: tap {layer}", dump["taps"][:, j, :], ref.taps[layer].numpy(), TOL)
-    chk.close(f"{label}: final hidden", dump["hidden"], ref.hidden.numpy(), TOL)
-
-
 def main():
     model_path = common.stories_model()
     model = llama_ref.load_gguf(model_path)
@@ -46,12 +39,12 @@ def main():
 
     for label, ids in sequences(tok, model.config.vocab_size):
         ref = llama_ref.forward(model, ids, taps=TAPS)
-        compare(chk, label, common.ref_dump(model_path, ids, taps=TAPS), ref, TAPS)
+        chk.forward_close(label, common.ref_dump(model_path, ids, taps=TAPS), ref, TAPS, TOL)
 
     # No taps requested: the dump has n_taps = 0 and the rest still matches.
     ids = tok.encode(PROMPTS[0])
     ref = llama_ref.forward(model, ids)
-    compare(chk, "no taps", common.ref_dump(model_path, ids), ref, ())
+    chk.forward_close("no taps", common.ref_dump(model_path, ids), ref, (), TOL)
 
     # Chunked feeding into one KV cache gives the same rows as one pass.
     ids13 = tok.encode(PROMPTS[1])[:13]
@@ -62,7 +55,7 @@ def main():
         ref = llama_ref.forward(model, ids, taps=TAPS)
         dump = common.ref_dump(model_path, ids, taps=TAPS, chunks=chunks)
         label = f"chunks {chunks if len(chunks) < 8 else '1 x %d' % len(chunks)}"
-        compare(chk, label, dump, ref, TAPS)
+        chk.forward_close(label, dump, ref, TAPS, TOL)
 
     chk.finish()
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "bytebuf.h"
 #include "tmpdir.h"
 
 #include <dirent.h>
@@ -66,32 +67,9 @@ static uint8_t *read_all(const char *path, size_t *n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// An independent encoder of the documented layout (byte by byte, little-endian)
+// An independent encoder of the documented layout (byte by byte, little-endian; buf, b_bytes,
+// b_u32, b_u64 from bytebuf.h)
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void b_bytes(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void b_u32(buf *b, uint32_t v) {
-    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    b_bytes(b, x, 4);
-}
-static void b_u64(buf *b, uint64_t v) {
-    b_u32(b, (uint32_t)v);
-    b_u32(b, (uint32_t)(v >> 32));
-}
 static uint64_t ref_fnv(const uint8_t *p, size_t n) {
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;

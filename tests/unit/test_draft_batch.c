@@ -11,29 +11,14 @@
 #include <cmocka.h>
 
 #include "dspark.h"
+#include "stories.h"
 
 static ds_model *g_m;
 static ds_drafter *g_d;
 
 static int setup(void **state) {
     (void)state;
-    char path[4096], dir[4096];
-    const char *shared = getenv("DSPARK_SHARED"), *tmp = getenv("DSPARK_TMP");
-    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", shared ? shared : "../shared");
-    snprintf(dir, sizeof dir, "%s/draft_batch_%ld", tmp ? tmp : "/tmp", (long)getpid());
-    ds_model_params mp = {.n_threads = 1};
-    if (ds_model_load(path, &mp, &g_m)) return -1;
-    ds_drafter_init_params p = ds_drafter_init_default();
-    p.n_layers = 2;
-    p.markov_rank = 16;
-    p.seed = 7;
-    if (ds_drafter_init_write(g_m, &p, dir) || ds_drafter_load(dir, g_m, &g_d)) {
-        fprintf(stderr, "%s\n", ds_last_error());
-        return -1;
-    }
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return stories_load_with_drafter("draft_batch", 2, 7, &g_m, &g_d);
 }
 
 static int teardown(void **state) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "bytebuf.h"
 #include "tmpdir.h"
 
 #include <dirent.h>
@@ -42,32 +43,10 @@ static void write_bytes(const char *path, const void *p, size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A byte-buffer GGUF writer
+// A byte-buffer GGUF writer (buf, b_bytes, b_u32, b_u64, b_free from bytebuf.h)
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void b_bytes(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void b_free(buf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 static void b_u8(buf *b, uint8_t v) { b_bytes(b, &v, 1); }
 static void b_u16(buf *b, uint16_t v) { b_bytes(b, &v, 2); }
-static void b_u32(buf *b, uint32_t v) { b_bytes(b, &v, 4); }
-static void b_u64(buf *b, uint64_t v) { b_bytes(b, &v, 8); }
 static void b_f32(buf *b, float v) { b_bytes(b, &v, 4); }
 static void b_f64(buf *b, double v) { b_bytes(b, &v, 8); }
 static void b_str(buf *b, const char *s) {

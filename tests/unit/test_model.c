@@ -11,20 +11,14 @@
 #include <cmocka.h>
 
 #include "dspark.h"
+#include "stories.h"
 
 static ds_model *g_model;
 static int V, D;
 
 static int setup(void **state) {
     (void)state;
-    char path[4096];
-    const char *shared = getenv("DSPARK_SHARED");
-    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", shared ? shared : "../shared");
-    ds_model_params mp = {.n_threads = 1};
-    if (ds_model_load(path, &mp, &g_model) != DS_OK) {
-        fprintf(stderr, "cannot load %s: %s\n", path, ds_last_error());
-        return -1;
-    }
+    if (stories_load(&g_model)) return -1;
     V = ds_model_get_info(g_model)->vocab_size;
     D = ds_model_get_info(g_model)->dim;
     return 0;

@@ -1,0 +1,242 @@
+// Shared by the benchmarks (each bench/*.c is its own executable): the clock, medians, a
+// deterministic random stream, memory read bandwidth, a synthetic Hugging Face model writer and
+// greedy decode timing. Static inline, as tests/tools/tool_util.h: each bench takes what it uses.
+#ifndef DS_BENCH_UTIL_H
+#define DS_BENCH_UTIL_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dspark.h"
+#include "io/safetensors.h"
+#include "kernels/half.h"
+#include "kernels/matmul.h"
+
+// Monotonic seconds.
+static inline double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// qsort comparator for ascending doubles (medians, percentiles).
+static inline int bench_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Re-executes the bench with OPENBLAS_CORETYPE set when OpenBLAS needs the hint (see cli/main.c).
+static inline void bench_openblas_reexec(char **argv) {
+    if (!getenv("OPENBLAS_CORETYPE") && ds_openblas_core_hint()) {
+        setenv("OPENBLAS_CORETYPE", ds_openblas_core_hint(), 1);
+        execv("/proc/self/exe", argv);
+    }
+}
+
+// ---- deterministic random stream (xorshift64, one per executable) ---------------------------------
+
+static uint64_t bench_rng_state = 0x9e3779b97f4a7c15ULL;
+
+// Uniform in [-1, 1).
+static inline float bench_frand(void) {
+    bench_rng_state ^= bench_rng_state << 13;
+    bench_rng_state ^= bench_rng_state >> 7;
+    bench_rng_state ^= bench_rng_state << 17;
+    return (float)((bench_rng_state >> 40) * (1.0 / (1 << 23)) - 1.0);
+}
+
+// ---- memory read bandwidth ----------------------------------------------------------------------
+
+__attribute__((target("avx2"))) static inline float bench_sum_avx2(const float *p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+// Best-of-5 read bandwidth (bytes/s) over 1 GiB (far beyond the caches), with `threads`.
+static inline double bench_read_bandwidth(int threads) {
+    const size_t n = (size_t)1 << 28; // 1 GiB of floats
+    float *buf = aligned_alloc(64, n * sizeof(float));
+    if (!buf) return 0;
+    memset(buf, 0, n * sizeof(float));
+    double best = 0;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        const double t0 = bench_now();
+        float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        {
+            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const size_t per = n / (size_t)nt / 32 * 32;
+            total += bench_sum_avx2(buf + per * (size_t)t, per);
+        }
+        sink += total;
+        const double bw = (double)n * sizeof(float) / (bench_now() - t0);
+        best = bw > best ? bw : best;
+    }
+    (void)sink;
+    free(buf);
+    return best;
+}
+
+// ---- synthetic model ----------------------------------------------------------------------------
+
+typedef struct {
+    int dim, layers, ffn, heads, kv_heads, vocab;
+    ds_dtype dtype;
+    int head_dim;   // 0 = dim / heads
+    int qwen3;      // Qwen3ForCausalLM: per-head q/k norms, tied embeddings
+    const char *rms_eps; // as config.json spells it; NULL = "1e-6"
+} bench_shape;
+
+// The shape options both synthetic-model benches take: --dim --layers --ffn --heads --kv-heads
+// --vocab. Returns 1 when `o` is one of them (value `v` taken), else 0.
+static inline int bench_shape_option(const char *o, const char *v, bench_shape *s) {
+    if (!strcmp(o, "--dim")) s->dim = atoi(v);
+    else if (!strcmp(o, "--layers")) s->layers = atoi(v);
+    else if (!strcmp(o, "--ffn")) s->ffn = atoi(v);
+    else if (!strcmp(o, "--heads")) s->heads = atoi(v);
+    else if (!strcmp(o, "--kv-heads")) s->kv_heads = atoi(v);
+    else if (!strcmp(o, "--vocab")) s->vocab = atoi(v);
+    else return 0;
+    return 1;
+}
+
+// (rows, cols) uniform in [-scale, scale) from bench_frand, as f32 or bf16; NULL when out of memory.
+static inline void *bench_random_matrix(int rows, int cols, ds_dtype t, float scale) {
+    const size_t n = (size_t)rows * cols;
+    void *p = malloc(n * (t == DS_F32 ? 4 : 2));
+    if (!p) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const float v = bench_frand() * scale;
+        if (t == DS_F32) ((float *)p)[i] = v;
+        else ((uint16_t *)p)[i] = ds_f32_to_bf16(v);
+    }
+    return p;
+}
+
+// Writes a random-weight Llama (or Qwen3) of shape `s` as a Hugging Face directory, unless `dir`
+// already holds a config.json. Weights (1/sqrt(cols)-scaled, norms 1) come from bench_frand in
+// tensor order, so a given stream position gives the same bytes. Returns 0, or 1 with a message.
+static inline int bench_make_synthetic(const char *dir, const bench_shape *s) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat st;
+    if (stat(path, &st) == 0) return 0; // already there
+    fprintf(stderr, "bench: writing a synthetic %s %s (dim %d, %d layers) to %s\n", ds_dtype_name(s->dtype),
+            s->qwen3 ? "Qwen3" : "Llama", s->dim, s->layers, dir);
+    mkdir(dir, 0755);
+    ds_st_writer *w = ds_st_writer_new();
+    void **owned = calloc((size_t)s->layers * 11 + 3, sizeof(void *));
+    int n_owned = 0, rc = 1;
+    const int hd = s->head_dim ? s->head_dim : s->dim / s->heads;
+    char name[128];
+#define ADD2(nm, r, c)                                                                            \
+    do {                                                                                          \
+        int64_t shape[2] = {r, c};                                                                \
+        void *d = owned[n_owned++] = bench_random_matrix(r, c, s->dtype, 1.0f / sqrtf((float)(c))); \
+        if (!d || ds_st_writer_add(w, nm, s->dtype, 2, shape, d)) goto done;                      \
+    } while (0)
+#define ADD1(nm, n)                                                                               \
+    do {                                                                                          \
+        int64_t shape[1] = {n};                                                                   \
+        float *d = owned[n_owned++] = malloc(sizeof(float) * (n));                                \
+        if (!d) goto done;                                                                        \
+        for (int i = 0; i < (n); i++) d[i] = 1.0f;                                                \
+        if (ds_st_writer_add(w, nm, DS_F32, 1, shape, d)) goto done;                              \
+    } while (0)
+    ADD2("model.embed_tokens.weight", s->vocab, s->dim);
+    if (!s->qwen3) ADD2("lm_head.weight", s->vocab, s->dim);
+    ADD1("model.norm.weight", s->dim);
+    for (int l = 0; l < s->layers; l++) {
+        fprintf(stderr, "\rbench: layer %d/%d", l + 1, s->layers);
+#define L(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
+        ADD2(L("self_attn.q_proj.weight"), s->heads * hd, s->dim);
+        ADD2(L("self_attn.k_proj.weight"), s->kv_heads * hd, s->dim);
+        ADD2(L("self_attn.v_proj.weight"), s->kv_heads * hd, s->dim);
+        ADD2(L("self_attn.o_proj.weight"), s->dim, s->heads * hd);
+        ADD2(L("mlp.gate_proj.weight"), s->ffn, s->dim);
+        ADD2(L("mlp.up_proj.weight"), s->ffn, s->dim);
+        ADD2(L("mlp.down_proj.weight"), s->dim, s->ffn);
+        ADD1(L("input_layernorm.weight"), s->dim);
+        ADD1(L("post_attention_layernorm.weight"), s->dim);
+        if (s->qwen3) {
+            ADD1(L("self_attn.q_norm.weight"), hd);
+            ADD1(L("self_attn.k_norm.weight"), hd);
+        }
+#undef L
+    }
+#undef ADD1
+#undef ADD2
+    fprintf(stderr, "\n");
+    if (ds_st_writer_write_dir(w, dir, 0)) goto done;
+    FILE *f = fopen(path, "w");
+    if (!f) goto done;
+    fprintf(f,
+            "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
+            "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+            "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 4096, "
+            "\"rms_norm_eps\": %s, \"rope_theta\": %s, \"tie_word_embeddings\": %s}\n",
+            s->qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM", s->qwen3 ? "qwen3" : "llama", s->dim, s->ffn,
+            s->layers, s->heads, s->kv_heads, hd, s->vocab, s->rms_eps ? s->rms_eps : "1e-6",
+            s->qwen3 ? "1000000.0" : "10000.0", s->qwen3 ? "true" : "false");
+    fclose(f);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "bench: cannot write the synthetic model: %s\n", ds_last_error());
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    ds_st_writer_free(w);
+    return rc;
+}
+
+// ---- decode timing ------------------------------------------------------------------------------
+
+// Median tokens/s of `repeats` runs of n greedy decode steps after an 8-token prefill; 0 on failure.
+static inline double bench_decode_tps(ds_model *m, int n, int repeats) {
+    const ds_model_info *in = ds_model_get_info(m);
+    ds_kv *kv;
+    ds_workspace *ws;
+    float *logits = malloc(sizeof(float) * in->vocab_size);
+    double *rates = malloc(sizeof(double) * repeats);
+    if (ds_kv_init(m, n + 16, &kv) || ds_workspace_init(m, &ws)) return 0;
+    for (int r = 0; r < repeats; r++) {
+        ds_kv_truncate(kv, 0);
+        int32_t prompt[8];
+        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
+        ds_forward_seq pf = {.kv = kv, .tokens = prompt, .n_tokens = 8, .n_logits = 1, .logits = logits};
+        ds_model_forward(m, ws, &pf, 1);
+        const double t0 = bench_now();
+        for (int i = 0; i < n; i++) {
+            int32_t next = ds_argmax(logits, in->vocab_size);
+            ds_forward_seq s = {.kv = kv, .tokens = &next, .n_tokens = 1, .n_logits = 1, .logits = logits};
+            ds_model_forward(m, ws, &s, 1);
+        }
+        rates[r] = n / (bench_now() - t0);
+    }
+    qsort(rates, (size_t)repeats, sizeof *rates, bench_cmp_double);
+    const double med = rates[repeats / 2];
+    ds_kv_free(kv);
+    ds_workspace_free(ws);
+    free(logits);
+    free(rates);
+    return med;
+}
+
+#endif
