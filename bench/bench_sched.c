@@ -11,7 +11,7 @@
 //
 //   bench_sched STORIES_GGUF DRAFTER_DIR [--synthetic DIR] [--synthetic-drafter DIR]
 //               [--conc 1,2,4,8,16] [-n TOKENS] [--synthetic-tokens TOKENS] [--repeats R]
-//               [--synthetic-repeats R] [--threads T] [--prompts FILE]
+//               [--synthetic-repeats R] [--threads T] [--prompts FILE] [--draft-scale S]
 //
 // (a) "stories260K": the real engine (ds_engine) with the trained DSpark drafter DRAFTER_DIR
 //     (real drafting and verification), greedy; prompts from --prompts (default
@@ -41,6 +41,10 @@
 //          in which n requests draft (the deepest drafting K slots) adds draft_ms[n][K] to that
 //          round's time, once (one batched forward, not n × one sequence's time; n between two
 //          timed r is interpolated linearly; every drafting request is charged at the deepest K).
+//          --draft-scale S multiplies every charge (default 1: as measured). S < 1 stands for a
+//          machine where drafting is relatively cheaper than here (a GPU: the drafter's small
+//          matmuls are latency-bound there, not compute-bound as on these 2 cores), which is
+//          where speculation pays and the scheduler has real choices to make.
 //          A round in which no request drafts (none, or auto with depth 0) charges nothing. The
 //          alternative the setup line also prints, the stories260K drafter's measured round time
 //          scaled by (hidden ratio)², is not used: it ignores the vocabulary (512 vs 32000), whose
@@ -239,6 +243,7 @@ typedef struct {
     double gate_a, gate_b;     // auto's drafting gate priors, as the engine's: round cost a + b·R ...
     const float *gate_accept;  // ... and the stories drafter's calibration acceptance (if calibrated)
     int n_gate_accept;
+    double draft_scale;        // --draft-scale: charged drafting time = measured × this
 } synth;
 
 // The charged time of one batched drafting round: n sequences drafting up to K slots each (all
@@ -246,7 +251,8 @@ typedef struct {
 // interpolated linearly, past the last one scaled in proportion.
 static double draft_cost_s(const synth *sy, int n, int K) {
     if (n <= 0 || K <= 0) return 0;
-    if (sy->draft_ms[n][K] > 0) return 1e-3 * sy->draft_ms[n][K];
+    const double sc = 1e-3 * sy->draft_scale;
+    if (sy->draft_ms[n][K] > 0) return sc * sy->draft_ms[n][K];
     int lo = 1, hi = 0;
     for (int r = 1; r <= MAX_CONC; r++) {
         if (!(sy->draft_ms[r][K] > 0)) continue;
@@ -254,8 +260,8 @@ static double draft_cost_s(const synth *sy, int n, int K) {
         else if (!hi) hi = r;
     }
     const double tl = sy->draft_ms[lo][K];
-    if (!hi) return 1e-3 * tl * n / lo;
-    return 1e-3 * (tl + (sy->draft_ms[hi][K] - tl) * (n - lo) / (hi - lo));
+    if (!hi) return sc * tl * n / lo;
+    return sc * (tl + (sy->draft_ms[hi][K] - tl) * (n - lo) / (hi - lo));
 }
 
 // One run of the replay: n_req requests, R in flight, `budget` tokens each.
@@ -526,10 +532,11 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: bench_sched STORIES_GGUF DRAFTER_DIR [--synthetic DIR] [--synthetic-drafter DIR]\n"
                 "       [--conc 1,2,4,8,16] [-n TOKENS] [--synthetic-tokens TOKENS] [--repeats R]\n"
-                "       [--synthetic-repeats R] [--threads T] [--prompts FILE]\n");
+                "       [--synthetic-repeats R] [--threads T] [--prompts FILE] [--draft-scale S]\n");
         return 2;
     }
     const char *synth_dir = NULL, *synth_drafter = NULL, *prompts_path = "docs/prompts/stories-heldout.txt";
+    double draft_scale = 1;
     int conc[16] = {1, 2, 4, 8, 16}, n_conc = 5, budget_a = 64, budget_b = 32, reps_a = 3, reps_b = 1, threads = 1;
     for (int i = 3; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
@@ -543,9 +550,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--synthetic-repeats")) reps_b = atoi(v);
         else if (!strcmp(o, "--threads")) threads = atoi(v);
         else if (!strcmp(o, "--prompts")) prompts_path = v;
+        else if (!strcmp(o, "--draft-scale")) draft_scale = atof(v);
         else return fprintf(stderr, "bench_sched: unknown option %s\n", o), 2;
     }
-    if (budget_a < 2 || budget_b < 2 || reps_a < 1 || reps_b < 1 || threads < 1)
+    if (budget_a < 2 || budget_b < 2 || reps_a < 1 || reps_b < 1 || threads < 1 || !(draft_scale > 0))
         return fprintf(stderr, "bench_sched: bad numbers\n"), 2;
     int rmax = 1;
     for (int c = 0; c < n_conc; c++) rmax = conc[c] > rmax ? conc[c] : rmax;
@@ -634,6 +642,7 @@ int main(int argc, char **argv) {
     const int stories_hidden = di->hidden;
 
     synth sy = {0};
+    sy.draft_scale = draft_scale;
     if (ds_model_load(synth_dir, &mp, (ds_model **)&sy.m)) die(synth_dir);
     const ds_model_info *si = ds_model_get_info(sy.m);
     sy.V = si->vocab_size;
@@ -659,12 +668,13 @@ int main(int argc, char **argv) {
            "\"trace_a_full_hist\": [%d, %d, %d, %d, %d, %d, %d, %d], "
            "\"drafter_layers\": %d, \"drafter_markov_rank\": %d, "
            "\"draft_ms_by_slots\": [%.2f, %.2f, %.2f, %.2f, %.2f, %.2f, %.2f], \"decode_ms\": %.2f, "
-           "\"stories_draft_ms_per_round\": %.4f, \"scaled_alternative_draft_ms\": %.2f, ",
+           "\"stories_draft_ms_per_round\": %.4f, \"scaled_alternative_draft_ms\": %.2f, \"draft_scale\": %g, ",
            si->name, si->dim, si->n_layers, si->vocab_size, ds_dtype_name(si->weight_type), threads, tr.n,
            1.0 + (double)acc / tr.n, by_len[0], by_len[1], by_len[2], by_len[3], by_len[4], by_len[5], by_len[6],
            by_len[7], sd_layers,
            sd_rank, sy.draft_ms[1][1], sy.draft_ms[1][2], sy.draft_ms[1][3], sy.draft_ms[1][4], sy.draft_ms[1][5],
-           sy.draft_ms[1][6], sy.draft_ms[1][7], 1e3 / ds_cost_sps(&sy.costs, 1), stories_draft_ms, stories_draft_ms * scale);
+           sy.draft_ms[1][6], sy.draft_ms[1][7], 1e3 / ds_cost_sps(&sy.costs, 1), stories_draft_ms, stories_draft_ms * scale,
+           draft_scale);
     printf("\"batched_draft_ms\": {");
     for (int r = 1, first = 1; r <= MAX_CONC; r++) {
         if (!(sy.draft_ms[r][1] > 0)) continue;

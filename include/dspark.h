@@ -393,8 +393,9 @@ typedef struct ds_engine ds_engine;
 // `drafter` is required for DS_SPEC_DSPARK and ignored otherwise.
 ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out);
 void ds_engine_free(ds_engine *e);
-// Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks, inside the same
-// batched forward as the other sequences' rounds); the last becomes its first round's anchor (so
+// Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks of 256, at most
+// one chunk's worth per round, before the round's drafting and verification, so a long prompt
+// never stalls the running sequences for long); the last becomes its first round's anchor (so
 // every generated token goes through verification). Stops after max_new tokens or at a stop id
 // (ds_model_is_stop; not included). Returns its id in *id.
 ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,

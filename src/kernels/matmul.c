@@ -217,6 +217,7 @@ size_t ds_matmul_scratch_floats(const ds_weight *w) {
 static int g_gemm_min_rows = 0;
 
 void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
+int ds_matmul_gemm_min_rows_setting(void) { return g_gemm_min_rows; }
 
 static int gemm_min_rows(ds_dtype t) {
     if (g_gemm_min_rows) return g_gemm_min_rows;

@@ -43,6 +43,8 @@ size_t ds_matmul_scratch_floats(const ds_weight *w);
 // Products of at least this many rows go to sgemm (0 = the measured defaults per weight type;
 // benchmarks and tests change it).
 void ds_matmul_set_gemm_min_rows(int n);
+// The value set (0 = the defaults).
+int ds_matmul_gemm_min_rows_setting(void);
 
 // Rows `first .. first+n-1` of w as f32 (embedding lookup): out (n, cols).
 void ds_weight_rows_f32(const ds_weight *w, int first, int n, float *out);

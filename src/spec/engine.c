@@ -1,9 +1,9 @@
 // The round-based decoding engine over a set of sequences (deepspec-format.md §5, for R >= 1):
 //
-//   add:    queue the prompt; rounds prefill prompt[0..N-2] in chunks (taps to the drafter), sharing
-//           the round's forward with the other sequences' verification rows (chunked prefill: a
-//           long prompt never stalls the others for more than one chunk); anchor = prompt[N-1] at
-//           position s = N-1
+//   add:    queue the prompt; rounds first prefill prompt[0..N-2] in chunks of 256 rows (taps to
+//           the drafter; at most 256 prompt rows per round over all sequences, so a long prompt
+//           never stalls the others for more than one chunk); anchor = prompt[N-1] at position
+//           s = N-1
 //   round:  per sequence: feed pending tap rows to the drafter; draft d_0..d_{K-1}; choose ℓ
 //           ONE target forward over every sequence's rows [anchor, d_0..d_{ℓ-1}] (positions s..s+ℓ)
 //           per sequence: verify -> a accepted + next; commit d_0..d_{a-1}, next (stop at EOS or
@@ -20,7 +20,7 @@
 #include "spec/ngram.h"
 #include "spec/verify.h"
 
-#define DS_PREFILL_CHUNK 256 // prompt rows prefilled per round, over all sequences
+#define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
 
 typedef struct {
@@ -31,7 +31,6 @@ typedef struct {
     int n_toks, cap_toks;
     int n_prompt, max_new, n_gen, taken;
     int n_prefilled;     // prompt rows in the target cache (prefill is done at n_prompt - 1)
-    int prefill_rows;    // prompt rows this round's forward carries
     ds_finish_reason reason;
     int32_t stop_token;  // the stop id that ended it (DS_FINISH_STOP), else -1
     ds_sampler_params sp;
@@ -435,8 +434,42 @@ static void schedule_auto(ds_engine *e) {
 
 static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 
+// Prefill the next prompt chunks: sequences in order, each chunk min(DS_PREFILL_CHUNK, what is
+// left) rows in a forward of its own, until DS_PREFILL_CHUNK rows were done this round. A chunk
+// is always the same rows whatever else runs (the numerics of a sequence never depend on the
+// batch it shares a round with), and a long prompt delays the others' rounds by one chunk at most.
+static ds_status prefill_chunks(ds_engine *e) {
+    const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
+    ds_status st = DS_OK;
+    // A chunk is the same rows whatever else runs, so it keeps the fastest kernels even when the
+    // caller pinned decode rows to one kernel (datagen, for results independent of the batch).
+    const int pinned = ds_matmul_gemm_min_rows_setting();
+    ds_matmul_set_gemm_min_rows(0);
+    for (int i = 0, budget = DS_PREFILL_CHUNK; i < e->n_seqs && budget > 0; i++) {
+        seq *s = &e->seqs[i];
+        if (!s->used || s->finished || !prefilling(s)) continue;
+        const int left = s->n_prompt - 1 - s->n_prefilled, rows = left < DS_PREFILL_CHUNK ? left : DS_PREFILL_CHUNK;
+        ds_forward_seq f = {.kv = s->kv, .tokens = s->toks + s->n_prefilled, .n_tokens = rows};
+        if (di) { // tap rows straight into its queue: they reach the drafter when it first drafts
+            if ((st = reserve_pending(e, s, rows))) break;
+            f.tap_layers = di->tap_layers;
+            f.n_taps = di->n_taps;
+            f.taps = s->pending + (size_t)s->n_pending * e->tap_w;
+        }
+        const double t0 = now_s();
+        if ((st = ds_model_forward(e->m, e->ws, &f, 1))) break;
+        s->stats.prefill_s += now_s() - t0;
+        s->n_prefilled += rows;
+        if (di) s->n_pending += rows;
+        budget -= rows;
+    }
+    ds_matmul_set_gemm_min_rows(pinned);
+    return st;
+}
+
 ds_status ds_engine_step(ds_engine *e) {
-    ds_status st;
+    ds_status st = prefill_chunks(e);
+    if (st) return st;
     int n = 0, R = 0; // R: sequences decoding (past their prefill)
     for (int i = 0; i < e->n_seqs; i++) R += e->seqs[i].used && !e->seqs[i].finished && !prefilling(&e->seqs[i]);
     const int auto_sched =
@@ -451,57 +484,27 @@ ds_status ds_engine_step(ds_engine *e) {
     if ((st = draft_batch(e))) return st;
     if (auto_sched) schedule_auto(e);
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
-    int budget = DS_PREFILL_CHUNK; // prompt rows this round, first come first served
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
-        s->prefill_rows = 0;
-        if (!s->used || s->finished) continue;
+        if (!s->used || s->finished || prefilling(s)) continue;
         ds_forward_seq *f = &e->fwd[n];
-        memset(f, 0, sizeof *f);
-        f->kv = s->kv;
+        s->rows[0] = s->toks[s->n_toks - 1];
+        *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->ell + 1, .n_logits = s->ell + 1,
+                              .logits = s->p_logits};
         if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;
-        }
-        if (prefilling(s)) { // the next chunk of its prompt; no logits; tap rows straight into its queue
-            const int left = s->n_prompt - 1 - s->n_prefilled;
-            if (!budget) continue;
-            s->prefill_rows = left < budget ? left : budget;
-            budget -= s->prefill_rows;
-            f->tokens = s->toks + s->n_prefilled;
-            f->n_tokens = s->prefill_rows;
-            if (di) {
-                if ((st = reserve_pending(e, s, s->prefill_rows))) return st;
-                f->taps = s->pending + (size_t)s->n_pending * e->tap_w;
-            }
-        } else {
-            s->rows[0] = s->toks[s->n_toks - 1];
-            f->tokens = s->rows;
-            f->n_tokens = s->ell + 1;
-            f->n_logits = s->ell + 1;
-            f->logits = s->p_logits;
-            f->taps = di ? s->taps : NULL;
+            f->taps = s->taps;
         }
         e->fwd_owner[n++] = i;
     }
     if (!n) return DS_OK;
     const double t0 = now_s();
     if ((st = ds_model_forward(e->m, e->ws, e->fwd, n))) return st;
-    for (int j = 0; j < n; j++) {
-        seq *s = &e->seqs[e->fwd_owner[j]];
-        if (s->prefill_rows) {
-            s->n_prefilled += s->prefill_rows;
-            if (di) s->n_pending += s->prefill_rows;
-        } else if ((st = finish_round(e, s))) {
-            return st;
-        }
-    }
+    for (int j = 0; j < n; j++)
+        if ((st = finish_round(e, &e->seqs[e->fwd_owner[j]]))) return st;
     const double dt = now_s() - t0;
-    for (int j = 0; j < n; j++) {
-        seq *s = &e->seqs[e->fwd_owner[j]];
-        if (s->prefill_rows) s->stats.prefill_s += dt;
-        else s->stats.verify_s += dt;
-    }
+    for (int j = 0; j < n; j++) e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
     return DS_OK;
 }
 
