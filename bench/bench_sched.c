@@ -7,6 +7,9 @@
 //               with c_k < 0.5; all 7 slots drafted)
 //   auto        Algorithm 1 with the early stop, over a cost table profiled in this run
 //               (ds_profile_costs) for the target being measured
+//   none_control  none again, last in each repeat: its ratio to none is the run-to-run noise,
+//               and the summary's "auto_ge_none_within_noise" is auto >= 0.98 × the slower of
+//               the two none runs
 // on two targets:
 //
 //   bench_sched STORIES_GGUF DRAFTER_DIR [--synthetic DIR] [--synthetic-drafter DIR]
@@ -57,7 +60,8 @@
 //          round: each request takes its next recorded round (c, a_full) and may draft
 //          K = min(7 (fixed: L; auto: the depth cap below), remaining − 1) slots; the policy picks
 //          ℓ (fixed: K; threshold: the first k with c_k < 0.5; auto: ds_schedule_auto over every
-//          request's c_1..c_K and the synthetic cost table). Auto's depth cap, as in the engine, is
+//          request's c_1..c_K and the synthetic cost table, auto's own copy, which every forward
+//          refines with ds_cost_observe as the engine's does). Auto's depth cap, as in the engine, is
 //          ds_gate_depth(gate, costs, R, ds_schedule_max_admissions(costs, R, 7)) (R requests in
 //          flight: the admission bound, or 0 when the drafting gate says drafting does not pay);
 //          the gate (one per run, fresh, with the priors a fresh engine has: the round cost
@@ -96,7 +100,7 @@
 #include "train/data.h"
 
 #define GAMMA 7      // block size of the trained drafter (and of the replay)
-#define N_POL 10     // none, fixed1..7, threshold, auto
+#define N_POL 11     // none, fixed1..7, threshold, auto, none again (the control: run-to-run noise)
 #define MAX_CONC 64
 #define SYN_CTX 64   // context rows of every synthetic request
 #define THRESHOLD 0.5f
@@ -108,6 +112,7 @@ static void die(const char *what) {
 
 static const char *policy_name(int p, char *buf) {
     if (p == 0) return "none";
+    if (p == 10) return "none_control";
     if (p <= 7) return snprintf(buf, 16, "fixed%d", p), buf;
     return p == 8 ? "threshold" : "auto";
 }
@@ -275,6 +280,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
     double vt = 0, step_s = 0, draft_s = 0, rate_sum = 0;
     int next = 0, n_active = 0;
     uint32_t lcg = 12345;
+    ds_cost_table costs = sy->costs; // auto's own copy, refined as it runs (as an engine's is)
     ds_draft_gate gate; // a fresh gate per run with the priors a fresh engine has
     ds_gate_init(&gate, sy->gate_a, sy->gate_b, sy->gate_accept, sy->n_gate_accept);
     memset(res, 0, sizeof *res);
@@ -296,13 +302,13 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
         // auto drafts no deeper than Algorithm 1 could admit, and not at all unless the gate says
         // drafting pays (as the engine does)
         const int auto_cap =
-            policy == 9 ? ds_gate_depth(&gate, &sy->costs, n_active, ds_schedule_max_admissions(&sy->costs, n_active, GAMMA))
+            policy == 9 ? ds_gate_depth(&gate, &costs, n_active, ds_schedule_max_admissions(&costs, n_active, GAMMA))
                         : GAMMA;
         for (int k = 0; k < R; k++) {
             if (!active[k]) continue;
             const trace_round *rr = &tr->r[cursor[k]];
             const int remaining = budget - gen[k];
-            const int kmax = policy == 0 ? 0 : policy <= 7 ? policy : policy == 9 ? auto_cap : GAMMA;
+            const int kmax = policy == 0 || policy == 10 ? 0 : policy <= 7 ? policy : policy == 9 ? auto_cap : GAMMA;
             K[n] = kmax < remaining - 1 ? kmax : remaining - 1;
             if (K[n] < 0) K[n] = 0;
             if (K[n]) n_draft++, k_draft = K[n] > k_draft ? K[n] : k_draft;
@@ -319,7 +325,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
         // One batched drafter forward for every request that drafts (charged once for the round).
         const double round_draft = draft_cost_s(sy, n_draft, k_draft);
         if (policy == 9 && n_draft) ds_gate_observe_draft(&gate, n_draft, round_draft);
-        if (policy == 9) ds_schedule_auto(confp, K, n, &sy->costs, ell, scratch); // (K = 0 rows: ℓ = 0)
+        if (policy == 9) ds_schedule_auto(confp, K, n, &costs, ell, scratch); // (K = 0 rows: ℓ = 0)
         // ONE forward over every request's verification rows, then the committed rows' argmax.
         for (int i = 0; i < n; i++) {
             const int k = owner[i];
@@ -332,6 +338,11 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
         }
         const double t0 = bench_now();
         if (ds_model_forward(sy->m, sy->ws, f, n)) die("forward");
+        if (policy == 9) { // auto refines its cost table with every forward, as the engine does
+            int B = 0;
+            for (int i = 0; i < n; i++) B += f[i].n_tokens;
+            ds_cost_observe(&costs, B, bench_now() - t0);
+        }
         volatile int32_t sink = 0;
         int adv[MAX_CONC];
         for (int i = 0; i < n; i++) {
@@ -484,14 +495,18 @@ static void print_summary(const char *target, int R, const result *res) {
         if (res[p].tok_s > res[best].tok_s) best = p;
         if (res[p].vo_tok_s > res[vbest].vo_tok_s) vbest = p;
     }
-    const double a = res[9].tok_s, bf = res[best].tok_s, no = res[0].tok_s;
+    const double a = res[9].tok_s, bf = res[best].tok_s, no = res[0].tok_s, ctl = res[10].tok_s;
+    // "Within noise": auto at least the slower of the two identical none runs, less 2%.
+    const double floor_none = 0.98 * (ctl < no ? ctl : no);
     const double va = res[9].vo_tok_s, vbf = res[vbest].vo_tok_s, vno = res[0].vo_tok_s;
     printf("{\"bench\": \"sched_summary\", \"target\": \"%s\", \"concurrency\": %d, \"none_tok_per_s\": %.1f, "
            "\"best_fixed\": %d, \"best_fixed_tok_per_s\": %.1f, \"threshold_tok_per_s\": %.1f, \"auto_tok_per_s\": %.1f, "
            "\"auto_over_best_fixed\": %.3f, \"auto_over_none\": %.3f, \"auto_request_over_best_fixed\": %.3f, "
+           "\"control_over_none\": %.3f, \"auto_ge_none_within_noise\": %s, "
            "\"auto_ge_best_fixed\": %s, \"auto_ge_none\": %s, \"verify_only\": {\"best_fixed\": %d, "
            "\"auto_over_best_fixed\": %.3f, \"auto_over_none\": %.3f, \"auto_ge_best_fixed\": %s, \"auto_ge_none\": %s}}\n",
            target, R, no, best, bf, res[8].tok_s, a, a / bf, a / no, res[9].req_tok_s / res[best].req_tok_s,
+           ctl / no, a >= floor_none ? "true" : "false",
            a >= 0.95 * bf ? "true" : "false", a >= 0.95 * no ? "true" : "false", vbest, va / vbf, va / vno,
            va >= 0.95 * vbf ? "true" : "false", va >= 0.95 * vno ? "true" : "false");
     fflush(stdout);
@@ -604,7 +619,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_sched: stories260K, concurrency %d\n", R);
         for (int rep = 0; rep < reps_a; rep++)
             for (int p = 0; p < N_POL; p++) {
-                ds_spec_params sp = {.kind = p ? DS_SPEC_DSPARK : DS_SPEC_NONE};
+                ds_spec_params sp = {.kind = p && p != 10 ? DS_SPEC_DSPARK : DS_SPEC_NONE};
                 if (p >= 1 && p <= 7) sp.draft_max = p;
                 if (p == 8) sp.schedule = DS_SCHEDULE_THRESHOLD, sp.conf_threshold = THRESHOLD;
                 if (p == 9) sp.schedule = DS_SCHEDULE_AUTO, sp.costs = &costs_a;

@@ -50,7 +50,10 @@ ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, in
     out->bmax = bmax;
     int last = 0;
     for (int B = 1; !st && B <= bmax; B++) {
-        const int measured = !quick || (B & (B - 1)) == 0 || B == bmax;
+        // Quick mode measures where the cost curve bends: powers of two, and both sides of every
+        // multiple of 8 (the multi-row kernel reads the weights once per 8 rows, so the cost of a
+        // forward steps up at 9, 17, 25, ...: interpolating across a step would hide it).
+        const int measured = !quick || (B & (B - 1)) == 0 || B == bmax || B % 8 == 0 || B % 8 == 1;
         if (!measured) continue;
         // B rows over ceil(B / 8) sequences, logits for every row (verification needs them all).
         const int ns = (B + ROWS_PER_SEQ - 1) / ROWS_PER_SEQ;

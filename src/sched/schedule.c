@@ -9,6 +9,11 @@ double ds_cost_sps(const ds_cost_table *t, int B) {
     return t->sps[t->bmax] * t->bmax / B;
 }
 
+void ds_cost_observe(ds_cost_table *t, int B, double seconds) {
+    if (B < 1 || B > t->bmax || !(seconds > 0) || !(t->sps[B] > 0)) return;
+    t->sps[B] = 1.0 / (0.8 / t->sps[B] + 0.2 * seconds);
+}
+
 typedef struct {
     float a;  // prefix survival a_{r,j}
     int r, j; // request, slot (0-based: admitting it sets ℓ_r = j + 1)

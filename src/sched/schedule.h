@@ -9,6 +9,11 @@
 
 // SPS(B), extrapolated past bmax as bmax·SPS(bmax)/B (throughput-bound: tokens/s stays constant).
 double ds_cost_sps(const ds_cost_table *t, int B);
+// A forward of B rows took `seconds`: move SPS(B) towards it (an average of step times, 1/5 weight
+// for the new one). The engine refines its start-up profile with every round it runs, so the
+// scheduler follows the machine as it is now (other load, longer contexts, a profile that missed a
+// step of the cost curve). Past rounds only: the output distribution is untouched.
+void ds_cost_observe(ds_cost_table *t, int B, double seconds);
 
 // Algorithm 1 with the early stop. R requests; request r has K[r] drafted slots with calibrated
 // confidences conf[r][0..K[r]) (conditional acceptance of slot j given slots < j were accepted).

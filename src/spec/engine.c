@@ -501,10 +501,16 @@ ds_status ds_engine_step(ds_engine *e) {
     if (!n) return DS_OK;
     const double t0 = now_s();
     if ((st = ds_model_forward(e->m, e->ws, e->fwd, n))) return st;
+    const double t_fwd = now_s() - t0;
     for (int j = 0; j < n; j++)
         if ((st = finish_round(e, &e->seqs[e->fwd_owner[j]]))) return st;
     const double dt = now_s() - t0;
-    for (int j = 0; j < n; j++) e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
+    int B = 0;
+    for (int j = 0; j < n; j++) {
+        e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
+        B += e->fwd[j].n_tokens;
+    }
+    if (auto_sched) ds_cost_observe(&e->costs, B, t_fwd); // as the profile measures: the forward
     return DS_OK;
 }
 
