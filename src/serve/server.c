@@ -198,7 +198,7 @@ static void drop_active(ds_server *s, int i) { // under mu
 static void *engine_main(void *arg) {
     ds_server *s = arg;
     const int maxc = s->p.max_concurrency;
-    ds_set_threads(s->p.n_threads); // OpenMP's thread count is per thread: set it where forwards run
+    ds_set_threads(s->p.n_threads); // (process-wide; repeated here so the engine never depends on the caller)
     pthread_mutex_lock(&s->mu);
     for (;;) {
         for (int i = s->n_active - 1; i >= 0; i--) {
