@@ -67,6 +67,7 @@ struct ds_server {
     srv_req **active;        // (max_concurrency)
     int n_active;
     int draining, stopping, drained;
+    int n_inflight;        // HTTP requests begun and not yet completed (their responses may still be sending)
     ds_metrics mt;
     uint64_t next_id, seed_base;
     // Engine thread only.
@@ -562,6 +563,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cx) {
         if (!(cx = calloc(1, sizeof *cx))) return MHD_NO;
         *con_cls = cx;
+        pthread_mutex_lock(&s->mu);
+        s->n_inflight++;
+        pthread_mutex_unlock(&s->mu);
         return MHD_YES;
     }
     if (*upload_size) { // collect the body, up to the limit (the rest is read and dropped)
@@ -638,6 +642,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(cx->body);
     free(cx);
     *con_cls = NULL;
+    ds_server *s = cls;
+    pthread_mutex_lock(&s->mu);
+    s->n_inflight--;
+    pthread_mutex_unlock(&s->mu);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -711,11 +719,12 @@ int ds_server_drain(ds_server *s, double timeout_s) {
     pthread_mutex_unlock(&s->mu);
     const double t_end = now_s() + timeout_s;
     int left;
-    for (;;) {
+    for (;;) { // until every request is generated AND its response fully sent (or the timeout)
         pthread_mutex_lock(&s->mu);
         left = s->q_len + s->n_active;
+        const int sending = s->n_inflight;
         pthread_mutex_unlock(&s->mu);
-        if (!left || now_s() >= t_end) break;
+        if ((!left && !sending) || now_s() >= t_end) break;
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
