@@ -84,4 +84,9 @@ int64_t ds_gguf_arr_i64(const ds_gguf_kv *kv, uint64_t i);
 // Name of a ggml tensor type id ("Q4_K", ...), for error messages.
 const char *ds_ggml_type_name(uint32_t type);
 
+// Write a GGUF v3 file with no tensors holding g's metadata keys selected by `keep` (a NULL-ended
+// list: an entry ending in '.' selects every key with that prefix, any other entry one exact key),
+// values unchanged. (dspark quantize carries a GGUF's tokenizer this way.)
+ds_status ds_gguf_write_metadata(const ds_gguf *g, const char *const *keep, const char *path);
+
 #endif

@@ -354,72 +354,6 @@ static ds_status copy_others(const char *src, const char *dst) {
     return st;
 }
 
-// GGUF value sizes for the metadata-only tokenizer file.
-static size_t gguf_scalar_size(ds_gguf_type t) {
-    switch (t) {
-    case DS_GGUF_U8: case DS_GGUF_I8: case DS_GGUF_BOOL: return 1;
-    case DS_GGUF_U16: case DS_GGUF_I16: return 2;
-    case DS_GGUF_U32: case DS_GGUF_I32: case DS_GGUF_F32: return 4;
-    case DS_GGUF_U64: case DS_GGUF_I64: case DS_GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
-static void put_str(FILE *f, const char *p, uint64_t n) {
-    fwrite(&n, 8, 1, f);
-    fwrite(p, 1, (size_t)n, f);
-}
-
-// tokenizer.gguf: GGUF v3 with no tensors and the source's general.architecture + tokenizer.* keys.
-static ds_status write_tokenizer_gguf(const ds_gguf *g, const char *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ds_fail(DS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    uint64_t nkv = 0;
-    for (uint64_t i = 0; i < g->n_kv; i++)
-        if (!strncmp(g->kv[i].key, "tokenizer.", 10) || !strcmp(g->kv[i].key, "general.architecture")) nkv++;
-    const uint32_t magic = 0x46554747, version = 3;
-    const uint64_t nt = 0;
-    fwrite(&magic, 4, 1, f);
-    fwrite(&version, 4, 1, f);
-    fwrite(&nt, 8, 1, f);
-    fwrite(&nkv, 8, 1, f);
-    for (uint64_t i = 0; i < g->n_kv; i++) {
-        const ds_gguf_kv *kv = &g->kv[i];
-        if (strncmp(kv->key, "tokenizer.", 10) && strcmp(kv->key, "general.architecture")) continue;
-        put_str(f, kv->key, strlen(kv->key));
-        const uint32_t ty = (uint32_t)kv->type;
-        fwrite(&ty, 4, 1, f);
-        if (kv->type == DS_GGUF_STRING) {
-            put_str(f, kv->v.s.ptr, kv->v.s.len);
-        } else if (kv->type == DS_GGUF_ARRAY) {
-            const uint32_t at = (uint32_t)kv->arr_type;
-            fwrite(&at, 4, 1, f);
-            fwrite(&kv->arr_n, 8, 1, f);
-            if (kv->arr_type == DS_GGUF_STRING)
-                for (uint64_t k = 0; k < kv->arr_n; k++) put_str(f, kv->arr_strs[k].ptr, kv->arr_strs[k].len);
-            else
-                fwrite(kv->arr_data, gguf_scalar_size(kv->arr_type), (size_t)kv->arr_n, f);
-        } else {
-            unsigned char b[8];
-            const size_t sz = gguf_scalar_size(kv->type);
-            if (kv->type == DS_GGUF_F32) {
-                const float v = (float)kv->v.f;
-                memcpy(b, &v, 4);
-            } else if (kv->type == DS_GGUF_F64) {
-                memcpy(b, &kv->v.f, 8);
-            } else {
-                const uint64_t v = kv->v.u; // little-endian: the low bytes are the value
-                memcpy(b, &v, 8);
-            }
-            fwrite(b, 1, sz, f);
-        }
-    }
-    const long pos = ftell(f); // pad the (empty) data section to the default alignment
-    static const char zeros[32];
-    if (pos % 32) fwrite(zeros, 1, (size_t)(32 - pos % 32), f);
-    if (ferror(f) | (fclose(f) != 0)) return ds_fail(DS_ERR_IO, "%s: write failed", path);
-    return DS_OK;
-}
 
 static ds_status interrupted(const ds_quantize_params *p) {
     return p->interrupted && *p->interrupted ? ds_fail(DS_ERR_INTERRUPTED, "interrupted; nothing was written")
@@ -598,7 +532,9 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
         if (!st && s->src_dir[0]) st = copy_others(s->src_dir, tmp);
         if (!st && s->have_tok) {
             snprintf(path, sizeof path, "%s/tokenizer.gguf", tmp);
-            st = write_tokenizer_gguf(&s->tok, path);
+            // tokenizer.gguf: no tensors, the source's general.architecture and tokenizer.* keys
+            static const char *const keep[] = {"general.architecture", "tokenizer.", NULL};
+            st = ds_gguf_write_metadata(&s->tok, keep, path);
         }
         char idx[4200];
         snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", tmp);
