@@ -12,12 +12,19 @@
 #include "kernels/simd.h"
 #include "quant/affine.h"
 
+// Columns per partial sum of the multi-row kernels (matmul_isa.inc). It fixes the summation order,
+// so it is a constant, never a function of the batch. When the kernel goes segment by segment, 8
+// input rows of one segment (16 KiB of f32) stay in L1 while the weights stream (512 and 1024
+// measured the same on 5632 x 2048 BF16 at 8 rows).
+#define DS_SEG 512
 // Software prefetch distance in elements (4 KiB of 16-bit weights, 8 KiB of f32), measured with
 // bench_decode: 512 gave 88% of the BF16 bound, 1024 93%, 2048 98%.
 #define DS_PREFETCH_ELEMS 2048
-// Bytes of input rows a multi-row pass keeps in L1 (measured with bench_matmul, 2048 x 5632 F32,
-// n = 8: whole rows from L2 6.5 ms, 16 KiB chunks 5.6 ms, 24 KiB 4.9 ms, 32 KiB 4.5 ms; n = 1: 3.0).
-#define DS_X_BLOCK_BYTES 32768
+// Input rows up to this size are read from L1 whole while the weights stream row by row (longest
+// streams); bigger inputs go segment by segment.
+#define DS_X_L1_BYTES 32768
+// Weight rows a multi-pass product keeps in L2 between its passes over them.
+#define DS_PANEL_BYTES (256 * 1024)
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 #define ISA avx512
@@ -28,9 +35,16 @@
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VSUM(v) _mm512_reduce_add_ps(v)
 #define VLOAD_F32(p) _mm512_loadu_ps(p)
-#define VLOAD_BF16(p) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
-#define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VPAIR_F32(p, w0, w1) (w0 = _mm512_loadu_ps(p), w1 = _mm512_loadu_ps((p) + 16))
+#define VPAIR_BF16(p, w0, w1)                                                                    \
+    do {                                                                                         \
+        const __m512i v_ = _mm512_loadu_si512((const void *)(p));                                \
+        w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v_, 16));                                     \
+        w1 = _mm512_castsi512_ps(_mm512_and_si512(v_, _mm512_set1_epi32((int)0xffff0000u)));     \
+    } while (0)
+#define VPAIR_F16(p, w0, w1)                                                                     \
+    (w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))),                             \
+     w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((p) + 16))))
 #include "kernels/matmul_isa.inc"
 #include "kernels/isa_undef.inc"
 
@@ -43,9 +57,16 @@
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VSUM(v) ds_hsum256(v)
 #define VLOAD_F32(p) _mm256_loadu_ps(p)
-#define VLOAD_BF16(p) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-#define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VPAIR_F32(p, w0, w1) (w0 = _mm256_loadu_ps(p), w1 = _mm256_loadu_ps((p) + 8))
+#define VPAIR_BF16(p, w0, w1)                                                                    \
+    do {                                                                                         \
+        const __m256i v_ = _mm256_loadu_si256((const __m256i *)(p));                             \
+        w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v_, 16));                                     \
+        w1 = _mm256_castsi256_ps(_mm256_and_si256(v_, _mm256_set1_epi32((int)0xffff0000u)));     \
+    } while (0)
+#define VPAIR_F16(p, w0, w1)                                                                     \
+    (w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))),                                \
+     w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8))))
 #include "kernels/matmul_isa.inc"
 #include "kernels/isa_undef.inc"
 
@@ -58,8 +79,9 @@
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define VSUM(v) (v)
 #define VLOAD_F32(p) (*(p))
-#define VLOAD_BF16(p) ds_bf16_to_f32(*(p))
-#define VLOAD_F16(p) ds_f16_to_f32(*(p))
+#define VPAIR_F32(p, w0, w1) (w0 = (p)[0], w1 = (p)[1])
+#define VPAIR_BF16(p, w0, w1) (w0 = ds_bf16_to_f32((p)[0]), w1 = ds_bf16_to_f32((p)[1]))
+#define VPAIR_F16(p, w0, w1) (w0 = ds_f16_to_f32((p)[0]), w1 = ds_f16_to_f32((p)[1]))
 #include "kernels/matmul_isa.inc"
 
 // ---- Q8_0: blocks of 32 int8 with one f16 scale (GGUF's layout) --------------------------------
@@ -86,7 +108,7 @@ static void rows_q8_0(float *y, int ldy, const float *x, int nb, const ds_block_
 }
 
 // ---- Dispatch ------------------------------------------------------------------------------------
-typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int);
+typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int, float *);
 typedef void (*qrows_fn)(float *, int, const float *, int, const ds_weight *, int, int);
 typedef struct {
     const char *name;
@@ -155,12 +177,13 @@ size_t ds_weight_data_bytes(const ds_weight *w) {
     return ds_weight_bytes(w);
 }
 
-static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1) {
+// xp: room for 8 x cols floats (BF16: the packed input rows).
+static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1, float *xp) {
     const isa_table *t = isa_get();
     switch (w->type) {
-    case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
-    case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
-    case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
+    case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
+    case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
     case DS_Q8_0: rows_q8_0(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
     case DS_AFFINE4:
     case DS_AFFINE8: t->affine(y, ldy, x, nb, w, r0, r1); break;
@@ -207,8 +230,12 @@ static int gemm_tile_rows(const ds_weight *w) {
     return t < w->rows ? t : w->rows;
 }
 
+// Per thread: a widened sgemm tile, or (BF16) the multi-row kernel's 8 packed input rows, 64-byte
+// aligned.
 size_t ds_matmul_scratch_floats(const ds_weight *w) {
-    return w->type == DS_F32 ? 0 : (size_t)gemm_tile_rows(w) * (size_t)w->cols;
+    if (w->type == DS_F32) return 0;
+    const size_t tile = (size_t)gemm_tile_rows(w) * (size_t)w->cols, pack = 8 * (size_t)w->cols + 16;
+    return w->type == DS_BF16 && pack > tile ? pack : tile;
 }
 
 // Below this many rows, the hand-written kernel (weights read once per 8 input rows) beats sgemm
@@ -254,7 +281,7 @@ void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scrat
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
     if (macs < DS_PARALLEL_MIN_MACS || ds_threads() == 1) {
         if (gemm) gemm_slice(y, x, w, n, 0, rows, scratch);
-        else rows_dispatch(y, rows, x, n, w, 0, rows);
+        else rows_dispatch(y, rows, x, n, w, 0, rows, scratch);
         return;
     }
 #pragma omp parallel num_threads(ds_threads())
@@ -264,8 +291,9 @@ void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scrat
         const int per = ((rows + nt - 1) / nt + 15) & ~15;
         const int r0 = t * per, r1 = r0 + per < rows ? r0 + per : rows;
         if (r0 < r1) {
-            if (gemm) gemm_slice(y, x, w, n, r0, r1, scratch + (size_t)t * ds_matmul_scratch_floats(w));
-            else rows_dispatch(y, rows, x, n, w, r0, r1);
+            float *mine = scratch ? scratch + (size_t)t * ds_matmul_scratch_floats(w) : NULL;
+            if (gemm) gemm_slice(y, x, w, n, r0, r1, mine);
+            else rows_dispatch(y, rows, x, n, w, r0, r1, mine);
         }
     }
 }
