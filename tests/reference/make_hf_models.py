@@ -25,6 +25,11 @@ RoPE), gemma4e_mm (the same inside Gemma4ForConditionalGeneration, with audio an
 and embedder tensors that must be dropped). Use at least 6 layers for gemma4e (with fewer, a shared
 full layer has no source: the loader refuses it).
 
+With --tokenizer (option tokenizer=True), the directory also gets a tiny Gemma-style tokenizer
+(write_gemma_tokenizer: SentencePiece-style BPE with byte fallback, <bos> 1, <eos> 2,
+<end_of_turn> 3, <start_of_turn> 4, a Gemma chat template) so that text commands run on it; it
+needs a vocabulary of at least 300.
+
 As a module: `make_hf_model(out_dir, arch, **opts)` returns the output directory.
 """
 
@@ -200,8 +205,47 @@ def _values(seed, name, shape, kind):
     raise ValueError(kind)
 
 
+def write_gemma_tokenizer(out_dir, vocab):
+    """tokenizer.json + tokenizer_config.json of a tiny Gemma-style tokenizer with ids below `vocab`:
+    specials 0-5, the 256 byte pieces <0x00>..<0xFF> at 6-261, "▁", the letters a-z and merges up to
+    "▁the", "▁a", "▁cat"; anything else falls back to bytes."""
+    specials = ["<pad>", "<bos>", "<eos>", "<end_of_turn>", "<start_of_turn>", "<unk>"]
+    pieces = specials + ["<0x%02X>" % b for b in range(256)] + ["\u2581"] + [chr(c) for c in range(97, 123)]
+    merges = [("t", "h"), ("th", "e"), ("\u2581", "the"), ("\u2581", "a"), ("c", "a"), ("ca", "t"), ("\u2581", "cat")]
+    for a, b in merges:
+        pieces.append(a + b)
+    if len(pieces) > vocab:
+        raise ValueError(f"the tiny Gemma tokenizer needs a vocabulary of {len(pieces)}, not {vocab}")
+    tok = {
+        "version": "1.0",
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, t in enumerate(specials)],
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious"},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "post_processor": {"type": "TemplateProcessing",  # <bos> first, as Gemma's tokenizer.json
+                           "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                    {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"<bos>": {"id": "<bos>", "ids": [1], "tokens": ["<bos>"]}}},
+        "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>",
+                  "vocab": {t: i for i, t in enumerate(pieces)}, "merges": [[a, b] for a, b in merges]},
+    }
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    template = ("{{ bos_token }}{% for message in messages %}<start_of_turn>{{ 'model' if message['role'] == "
+                "'assistant' else message['role'] }}\n{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+                "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+                   "add_bos_token": True, "add_eos_token": False, "chat_template": template}, f, indent=2)
+
+
 def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, ffn=96, vocab=300, head_dim=16,
-                  dtype="f32", shards=1, config_overrides=None):
+                  dtype="f32", shards=1, config_overrides=None, tokenizer=False):
     os.makedirs(out_dir, exist_ok=True)
     for fn in os.listdir(out_dir):
         if fn.endswith(".safetensors") or fn.endswith(".json"):
@@ -232,6 +276,8 @@ def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, 
                 json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
     finally:
         make_hf_llama.random_tensor = orig
+    if tokenizer:
+        write_gemma_tokenizer(out_dir, vocab)
     return out_dir
 
 
@@ -249,9 +295,11 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=300)
     ap.add_argument("--head-dim", type=int, default=16)
     ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--tokenizer", action="store_true", help="also write a tiny Gemma-style tokenizer")
     a = ap.parse_args(argv)
     make_hf_model(a.out_dir, a.arch, seed=a.seed, dim=a.dim, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
-                  ffn=a.ffn, vocab=a.vocab, head_dim=a.head_dim, dtype=a.dtype, shards=a.shards)
+                  ffn=a.ffn, vocab=a.vocab, head_dim=a.head_dim, dtype=a.dtype, shards=a.shards,
+                  tokenizer=a.tokenizer)
     print(a.out_dir)
     return 0
 
