@@ -1,7 +1,7 @@
 // Decode throughput against the machine's memory-bandwidth bound.
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
-//                [--preset qwen3-0.6b|qwen3-4b] [--threads 1,2] [-n TOKENS] [--repeats R]
+//                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -13,6 +13,12 @@
 // --preset sets a Qwen3 shape (Qwen3ForCausalLM: q/k norms, head_dim 128, tied embeddings, bf16):
 // qwen3-0.6b (hidden 1024, 28 layers, 16/8 heads, FFN 3072, vocab 151936; ~1.2 GB) or qwen3-4b
 // (2560, 36 layers, 32/8 heads, FFN 9728; ~8 GB on disk and in memory while written: opt-in only).
+// --preset gemma4-e4b sets Gemma 4 E4B's text shape (bf16: hidden 2560, 42 layers, 8/2 heads, head_dim
+// 256 / 512 on full layers, FFN 10240, vocab 262144, per-layer embeddings 256 wide, the last 18
+// layers KV-shared; ~15 GB: opt-in only, and a later --layers gives a reduced-layer variant). For a
+// PLE model the line also gives the table's bytes, the bytes of the one row a token reads (the only
+// part of the table in weight_bytes) and the resident memory after load (the table stays mapped:
+// a copy or widening would show there).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +27,18 @@
 #include "bench_util.h"
 #include "dspark.h"
 #include "kernels/matmul.h"
+#include "model/model.h"
+
+// Resident memory of this process in bytes (VmRSS), 0 if unknown.
+static size_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = (size_t)strtoull(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kb * 1024;
+}
 
 // Median seconds of one forward over `rows` new tokens (a verification of rows-1 drafted tokens)
 // at a context of 64, rolled back after each run.
@@ -67,6 +85,8 @@ int main(int argc, char **argv) {
             s = (bench_shape){1024, 28, 3072, 16, 8, 151936, DS_BF16, 128, 1, NULL};
         else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-4b"))
             s = (bench_shape){2560, 36, 9728, 32, 8, 151936, DS_BF16, 128, 1, NULL};
+        else if (!strcmp(o, "--preset") && !strcmp(v, "gemma4-e4b"))
+            s = (bench_shape){2560, 42, 10240, 8, 2, 262144, DS_BF16, 256, 0, NULL, 256};
         else if (!strcmp(o, "--threads")) threads = v;
         else if (!strcmp(o, "-n")) n = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
@@ -89,6 +109,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const ds_model_info *in = ds_model_get_info(m);
+    const size_t rss_load = rss_bytes();
     const int small = in->weight_bytes < ((size_t)64 << 20); // fits in caches: compute-bound
     for (const char *p = threads; *p;) {
         const int t = atoi(p);
@@ -114,7 +135,11 @@ int main(int argc, char **argv) {
         // Speculative decoding lives on this ratio: verifying a block of 7 drafts (8 rows) should
         // cost about one decode step when decoding is memory-bound.
         const double t1 = forward_seconds(m, 1, repeats * 3), t8 = forward_seconds(m, 8, repeats * 3);
-        printf(", \"verify8_over_decode\": %.2f}\n", t8 / t1);
+        printf(", \"verify8_over_decode\": %.2f", t8 / t1);
+        if (m->ple_dim)
+            printf(", \"ple_table_bytes\": %zu, \"ple_row_bytes_per_token\": %zu, \"rss_after_load_bytes\": %zu",
+                   ds_weight_bytes(&m->ple_embd), ds_weight_bytes(&m->ple_embd) / (size_t)m->ple_embd.rows, rss_load);
+        printf("}\n");
         fflush(stdout);
         p = strchr(p, ',');
         if (!p) break;

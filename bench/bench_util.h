@@ -103,6 +103,11 @@ typedef struct {
     int head_dim;   // 0 = dim / heads
     int qwen3;      // Qwen3ForCausalLM: per-head q/k norms, tied embeddings
     const char *rms_eps; // as config.json spells it; NULL = "1e-6"
+    // > 0: a Gemma 4 E-series model (Gemma4ForCausalLM) instead: per-layer embeddings of this
+    // width, layer types 5 sliding (window 512, head_dim) : 1 full (2 x head_dim, proportional
+    // RoPE 0.25), the last layer full, the last 3/7 of the layers KV-shared (E4B: 18 of 42),
+    // tied embeddings, final softcap 30.
+    int ple_dim;
 } bench_shape;
 
 // The shape options both synthetic-model benches take: --dim --layers --ffn --heads --kv-heads
@@ -131,14 +136,17 @@ static inline void *bench_random_matrix(int rows, int cols, ds_dtype t, float sc
     return p;
 }
 
-// Writes a random-weight Llama (or Qwen3) of shape `s` as a Hugging Face directory, unless `dir`
-// already holds a config.json. Weights (1/sqrt(cols)-scaled, norms 1) come from bench_frand in
+static inline int bench_make_synthetic_gemma4e(const char *dir, const bench_shape *s);
+
+// Writes a random-weight Llama (or Qwen3, or Gemma 4 E-series) of shape `s` as a Hugging Face
+// directory, unless `dir` already holds a config.json. Weights (1/sqrt(cols)-scaled, norms 1) come from bench_frand in
 // tensor order, so a given stream position gives the same bytes. Returns 0, or 1 with a message.
 static inline int bench_make_synthetic(const char *dir, const bench_shape *s) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     struct stat st;
     if (stat(path, &st) == 0) return 0; // already there
+    if (s->ple_dim) return bench_make_synthetic_gemma4e(dir, s);
     fprintf(stderr, "bench: writing a synthetic %s %s (dim %d, %d layers) to %s\n", ds_dtype_name(s->dtype),
             s->qwen3 ? "Qwen3" : "Llama", s->dim, s->layers, dir);
     mkdir(dir, 0755);
@@ -196,6 +204,94 @@ static inline int bench_make_synthetic(const char *dir, const bench_shape *s) {
             s->qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM", s->qwen3 ? "qwen3" : "llama", s->dim, s->ffn,
             s->layers, s->heads, s->kv_heads, hd, s->vocab, s->rms_eps ? s->rms_eps : "1e-6",
             s->qwen3 ? "1000000.0" : "10000.0", s->qwen3 ? "true" : "false");
+    fclose(f);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "bench: cannot write the synthetic model: %s\n", ds_last_error());
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    ds_st_writer_free(w);
+    return rc;
+}
+
+// The Gemma 4 E-series case of bench_make_synthetic (see bench_shape.ple_dim).
+static inline int bench_make_synthetic_gemma4e(const char *dir, const bench_shape *s) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const int L = s->layers, P = s->ple_dim, hd = s->head_dim ? s->head_dim : s->dim / s->heads, ghd = 2 * hd;
+    const int n_shared = L * 3 / 7;
+    fprintf(stderr, "bench: writing a synthetic %s Gemma 4 E-series (dim %d, %d layers, %d KV-shared, PLE %d) to %s\n",
+            ds_dtype_name(s->dtype), s->dim, L, n_shared, P, dir);
+    mkdir(dir, 0755);
+    ds_st_writer *w = ds_st_writer_new();
+    void **owned = calloc((size_t)L * 20 + 8, sizeof(void *));
+    int n_owned = 0, rc = 1;
+    char name[128], types[8192] = "";
+    size_t tl = 0;
+#define ADD2(nm, r, c)                                                                            \
+    do {                                                                                          \
+        int64_t shape[2] = {r, c};                                                                \
+        void *d = owned[n_owned++] = bench_random_matrix(r, c, s->dtype, 1.0f / sqrtf((float)(c))); \
+        if (!d || ds_st_writer_add(w, nm, s->dtype, 2, shape, d)) goto done;                      \
+    } while (0)
+#define ADD1(nm, n)                                                                               \
+    do {                                                                                          \
+        int64_t shape[1] = {n};                                                                   \
+        float *d = owned[n_owned++] = malloc(sizeof(float) * (n));                                \
+        if (!d) goto done;                                                                        \
+        for (int i = 0; i < (n); i++) d[i] = 1.0f;                                                \
+        if (ds_st_writer_add(w, nm, DS_F32, 1, shape, d)) goto done;                              \
+    } while (0)
+    ADD2("model.embed_tokens.weight", s->vocab, s->dim);
+    ADD1("model.norm.weight", s->dim);
+    ADD2("model.embed_tokens_per_layer.weight", s->vocab, L * P);
+    ADD2("model.per_layer_model_projection.weight", L * P, s->dim);
+    ADD1("model.per_layer_projection_norm.weight", P);
+    for (int l = 0; l < L; l++) {
+        fprintf(stderr, "\rbench: layer %d/%d", l + 1, L);
+        const int full = (l + 1) % 6 == 0 || l == L - 1, lhd = full ? ghd : hd, shared = l >= L - n_shared;
+        tl += (size_t)snprintf(types + tl, sizeof types - tl, "%s\"%s\"", l ? ", " : "",
+                               full ? "full_attention" : "sliding_attention");
+#define LN(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
+        ADD2(LN("self_attn.q_proj.weight"), s->heads * lhd, s->dim);
+        ADD1(LN("self_attn.q_norm.weight"), lhd);
+        if (!shared) {
+            ADD2(LN("self_attn.k_proj.weight"), s->kv_heads * lhd, s->dim);
+            ADD2(LN("self_attn.v_proj.weight"), s->kv_heads * lhd, s->dim);
+            ADD1(LN("self_attn.k_norm.weight"), lhd);
+        }
+        ADD2(LN("self_attn.o_proj.weight"), s->dim, s->heads * lhd);
+        ADD2(LN("mlp.gate_proj.weight"), s->ffn, s->dim);
+        ADD2(LN("mlp.up_proj.weight"), s->ffn, s->dim);
+        ADD2(LN("mlp.down_proj.weight"), s->dim, s->ffn);
+        ADD2(LN("per_layer_input_gate.weight"), P, s->dim);
+        ADD2(LN("per_layer_projection.weight"), s->dim, P);
+        ADD1(LN("input_layernorm.weight"), s->dim);
+        ADD1(LN("post_attention_layernorm.weight"), s->dim);
+        ADD1(LN("pre_feedforward_layernorm.weight"), s->dim);
+        ADD1(LN("post_feedforward_layernorm.weight"), s->dim);
+        ADD1(LN("post_per_layer_input_norm.weight"), s->dim);
+#undef LN
+    }
+#undef ADD1
+#undef ADD2
+    fprintf(stderr, "\n");
+    if (ds_st_writer_write_dir(w, dir, 0)) goto done;
+    FILE *f = fopen(path, "w");
+    if (!f) goto done;
+    fprintf(f,
+            "{\"architectures\": [\"Gemma4ForCausalLM\"], \"model_type\": \"gemma4_text\", \"hidden_size\": %d, "
+            "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+            "\"num_key_value_heads\": %d, \"head_dim\": %d, \"global_head_dim\": %d, \"vocab_size\": %d, "
+            "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6, \"hidden_activation\": \"gelu_pytorch_tanh\", "
+            "\"tie_word_embeddings\": true, \"sliding_window\": 512, \"final_logit_softcapping\": 30.0, "
+            "\"attention_k_eq_v\": false, \"hidden_size_per_layer_input\": %d, \"vocab_size_per_layer_input\": %d, "
+            "\"num_kv_shared_layers\": %d, \"use_double_wide_mlp\": false, \"enable_moe_block\": false, "
+            "\"layer_types\": [%s], \"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"default\", "
+            "\"rope_theta\": 10000.0}, \"full_attention\": {\"rope_type\": \"proportional\", "
+            "\"partial_rotary_factor\": 0.25, \"rope_theta\": 1000000.0}}, \"torch_dtype\": \"%s\"}\n",
+            s->dim, s->ffn, L, s->heads, s->kv_heads, hd, ghd, s->vocab, P, s->vocab, n_shared, types,
+            s->dtype == DS_BF16 ? "bfloat16" : "float32");
     fclose(f);
     rc = 0;
 done:

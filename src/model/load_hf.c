@@ -22,9 +22,16 @@
 // (attention_k_eq_v) num_global_key_value_heads and V = the raw k_proj output (no v_proj),
 // rope_parameters per layer type (proportional partial RoPE: the first partial_rotary_factor·d/2
 // frequencies θ^(-2i/d) rotate, the rest are 0), and layer_scalar multiplying the layer's output.
-// *ForConditionalGeneration: only the text model is loaded (vision tower weights are never read).
-// Refused with a message naming the field: mixture of experts, per-layer input embeddings, KV
-// sharing across layers, attention logit softcapping, mlp_bias, unknown RoPE types.
+// Gemma 4 E-series (E2B, E4B): per-layer embeddings (hidden_size_per_layer_input > 0): the packed
+// table embed_tokens_per_layer [vocab_size_per_layer_input, layers x ple_dim] scaled by sqrt(ple_dim)
+// in its dtype (memory-mapped; only the batch's rows are read), per_layer_model_projection (scale
+// hidden_size^-0.5) with per_layer_projection_norm, mixed with the table rows by 2^-0.5; per layer
+// per_layer_input_gate, per_layer_projection and post_per_layer_input_norm after the MLP. KV sharing:
+// the last num_kv_shared_layers layers have no k/v projections (nor k_norm) and attend over the cache
+// of the last unshared layer of their type; with use_double_wide_mlp their MLP is twice as wide.
+// *ForConditionalGeneration: only the text model is loaded (vision / audio tower weights are never read).
+// Refused with a message naming the field: mixture of experts, per-layer input embeddings and KV
+// sharing outside Gemma 4, attention logit softcapping, mlp_bias, unknown RoPE types.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +67,9 @@ typedef struct {
     rope_spec rope_global;      // full-attention layers (all layers without sliding ones)
     rope_spec rope_local;       // sliding-window layers
     unsigned char *sliding;     // (n_layers) 1 = sliding-window layer
+    int ple_dim, ple_vocab;     // Gemma 4 per-layer embeddings (hidden_size_per_layer_input; 0 = none)
+    int n_kv_shared;            // Gemma 4: the last n_kv_shared layers reuse an earlier layer's KV cache
+    int double_wide;            // Gemma 4 use_double_wide_mlp: KV-shared layers have 2 x intermediate_size
 } hf_config;
 
 static void st_backing_free(void *p) { ds_st_close(p); }
@@ -85,21 +95,22 @@ static int truthy(const cJSON *v) {
     return 1;
 }
 
-// One line naming the first field of `c` that asks for something we do not implement.
-static ds_status refuse_unsupported(const cJSON *c, const char *path) {
-    static const struct { const char *field, *what; } fields[] = {
+// One line naming the first field of `c` that asks for something we do not implement (for family
+// `fam`: Gemma 4 has per-layer embeddings and KV sharing).
+static ds_status refuse_unsupported(const cJSON *c, const char *path, int fam) {
+    static const struct { const char *field, *what; int gemma4; } fields[] = { // gemma4: Gemma 4 has it
         {"num_experts", "mixture of experts"},
         {"num_local_experts", "mixture of experts"},
         {"n_routed_experts", "mixture of experts"},
         {"enable_moe_block", "mixture of experts"},
-        {"hidden_size_per_layer_input", "per-layer input embeddings"},
-        {"num_kv_shared_layers", "KV sharing across layers"},
+        {"hidden_size_per_layer_input", "per-layer input embeddings", 1},
+        {"num_kv_shared_layers", "KV sharing across layers", 1},
         {"attn_logit_softcapping", "attention logit softcapping"},
         {"mlp_bias", "MLP biases"},
         {"use_sliding_window", "sliding-window attention for this architecture"},
     };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-        if (truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i].field)))
+        if (!(fam == FAM_GEMMA4 && fields[i].gemma4) && truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i].field)))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; %s is not supported", path, fields[i].field,
                            fields[i].what);
     const cJSON *bidi = cJSON_GetObjectItemCaseSensitive(c, "use_bidirectional_attention");
@@ -226,7 +237,8 @@ static ds_status read_layer_types(const cJSON *c, const char *path, int n_layers
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
     if (lt && !cJSON_IsNull(lt)) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n_layers)
-            return ds_fail(DS_ERR_FORMAT, "%s: layer_types must list one type per layer (%d)", path, n_layers);
+            return ds_fail(DS_ERR_FORMAT, "%s: layer_types must list one type per layer (%d, not %d)", path, n_layers,
+                           cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : 0);
         int i = 0;
         for (const cJSON *e = lt->child; e; e = e->next, i++) {
             const char *s = cJSON_IsString(e) ? e->valuestring : "";
@@ -330,9 +342,9 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
             st = ds_fail(DS_ERR_FORMAT, "%s: %s without a text_config object", path, arch);
             goto done;
         }
-        if ((st = refuse_unsupported(cfg, path))) goto done;
+        if ((st = refuse_unsupported(cfg, path, fam))) goto done;
     }
-    if ((st = refuse_unsupported(c, path))) goto done;
+    if ((st = refuse_unsupported(c, path, fam))) goto done;
     const int gemma = fam == FAM_GEMMA3 || fam == FAM_GEMMA4;
     const int g3 = fam == FAM_GEMMA3;
     // Activation.
@@ -396,12 +408,38 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
             (st = ds_json_int(c, path, "num_global_key_value_heads", in->n_kv_heads, 4096, &h->global_kv_heads)))
             goto done;
         if (!h->k_eq_v) h->global_kv_heads = in->n_kv_heads;
+        if ((st = ds_json_int(c, path, "hidden_size_per_layer_input", 0, 1 << 16, &h->ple_dim)) ||
+            (st = ds_json_int(c, path, "vocab_size_per_layer_input", in->vocab_size, 1 << 24, &h->ple_vocab)) ||
+            (st = ds_json_int(c, path, "num_kv_shared_layers", 0, 4096, &h->n_kv_shared)) ||
+            (st = ds_json_bool(c, path, "use_double_wide_mlp", 0, &h->double_wide)))
+            goto done;
+        if (h->ple_dim && h->ple_vocab < in->vocab_size) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: vocab_size_per_layer_input %d is smaller than vocab_size %d", path,
+                         h->ple_vocab, in->vocab_size);
+            goto done;
+        }
+        if (h->n_kv_shared >= in->n_layers) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: num_kv_shared_layers %d leaves no layer to share from (num_hidden_layers %d)",
+                         path, h->n_kv_shared, in->n_layers);
+            goto done;
+        }
     }
     if (h->final_softcap < 0) {
         st = ds_fail(DS_ERR_FORMAT, "%s: final_logit_softcapping must be positive", path);
         goto done;
     }
     if ((st = read_layer_types(c, path, in->n_layers, fam, h)) || (st = read_rope(c, path, fam, h))) goto done;
+    for (int l = in->n_layers - h->n_kv_shared; l < in->n_layers; l++) { // every shared layer needs a source
+        int src = -1;
+        for (int j = 0; j < in->n_layers - h->n_kv_shared; j++)
+            if (h->sliding[j] == h->sliding[l]) src = j;
+        if (src < 0) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: num_kv_shared_layers %d: shared layer %d (%s) has no unshared %s layer "
+                         "before it in layer_types", path, h->n_kv_shared, l, h->sliding[l] ? "sliding_attention" :
+                         "full_attention", h->sliding[l] ? "sliding_attention" : "full_attention");
+            goto done;
+        }
+    }
     in->norm_eps = (float)eps;
     in->rope_theta = (float)h->rope_global.theta;
     in->rope_layout = DS_ROPE_HALVES;
@@ -425,6 +463,12 @@ static const char *find_prefix(const ds_safetensors *sf) {
         if (ds_st_find(sf, name)) return prefixes[i];
     }
     return "model.";
+}
+
+// s as the embedding module multiplies it: rounded to the table's dtype (quantized: as stored).
+static float scale_in_dtype(const ds_weight *w, float s) {
+    const ds_dtype et = ds_weight_bits(w) ? w->scale_type : w->type;
+    return et == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s)) : et == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s)) : s;
 }
 
 static void add_one(float *w, int n) {
@@ -459,8 +503,8 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     const char *pre = find_prefix(sf);
     const size_t mhd = (size_t)(in->head_dim > h.global_head_dim ? in->head_dim : h.global_head_dim);
     const size_t mkv = (size_t)(in->n_kv_heads > h.global_kv_heads ? in->n_kv_heads : h.global_kv_heads);
-    m->owned_cap = (size_t)in->n_layers * (6 * (size_t)in->dim + 3 * mhd + (size_t)in->n_heads * mhd + 2 * mkv * mhd + 2) +
-                   in->dim + 2 * mhd + 16;
+    m->owned_cap = (size_t)in->n_layers * (7 * (size_t)in->dim + 3 * mhd + (size_t)in->n_heads * mhd + 2 * mkv * mhd + 2) +
+                   in->dim + 2 * mhd + (size_t)h.ple_dim + 16;
     m->owned = ds_malloc(m->owned_cap * sizeof(float));
     m->layers = ds_calloc((size_t)in->n_layers, sizeof *m->layers);
     if (!m->owned || !m->layers) {
@@ -501,12 +545,23 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
         m->rope[0] = m->rope[1];
     }
     const int gemma = h.fam == FAM_GEMMA3 || h.fam == FAM_GEMMA4;
-    if (gemma) { // sqrt(hidden_size) in the embedding dtype
-        const float s = sqrtf((float)in->dim);
-        const ds_dtype et = ds_weight_bits(&m->tok_embd) ? m->tok_embd.scale_type : m->tok_embd.type; // quantized: as stored
-        m->embed_scale = et == DS_BF16 ? ds_bf16_to_f32(ds_f32_to_bf16(s))
-                         : et == DS_F16 ? ds_f16_to_f32(ds_f32_to_f16(s))
-                                        : s;
+    if (gemma) m->embed_scale = scale_in_dtype(&m->tok_embd, sqrtf((float)in->dim)); // sqrt(hidden_size)
+    if (h.ple_dim) { // per-layer embeddings
+        const int pw = in->n_layers * h.ple_dim;
+        m->ple_dim = h.ple_dim;
+        snprintf(name, sizeof name, "%sembed_tokens_per_layer.weight", pre);
+        if ((st = take_weight(sf, dir, name, &m->ple_embd, 0, &qc))) goto fail;
+        if (m->ple_embd.rows != h.ple_vocab || m->ple_embd.cols != pw) {
+            st = ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has shape (%d, %d), expected (%d, %d) (vocab_size_per_layer_input, "
+                         "num_hidden_layers x hidden_size_per_layer_input)", dir, name, m->ple_embd.rows,
+                         m->ple_embd.cols, h.ple_vocab, pw);
+            goto fail;
+        }
+        m->ple_embed_scale = scale_in_dtype(&m->ple_embd, sqrtf((float)h.ple_dim));
+        snprintf(name, sizeof name, "%sper_layer_model_projection.weight", pre);
+        if ((st = take_weight(sf, dir, name, &m->ple_model_proj, 0, &qc))) goto fail;
+        snprintf(name, sizeof name, "%sper_layer_projection_norm.weight", pre);
+        if ((st = take_vector(m, sf, dir, name, h.ple_dim, &m->ple_proj_norm))) goto fail;
     }
     m->final_softcap = (float)h.final_softcap;
     for (int l = 0; l < in->n_layers; l++) {
@@ -518,6 +573,13 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
         L->rope = sl ? 1 : 0;
         L->attn_scale = (float)h.attn_scale;
         L->v_norm = h.v_norm;
+        const int first_shared = in->n_layers - h.n_kv_shared;
+        if (l >= first_shared) { // attends over the last unshared layer of its type (read_config checked it exists)
+            L->kv_shared = 1;
+            for (int j = 0; j < first_shared; j++)
+                if (h.sliding[j] == sl) L->kv_src = j;
+            if (h.double_wide) L->ffn_dim = 2 * in->ffn_dim;
+        }
         const int hd = L->head_dim, qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
 #define W(field, suffix, optional)                                        \
     snprintf(name, sizeof name, "%slayers.%d.%s.weight", pre, l, suffix); \
@@ -526,8 +588,11 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix);        \
     if ((st = take_vector(m, sf, dir, name, n, &L->field))) goto fail;    \
     if (h.norm_plus_one && strstr(suffix, "norm")) add_one(L->field, n);
-        W(wq, "self_attn.q_proj", 0) W(wk, "self_attn.k_proj", 0) W(wo, "self_attn.o_proj", 0)
-        W(wv, "self_attn.v_proj", h.k_eq_v && !sl) // K = V layers have no v_proj
+        W(wq, "self_attn.q_proj", 0) W(wo, "self_attn.o_proj", 0)
+        if (!L->kv_shared) { // (a checkpoint may still carry a shared layer's k/v tensors; they are unused)
+            W(wk, "self_attn.k_proj", 0)
+            W(wv, "self_attn.v_proj", h.k_eq_v && !sl) // K = V layers have no v_proj
+        }
         W(w_gate, "mlp.gate_proj", 0) W(w_up, "mlp.up_proj", 0) W(w_down, "mlp.down_proj", 0)
         V(attn_norm, "input_layernorm.weight", in->dim)
         if (gemma) {
@@ -538,10 +603,20 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
             V(ffn_norm, "post_attention_layernorm.weight", in->dim)
         }
         if (h.qk_norm) {
-            V(q_norm, "self_attn.q_norm.weight", hd) V(k_norm, "self_attn.k_norm.weight", hd)
+            V(q_norm, "self_attn.q_norm.weight", hd)
+            if (!L->kv_shared) {
+                V(k_norm, "self_attn.k_norm.weight", hd)
+            }
+        }
+        if (h.ple_dim) {
+            W(ple_gate, "per_layer_input_gate", 0) W(ple_proj, "per_layer_projection", 0)
+            V(ple_post_norm, "post_per_layer_input_norm.weight", in->dim)
         }
         if (h.attn_bias || h.qkv_bias) {
-            V(bq, "self_attn.q_proj.bias", qd) V(bk, "self_attn.k_proj.bias", kvd)
+            V(bq, "self_attn.q_proj.bias", qd)
+            if (!L->kv_shared) {
+                V(bk, "self_attn.k_proj.bias", kvd)
+            }
             if (L->wv.data) {
                 V(bv, "self_attn.v_proj.bias", kvd)
             }

@@ -7,6 +7,9 @@
 // SiLU or tanh-GELU, s the layer scalar (Gemma 4). Attention is causal over the sequence's KV cache
 // (only its last `window` rows on sliding-window layers), with GQA; optional q/k/v biases, per-head
 // q/k(/v) norms and a per-layer geometry (head_dim, kv heads, RoPE set, scale).
+// Gemma 4 E-series add per-layer embeddings (after the MLP residual add of layer l, before s:
+// x += N(Wple_proj · (gelu_tanh(Wple_gate · x) ⊙ ple_l)), ple_l from a token table and a projection of
+// the embedding, see ds_model) and KV sharing (a shared layer attends over an earlier layer's cache).
 #include "base/threads.h"
 #include "model/model.h"
 
@@ -100,11 +103,32 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     if (m->n_rope < 1) m->n_rope = 1;
     m->inv_freq = m->rope[0].inv_freq;
     size_t bytes = ds_weight_bytes(&m->output);
-    m->max_head_dim = m->max_q_dim = m->max_kv_dim = 0;
+    m->max_head_dim = m->max_q_dim = m->max_kv_dim = m->max_ffn_dim = 0;
+    if (m->ple_dim) { // per-layer embeddings: the table is (tokens, layers x ple_dim), one row read per token
+        const int pw = in->n_layers * m->ple_dim;
+        if (m->ple_embd.cols != pw || m->ple_embd.rows < in->vocab_size)
+            return ds_fail(DS_ERR_FORMAT, "%s: per-layer embedding table has shape (%d, %d), expected (>= %d, %d)",
+                           path, m->ple_embd.rows, m->ple_embd.cols, in->vocab_size, pw);
+        if ((st = check_weight(path, "per_layer_model_projection", &m->ple_model_proj, pw, in->dim))) return st;
+        if (!m->ple_proj_norm) return ds_fail(DS_ERR_FORMAT, "%s: missing per_layer_projection_norm", path);
+        bytes += ds_weight_bytes(&m->ple_embd) / (size_t)m->ple_embd.rows + ds_weight_bytes(&m->ple_model_proj);
+    }
     for (int l = 0; l < in->n_layers; l++) {
         ds_layer *L = &m->layers[l];
         if (!L->head_dim) L->head_dim = in->head_dim;
         if (!L->n_kv_heads) L->n_kv_heads = in->n_kv_heads;
+        if (!L->ffn_dim) L->ffn_dim = in->ffn_dim;
+        if (!L->kv_shared) L->kv_src = l;
+        if (L->kv_shared) {
+            const ds_layer *S = L->kv_src >= 0 && L->kv_src < l ? &m->layers[L->kv_src] : NULL;
+            if (!S || S->kv_shared || S->head_dim != L->head_dim || S->n_kv_heads != L->n_kv_heads ||
+                S->window != L->window || S->rope != L->rope)
+                return ds_fail(DS_ERR_FORMAT, "%s: layer %d shares the KV cache of layer %d, which is no earlier "
+                               "unshared layer of the same attention type", path, l, L->kv_src);
+        }
+        if (L->ffn_dim <= 0 || L->ffn_dim > (1 << 20))
+            return ds_fail(DS_ERR_FORMAT, "%s: layer %d has an implausible MLP width %d", path, l, L->ffn_dim);
+        if (L->ffn_dim > m->max_ffn_dim) m->max_ffn_dim = L->ffn_dim;
         if (L->attn_scale == 0) L->attn_scale = 1.0f / sqrtf((float)L->head_dim);
         if (L->out_scale == 0) L->out_scale = 1.0f;
         const int hd = L->head_dim;
@@ -122,14 +146,22 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     if ((st = check_weight(path, what, &L->field, r, c))) return st;    \
     bytes += ds_weight_bytes(&L->field);
         CHECK(wq, qd, in->dim)
-        CHECK(wk, kvd, in->dim)
-        if (L->wv.data) {
+        if (!L->kv_shared) {
+            CHECK(wk, kvd, in->dim)
+        }
+        if (L->wv.data && !L->kv_shared) {
             CHECK(wv, kvd, in->dim)
         }
         CHECK(wo, in->dim, qd)
-        CHECK(w_gate, in->ffn_dim, in->dim)
-        CHECK(w_up, in->ffn_dim, in->dim)
-        CHECK(w_down, in->dim, in->ffn_dim)
+        CHECK(w_gate, L->ffn_dim, in->dim)
+        CHECK(w_up, L->ffn_dim, in->dim)
+        CHECK(w_down, in->dim, L->ffn_dim)
+        if (m->ple_dim) {
+            CHECK(ple_gate, m->ple_dim, in->dim)
+            CHECK(ple_proj, in->dim, m->ple_dim)
+            if (!L->ple_post_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
+            bytes += (size_t)in->dim * 4;
+        }
 #undef CHECK
         if (!L->attn_norm || !L->ffn_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
         bytes += (size_t)2 * in->dim * 4;
@@ -197,6 +229,7 @@ ds_status ds_kv_reserve(ds_kv *kv, int need) {
     // Re-lay each (head, dim) line from the old stride to the new one (amortized: doubling).
     for (int l = 0; l < kv->model->info.n_layers; l++) {
         const ds_layer *L = &kv->model->layers[l];
+        if (L->kv_shared) continue; // reads kv_src's rows
         const size_t lines = (size_t)L->n_kv_heads * L->head_dim;
         float *k = ds_transposed_regrow(kv->k[l], lines, kv->cap, kv->len, cap);
         if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
@@ -220,8 +253,9 @@ struct ds_workspace {
     float *k;        // (cap_rows, max_kv_dim)
     float *v;        // (cap_rows, max_kv_dim)
     float *att;      // (cap_rows, max_q_dim) attention output
-    float *hb;       // (cap_rows, ffn_dim) gate
-    float *hb2;      // (cap_rows, ffn_dim) up
+    float *hb;       // (cap_rows, max(max_ffn_dim, ple_dim)) gate
+    float *hb2;      // (cap_rows, max_ffn_dim) up
+    float *ple;      // (cap_rows, n_layers * ple_dim) per-layer inputs (PLE models only)
     float *rcos;     // (cap_rows, n_rope, max_head_dim / 2) RoPE cos per row and RoPE set
     float *rsin;     // (cap_rows, n_rope, max_head_dim / 2)
     float *logit_in; // (cap_rows, dim) gathered rows whose logits are wanted
@@ -232,6 +266,7 @@ struct ds_workspace {
     float *scores;   // (n_thr, cap_ctx) attention scores per thread
     size_t scratch_per_thread;
     float *scratch;  // (n_thr, scratch_per_thread) matmul tile widening
+    float *ple_row;  // (n_layers * ple_dim) one token's row of the per-layer table, as f32
 };
 
 ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
@@ -240,9 +275,18 @@ ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
     if (!ws) return DS_ERR_NOMEM;
     ws->m = m;
     size_t s = ds_matmul_scratch_floats(&m->output);
+    if (m->ple_dim) {
+        const size_t n = ds_matmul_scratch_floats(&m->ple_model_proj);
+        s = n > s ? n : s;
+        if (!(ws->ple_row = malloc((size_t)m->info.n_layers * m->ple_dim * 4))) {
+            free(ws);
+            return DS_ERR_NOMEM;
+        }
+    }
     for (int l = 0; l < m->info.n_layers; l++) { // layers may differ (Gemma 4 global layers)
         const ds_layer *L = &m->layers[l];
-        const ds_weight *ws_list[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const ds_weight *ws_list[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                      &L->ple_gate, &L->ple_proj};
         for (size_t i = 0; i < sizeof ws_list / sizeof ws_list[0]; i++) {
             size_t n = ws_list[i]->data ? ds_matmul_scratch_floats(ws_list[i]) : 0;
             s = n > s ? n : s;
@@ -255,7 +299,7 @@ ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
 
 static void ws_release(ds_workspace *ws) {
     float **bufs[] = {&ws->x, &ws->xb, &ws->q, &ws->k, &ws->v, &ws->att, &ws->hb, &ws->hb2, &ws->rcos, &ws->rsin,
-                      &ws->logit_in, &ws->logits};
+                      &ws->logit_in, &ws->logits, &ws->ple};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -271,6 +315,7 @@ void ds_workspace_free(ds_workspace *ws) {
     ws_release(ws);
     free(ws->scores);
     free(ws->scratch);
+    free(ws->ple_row);
     free(ws);
 }
 
@@ -288,8 +333,10 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         ws->k = malloc(r * kvd * 4);
         ws->v = malloc(r * kvd * 4);
         ws->att = malloc(r * qd * 4);
-        ws->hb = malloc(r * in->ffn_dim * 4);
-        ws->hb2 = malloc(r * in->ffn_dim * 4);
+        const size_t hw = (size_t)(m->max_ffn_dim > m->ple_dim ? m->max_ffn_dim : m->ple_dim);
+        ws->hb = malloc(r * hw * 4);
+        ws->hb2 = malloc(r * m->max_ffn_dim * 4);
+        ws->ple = m->ple_dim ? malloc(r * in->n_layers * m->ple_dim * 4) : NULL;
         ws->rcos = malloc(r * m->n_rope * (m->max_head_dim / 2) * 4);
         ws->rsin = malloc(r * m->n_rope * (m->max_head_dim / 2) * 4);
         ws->logit_in = malloc(r * in->dim * 4);
@@ -297,7 +344,7 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         ws->row_seq = malloc(r * sizeof(int));
         ws->row_pos = malloc(r * sizeof(int));
         if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->att || !ws->hb || !ws->hb2 || !ws->rcos ||
-            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos) {
+            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos || (m->ple_dim && !ws->ple)) {
             ws_release(ws);
             return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
         }
@@ -378,8 +425,8 @@ static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs,
         const ds_kv *kv = seqs[ws->row_seq[r]].kv;
         const int end = ws->row_pos[r] + 1, start = win && end > win ? end - win : 0;
         const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = kv->k[layer] + (size_t)(h / group) * hd * kv->cap + start;
-        const float *V = kv->v[layer] + (size_t)(h / group) * hd * kv->cap + start;
+        const float *K = kv->k[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
+        const float *V = kv->v[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
         float *sc = ws->scores + (size_t)omp_get_thread_num() * ws->cap_ctx;
         ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, scale, sc);
     }
@@ -404,6 +451,22 @@ static void scale_rows(float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+// Per-layer inputs of every row (Gemma 4 PLE): ws->ple (R, n_layers, ple_dim) from the scaled
+// embeddings ws->x and the rows of the per-layer table for the rows' tokens (the only rows read).
+static void ple_inputs(const ds_model *m, ds_workspace *ws, const ds_forward_seq *seqs, int n_seqs, int R) {
+    const int P = m->ple_dim, n = m->info.n_layers, dim = m->info.dim;
+    const float eps = m->info.norm_eps, s2 = 0.70710678118654752f; // 2^-0.5
+    ds_matmul(ws->ple, ws->x, &m->ple_model_proj, R, ws->scratch);
+    scale_rows(ws->ple, 1.0f / sqrtf((float)dim), (size_t)R * n * P);
+    for (int s = 0, r = 0; s < n_seqs; s++)
+        for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
+            float *row = ws->ple + (size_t)r * n * P;
+            ds_weight_row_f32(&m->ple_embd, seqs[s].tokens[i], ws->ple_row);
+            for (int l = 0; l < n; l++) ds_rmsnorm(row + (size_t)l * P, row + (size_t)l * P, m->ple_proj_norm, P, eps);
+            for (int j = 0; j < n * P; j++) row[j] = (row[j] + ws->ple_row[j] * m->ple_embed_scale) * s2;
+        }
+}
+
 ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int n_seqs) {
     const ds_model_info *in = &m->info;
     if (!ws || ws->m != m) return ds_fail(DS_ERR_INVALID, "workspace belongs to another model");
@@ -419,7 +482,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
 
-    const int dim = in->dim, nh = in->n_heads, ffn = in->ffn_dim, mhalf = m->max_head_dim / 2, nr = m->n_rope;
+    const int dim = in->dim, nh = in->n_heads, mhalf = m->max_head_dim / 2, nr = m->n_rope;
     // Rows: positions, owners, RoPE angles (per RoPE set), embeddings.
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
@@ -432,19 +495,28 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             if (m->embed_scale) scale_rows(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
         }
     copy_taps(m, seqs, n_seqs, ws->x, -1);
+    if (m->ple_dim) ple_inputs(m, ws, seqs, n_seqs, R);
 
     for (int l = 0; l < in->n_layers; l++) {
         const ds_layer *L = &m->layers[l];
-        const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
+        const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd, ffn = L->ffn_dim;
+        const int own_kv = !L->kv_shared;
         // Attention block.
         for (int r = 0; r < R; r++)
             ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->attn_norm, dim, in->norm_eps);
         ds_matmul(ws->q, ws->xb, &L->wq, R, ws->scratch);
-        ds_matmul(ws->k, ws->xb, &L->wk, R, ws->scratch);
-        if (L->wv.data) ds_matmul(ws->v, ws->xb, &L->wv, R, ws->scratch);
+        if (own_kv) ds_matmul(ws->k, ws->xb, &L->wk, R, ws->scratch);
+        if (own_kv && L->wv.data) ds_matmul(ws->v, ws->xb, &L->wv, R, ws->scratch);
         for (int r = 0; r < R; r++) {
             float *q = ws->q + (size_t)r * qd, *k = ws->k + (size_t)r * kvd, *v = ws->v + (size_t)r * kvd;
             if (L->bq) ds_add(q, L->bq, qd);
+            const size_t ro = ((size_t)r * nr + L->rope) * mhalf;
+            if (!own_kv) { // a KV-shared layer: only its queries; keys and values are kv_src's
+                if (L->q_norm)
+                    for (int h = 0; h < nh; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
+                ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
+                continue;
+            }
             if (L->bk) ds_add(k, L->bk, kvd);
             if (!L->wv.data) memcpy(v, k, (size_t)kvd * 4); // K = V: the raw key projection
             else if (L->bv) ds_add(v, L->bv, kvd);
@@ -454,7 +526,6 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
                 for (int h = 0; h < nkv; h++) ds_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, in->norm_eps);
             if (L->v_norm)
                 for (int h = 0; h < nkv; h++) ds_rmsnorm(v + h * hd, v + h * hd, NULL, hd, in->norm_eps);
-            const size_t ro = ((size_t)r * nr + L->rope) * mhalf;
             ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
             ds_rope(k, nkv, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
             ds_kv *kv = seqs[ws->row_seq[r]].kv;
@@ -484,6 +555,16 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             for (int r = 0; r < R; r++)
                 ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ffn_post_norm, dim, in->norm_eps);
         ds_add(ws->x, ws->xb, R * dim);
+        if (m->ple_dim) { // x += N(Wproj · (gelu_tanh(Wgate · x) ⊙ ple_l))
+            const int P = m->ple_dim;
+            ds_matmul(ws->hb, ws->x, &L->ple_gate, R, ws->scratch);
+            for (int r = 0; r < R; r++)
+                geglu(ws->hb + (size_t)r * P, ws->ple + ((size_t)r * in->n_layers + l) * P, P);
+            ds_matmul(ws->xb, ws->hb, &L->ple_proj, R, ws->scratch);
+            for (int r = 0; r < R; r++)
+                ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ple_post_norm, dim, in->norm_eps);
+            ds_add(ws->x, ws->xb, R * dim);
+        }
         if (L->out_scale != 1.0f) scale_rows(ws->x, L->out_scale, (size_t)R * dim);
         copy_taps(m, seqs, n_seqs, ws->x, l);
     }

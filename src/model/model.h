@@ -36,8 +36,16 @@ typedef struct {
     ds_weight w_up;        // (ffn_dim, dim)
     ds_weight w_down;      // (dim, ffn_dim)
     float *ffn_post_norm;  // (dim) RMSNorm of the MLP output before the residual add (Gemma), or NULL
+    // Per-layer embeddings (Gemma 4 E-series; data NULL elsewhere): after the MLP residual add,
+    // x += ple_post_norm(ple_proj · (gelu_tanh(ple_gate · x) ⊙ per-layer input of this layer)).
+    ds_weight ple_gate;    // (ple_dim, dim)
+    ds_weight ple_proj;    // (dim, ple_dim)
+    float *ple_post_norm;  // (dim)
     // Geometry and options (0 = the model-wide value, filled by ds_model_finish).
     int head_dim, n_kv_heads;
+    int ffn_dim;           // MLP width (0 = the model-wide value; Gemma 4 double-wide MLP on shared layers)
+    int kv_shared;         // Gemma 4 KV sharing: no wk/wv and no cache of its own; attends over kv_src's
+    int kv_src;            // the layer whose KV cache this layer attends over (itself unless kv_shared)
     int window;            // sliding window: attend to the last `window` positions (0 = all)
     int rope;              // index into ds_model.rope
     float attn_scale;      // softmax scale of q·k (0 = head_dim^-0.5)
@@ -56,11 +64,19 @@ struct ds_model {
     ds_rope_freqs rope[DS_MAX_ROPE]; // rope[0] defaults to theta^(-2i/head_dim) over info.head_dim
     int n_rope;
     float embed_scale;   // embeddings are multiplied by it (Gemma: sqrt(dim) in the weight dtype); 0 = none
+    // Per-layer embeddings (Gemma 4 E-series; ple_dim 0 = none). Per row, the per-layer inputs are
+    // (RMSNorm(ple_model_proj · e / sqrt(dim)) + ple_embd[token] · ple_embed_scale) / sqrt(2), one
+    // (ple_dim) slice per layer (RMSNorm per slice with ple_proj_norm), e the scaled embedding.
+    int ple_dim;             // hidden_size_per_layer_input
+    ds_weight ple_embd;      // (vocab_size_per_layer_input, n_layers * ple_dim), mapped; only batch rows are read
+    float ple_embed_scale;   // sqrt(ple_dim) in the table's dtype
+    ds_weight ple_model_proj; // (n_layers * ple_dim, dim)
+    float *ple_proj_norm;    // (ple_dim)
     ds_act act;
     float final_softcap; // logits = c·tanh(logits / c) (Gemma), 0 = none
     int32_t stop_ids[DS_MAX_STOP]; // ids that end generation (eos_id first)
     int n_stop;
-    int max_head_dim, max_q_dim, max_kv_dim; // over layers (workspace and scratch sizing)
+    int max_head_dim, max_q_dim, max_kv_dim, max_ffn_dim; // over layers (workspace and scratch sizing)
     ds_tokenizer *tok;   // NULL when the checkpoint has no tokenizer we support
     float *owned;        // every f32 vector converted at load (norms), one allocation
     size_t owned_used, owned_cap;
@@ -87,8 +103,9 @@ struct ds_kv {
     int max_ctx;
     // Transposed per head, so attention runs along positions with no horizontal reductions:
     // scores = Σ_d q[d]·K[d][:] (axpys), out[d] = p·V[d][:] (one dot per d), for any head_dim.
-    float **k;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap), K after RoPE
-    float **v;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap)
+    float **k;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap), K after RoPE; NULL on
+                    // KV-shared layers (they read k[kv_src])
+    float **v;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap); NULL on KV-shared layers
 };
 
 // Make room for `need` rows (amortized doubling; no allocation once the cache has grown).

@@ -73,14 +73,17 @@ def ids_arg(ids):
     return ",".join(str(int(i)) for i in ids)
 
 
-def ref_dump(model_path, tokens, taps=(), chunks=None, tag="dump"):
-    """Run ds_ref_dump and return the parsed dump (see read_dump)."""
+def ref_dump(model_path, tokens, taps=(), chunks=None, tag="dump", junk=None):
+    """Run ds_ref_dump and return the parsed dump (see read_dump). `junk`: ids fed after every chunk
+    but the last and rolled back (ds_kv_truncate) before the next."""
     out = os.path.join(tmp_dir(), f"{tag}_{os.getpid()}.bin")
     args = [tool("ds_ref_dump"), model_path, "--tokens", ids_arg(tokens), "--out", out]
     if taps:
         args += ["--taps", ids_arg(taps)]
     if chunks:
         args += ["--chunks", ids_arg(chunks)]
+    if junk:
+        args += ["--junk", ids_arg(junk)]
     run(args)
     try:
         return read_dump(out, n_taps_expected=len(taps))

@@ -1,6 +1,6 @@
 """Independent PyTorch references (float64) of the Hugging Face decoder architectures we load:
 Llama (with rope_scaling default / linear / llama3), Qwen2, Qwen3, Gemma 3 text, Gemma 4 text
-(dense). Written from transformers' modeling code semantics (modeling_llama, modeling_qwen2,
+(dense and the E-series: per-layer embeddings, KV sharing). Written from transformers' modeling code semantics (modeling_llama, modeling_qwen2,
 modeling_qwen3, modeling_gemma3, modeling_gemma4), in its style: the whole sequence at once,
 (batch=1, heads, seq, head_dim) tensors, rotate_half RoPE, repeat_kv, an additive mask matrix
 (causal, plus the sliding window on sliding layers), eager softmax attention. Nothing here
@@ -9,7 +9,8 @@ mirrors our C code's structure (KV cache, ragged rows, transposed cache).
     LlamaDecoderLayer:   h = x + o_proj(attn(input_layernorm(x)));  x = h + mlp(post_attention_layernorm(h))
     Gemma3DecoderLayer:  h = x + post_attention_layernorm(attn(input_layernorm(x)))
                          x = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)))
-    Gemma4:              as Gemma 3, then x = x * layer_scalar
+    Gemma4:              as Gemma 3, then (E-series) x = x + post_per_layer_input_norm(per_layer_projection(
+                             gelu_tanh(per_layer_input_gate(x)) * per_layer_input[i])), then x = x * layer_scalar
 
 Key facts (per transformers):
 - Llama RoPE inv_freq = theta^(-2i/d); "linear" divides by factor; "llama3" divides the low
@@ -25,6 +26,15 @@ Key facts (per transformers):
   layers use global_head_dim and, with attention_k_eq_v, num_global_key_value_heads and no v_proj
   (values = raw k_proj output, then v_norm); RoPE per layer type from rope_parameters, "proportional"
   rotating only the first int(partial_rotary_factor * d // 2) frequencies theta^(-2i/d) (others 0).
+- Gemma 4 per-layer embeddings (Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs):
+  per_layer_inputs = embed_tokens_per_layer[ids] * sqrt(P) (scale cast to the weight dtype),
+  reshaped (n, layers, P); projection = per_layer_model_projection(inputs_embeds) * hidden^-0.5,
+  reshaped (n, layers, P), RMSNorm over P with per_layer_projection_norm; the layer inputs are
+  (projection + per_layer_inputs) * 2^-0.5. With use_double_wide_mlp, KV-shared layers' MLPs are
+  2 x intermediate_size wide (the weights' shapes say so here).
+- Gemma 4 KV sharing (Gemma4TextAttention): layers i >= num_hidden_layers - num_kv_shared_layers
+  compute no keys / values; they use shared_kv_states[layer_type], the keys / values (after k_norm,
+  v_norm, RoPE) that the last unshared layer of the same type stored, with their own mask.
 
 Entry point: `load(directory)` -> model; `forward(model, tokens, taps)` -> ForwardResult
 (logits, taps {layer: (n, dim)}, hidden after the final norm).
@@ -170,29 +180,48 @@ def linear(m, name, x):
     return y
 
 
-def attention(m, i, ltype, x, pos):
+def kv_sharing(m):
+    """(first shared layer index, {layer type: the last unshared layer of that type})."""
+    c = m.c
+    n = c["num_hidden_layers"]
+    first = n - (c.get("num_kv_shared_layers") or 0) if family(m) == "gemma4" else n
+    types = layer_types(m)
+    store = {}
+    for j in range(first):
+        store[types[j]] = j
+    return first, store
+
+
+def attention(m, i, ltype, x, pos, shared_kv):
     c, f, t = m.c, family(m), m.t
     p = f"{m.prefix}layers.{i}.self_attn."
     n = x.shape[0]
     nh = c["num_attention_heads"]
     hd, nkv, keqv = geometry(m, ltype)
+    first_shared, store = kv_sharing(m)
     q = linear(m, p + "q_proj", x).view(n, nh, hd).transpose(0, 1)
-    k = linear(m, p + "k_proj", x).view(n, nkv, hd).transpose(0, 1)
-    if keqv and p + "v_proj.weight" not in t:
-        v = k.clone()
-    else:
-        v = linear(m, p + "v_proj", x).view(n, nkv, hd).transpose(0, 1)
     if f in ("qwen3", "gemma3", "gemma4"):
         q = norm(m, q, t[p + "q_norm.weight"])
-        k = norm(m, k, t[p + "k_norm.weight"])
-    if f == "gemma4":
-        v = norm(m, v, None)
     inv = inv_freq_for(rope_params(m, ltype), hd)
     freqs = pos[:, None].to(DT) * inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos()[None], emb.sin()[None]
     q = q * cos + rotate_half(q) * sin
-    k = k * cos + rotate_half(k) * sin
+    if i >= first_shared:  # KV sharing: the stored keys / values of the last unshared layer of this type
+        k, v = shared_kv[ltype]
+    else:
+        k = linear(m, p + "k_proj", x).view(n, nkv, hd).transpose(0, 1)
+        if keqv and p + "v_proj.weight" not in t:
+            v = k.clone()
+        else:
+            v = linear(m, p + "v_proj", x).view(n, nkv, hd).transpose(0, 1)
+        if f in ("qwen3", "gemma3", "gemma4"):
+            k = norm(m, k, t[p + "k_norm.weight"])
+        if f == "gemma4":
+            v = norm(m, v, None)
+        k = k * cos + rotate_half(k) * sin
+        if store.get(ltype) == i and first_shared < c["num_hidden_layers"]:
+            shared_kv[ltype] = (k, v)
     rep = nh // nkv
     k = k.repeat_interleave(rep, dim=0)
     v = v.repeat_interleave(rep, dim=0)
@@ -224,6 +253,26 @@ def mlp(m, i, x):
     return linear(m, p + "down_proj", a * u)
 
 
+def _in_dtype(m, s):
+    """A Python float scale as Gemma's scaled embeddings use it: cast to the weight dtype."""
+    if m.dtype == "bfloat16":
+        return _bf16_round(s)
+    if m.dtype == "float16":
+        return float(np.float16(s))
+    return float(np.float32(s))
+
+
+def per_layer_inputs(m, ids, inputs_embeds):
+    """(n, layers, P): Gemma4TextModel.project_per_layer_inputs(inputs_embeds, get_per_layer_inputs(ids))."""
+    c, t, pre = m.c, m.t, m.prefix
+    n, L, P = len(ids), c["num_hidden_layers"], c["hidden_size_per_layer_input"]
+    tok = t[pre + "embed_tokens_per_layer.weight"][ids] * _in_dtype(m, P ** 0.5)
+    tok = tok.reshape(n, L, P)
+    proj = (inputs_embeds @ t[pre + "per_layer_model_projection.weight"].T) * c["hidden_size"] ** -0.5
+    proj = norm(m, proj.reshape(n, L, P), t[pre + "per_layer_projection_norm.weight"])
+    return (proj + tok) * 2.0 ** -0.5
+
+
 def forward(m, tokens, taps=()):
     c, f, t = m.c, family(m), m.t
     pre = m.prefix
@@ -231,14 +280,9 @@ def forward(m, tokens, taps=()):
     pos = torch.arange(len(tokens))
     x = t[pre + "embed_tokens.weight"][ids]
     if f.startswith("gemma"):
-        s = math.sqrt(c["hidden_size"])
-        if m.dtype == "bfloat16":
-            s = _bf16_round(s)
-        elif m.dtype == "float16":
-            s = float(np.float16(s))
-        else:
-            s = float(np.float32(s))
-        x = x * s
+        x = x * _in_dtype(m, math.sqrt(c["hidden_size"]))
+    ple = per_layer_inputs(m, ids, x) if f == "gemma4" and c.get("hidden_size_per_layer_input") else None
+    shared_kv = {}
     out_taps = {}
     if -1 in taps:
         out_taps[-1] = x.clone()
@@ -246,16 +290,20 @@ def forward(m, tokens, taps=()):
     for i in range(c["num_hidden_layers"]):
         p = f"{pre}layers.{i}."
         if f.startswith("gemma"):
-            h = norm(m, attention(m, i, types[i], norm(m, x, t[p + "input_layernorm.weight"]), pos),
+            h = norm(m, attention(m, i, types[i], norm(m, x, t[p + "input_layernorm.weight"]), pos, shared_kv),
                      t[p + "post_attention_layernorm.weight"])
             x = x + h
             h = norm(m, mlp(m, i, norm(m, x, t[p + "pre_feedforward_layernorm.weight"])),
                      t[p + "post_feedforward_layernorm.weight"])
             x = x + h
+            if ple is not None:
+                g = torch.nn.functional.gelu(x @ t[p + "per_layer_input_gate.weight"].T, approximate="tanh")
+                h = (g * ple[:, i, :]) @ t[p + "per_layer_projection.weight"].T
+                x = x + norm(m, h, t[p + "post_per_layer_input_norm.weight"])
             if f == "gemma4" and p + "layer_scalar" in t:
                 x = x * t[p + "layer_scalar"]
         else:
-            x = x + attention(m, i, types[i], norm(m, x, t[p + "input_layernorm.weight"]), pos)
+            x = x + attention(m, i, types[i], norm(m, x, t[p + "input_layernorm.weight"]), pos, shared_kv)
             x = x + mlp(m, i, norm(m, x, t[p + "post_attention_layernorm.weight"]))
         if i in taps:
             out_taps[i] = x.clone()

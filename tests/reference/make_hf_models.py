@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write random tiny Hugging Face checkpoints of each supported architecture.
 
-    make_hf_models.py OUT_DIR --arch llama3|qwen2|qwen3|gemma3|gemma3_mm|gemma4 [--dtype f32|bf16]
+    make_hf_models.py OUT_DIR --arch llama3|qwen2|qwen3|gemma3|gemma3_mm|gemma4|gemma4e|gemma4e_mm [--dtype f32|bf16]
         [--seed 1] [--dim 64 --layers 4 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 --head-dim 16]
 
 config.json follows transformers' field names for the architecture (see hf_ref.py for what each
@@ -16,7 +16,19 @@ head_dim != hidden/heads), gemma3 (1 + w norms, sandwich norms, GeGLU, sliding w
 layers, local/global RoPE bases, linear scaling, query_pre_attn_scalar, final softcap), gemma3_mm
 (the same text model inside Gemma3ForConditionalGeneration, with vision tower and projector
 tensors, one 4-D, that must be ignored), gemma4 (plain-w norms, v_norm, global layers with a larger head_dim and K = V, proportional
-partial RoPE, attention scale 1, layer_scalar, softcap).
+partial RoPE, attention scale 1, layer_scalar, softcap), gemma4e (the E-series text model: per-layer
+embeddings of width 8 with their table, projection and per-layer gate / projection / norm; layer
+types s s f s s f ... (last full); the last layers // 2 layers share KV (for 6 layers: 3 and 4 read
+layer 1's cache, 5 reads layer 2's) and have no k/v tensors; use_double_wide_mlp, so the shared
+layers' MLPs are twice as wide; full layers with a larger head_dim, separate v_proj, proportional
+RoPE), gemma4e_mm (the same inside Gemma4ForConditionalGeneration, with audio and vision tower
+and embedder tensors that must be dropped). Use at least 6 layers for gemma4e (with fewer, a shared
+full layer has no source: the loader refuses it).
+
+With --tokenizer (option tokenizer=True), the directory also gets a tiny Gemma-style tokenizer
+(write_gemma_tokenizer: SentencePiece-style BPE with byte fallback, <bos> 1, <eos> 2,
+<end_of_turn> 3, <start_of_turn> 4, a Gemma chat template) so that text commands run on it; it
+needs a vocabulary of at least 300.
 
 As a module: `make_hf_model(out_dir, arch, **opts)` returns the output directory.
 """
@@ -31,7 +43,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_hf_llama import DTYPES, random_tensor, split_shards, write_safetensors  # noqa: E402
 
-ARCHS = ("llama3", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4")
+ARCHS = ("llama3", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4", "gemma4e", "gemma4e_mm")
+PLE_DIM = 8
 
 
 def _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype):
@@ -79,6 +92,24 @@ def _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype):
                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                     "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                        "rope_theta": 1000000.0}}}
+    if arch in ("gemma4e", "gemma4e_mm"):
+        types = ["sliding_attention" if (i + 1) % 3 else "full_attention" for i in range(layers)]
+        types[-1] = "full_attention"
+        text = {**base, "model_type": "gemma4_text", "hidden_activation": "gelu_pytorch_tanh",
+                "head_dim": head_dim, "global_head_dim": 2 * head_dim, "attention_k_eq_v": False,
+                "num_global_key_value_heads": None, "sliding_window": 6, "layer_types": types,
+                "final_logit_softcapping": 10.0, "tie_word_embeddings": True,
+                "hidden_size_per_layer_input": PLE_DIM, "vocab_size_per_layer_input": vocab,
+                "num_kv_shared_layers": layers // 2, "use_double_wide_mlp": True, "enable_moe_block": False,
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                       "rope_theta": 1000000.0}}}
+        if arch == "gemma4e":
+            return {**text, "architectures": ["Gemma4ForCausalLM"]}
+        return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text,
+                "vision_config": {"hidden_size": 8, "model_type": "gemma4_vision"},
+                "audio_config": {"hidden_size": 8, "model_type": "gemma4_audio"}, "eos_token_id": [2, 7]}
     raise ValueError(f"unknown arch {arch}")
 
 
@@ -89,19 +120,32 @@ def _plan(arch, cfg):
     heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or dim // heads
     gemma = arch.startswith("gemma")
-    pre = "model.language_model." if arch == "gemma3_mm" else "model."
+    e_series = arch.startswith("gemma4e")
+    pre = "model.language_model." if arch.endswith("_mm") else "model."
     norm = "gnorm" if arch.startswith("gemma3") else "norm"  # Gemma 3 stores w of x·(1 + w)
     plan = [(pre + "embed_tokens.weight", (vocab, dim), "embed")]
-    for i in range(c["num_hidden_layers"]):
+    n_layers = c["num_hidden_layers"]
+    first_shared = n_layers - c.get("num_kv_shared_layers", 0)
+    if e_series:
+        P = c["hidden_size_per_layer_input"]
+        plan += [(pre + "embed_tokens_per_layer.weight", (c["vocab_size_per_layer_input"], n_layers * P), "embed"),
+                 (pre + "per_layer_model_projection.weight", (n_layers * P, dim), "linear"),
+                 (pre + "per_layer_projection_norm.weight", (P,), norm)]
+    for i in range(n_layers):
         p = f"{pre}layers.{i}."
         sliding = c.get("layer_types", ["sliding_attention"] * 99)[i] == "sliding_attention"
         lhd, lkv, has_v = hd, kv, True
-        if arch == "gemma4" and not sliding:
-            lhd, lkv, has_v = c["global_head_dim"], c["num_global_key_value_heads"], False
+        if arch.startswith("gemma4") and not sliding:
+            lhd = c["global_head_dim"]
+            if c.get("attention_k_eq_v"):
+                lkv, has_v = c["num_global_key_value_heads"], False
+        shared = e_series and i >= first_shared  # KV-shared layers have no k/v projections or k_norm
+        lffn = 2 * ffn if shared and c.get("use_double_wide_mlp") else ffn
         plan += [(p + "input_layernorm.weight", (dim,), norm),
-                 (p + "self_attn.q_proj.weight", (heads * lhd, dim), "linear"),
-                 (p + "self_attn.k_proj.weight", (lkv * lhd, dim), "linear")]
-        if has_v:
+                 (p + "self_attn.q_proj.weight", (heads * lhd, dim), "linear")]
+        if not shared:
+            plan.append((p + "self_attn.k_proj.weight", (lkv * lhd, dim), "linear"))
+        if has_v and not shared:
             plan.append((p + "self_attn.v_proj.weight", (lkv * lhd, dim), "linear"))
         plan.append((p + "self_attn.o_proj.weight", (dim, heads * lhd), "linear"))
         if arch in ("llama3", "qwen2"):
@@ -111,16 +155,22 @@ def _plan(arch, cfg):
         if arch == "llama3":
             plan.append((p + "self_attn.o_proj.bias", (dim,), "bias"))
         if arch == "qwen3" or gemma:
-            plan += [(p + "self_attn.q_norm.weight", (lhd,), norm), (p + "self_attn.k_norm.weight", (lhd,), norm)]
+            plan.append((p + "self_attn.q_norm.weight", (lhd,), norm))
+            if not shared:
+                plan.append((p + "self_attn.k_norm.weight", (lhd,), norm))
         plan.append((p + "post_attention_layernorm.weight", (dim,), norm))
         if gemma:
             plan += [(p + "pre_feedforward_layernorm.weight", (dim,), norm),
                      (p + "post_feedforward_layernorm.weight", (dim,), norm)]
-        if arch == "gemma4":
+        if arch.startswith("gemma4"):
             plan.append((p + "layer_scalar", (1,), "scalar"))
-        plan += [(p + "mlp.gate_proj.weight", (ffn, dim), "linear"),
-                 (p + "mlp.up_proj.weight", (ffn, dim), "linear"),
-                 (p + "mlp.down_proj.weight", (dim, ffn), "linear")]
+        if e_series:
+            plan += [(p + "per_layer_input_gate.weight", (P, dim), "gate"),
+                     (p + "per_layer_projection.weight", (dim, P), "linear"),
+                     (p + "post_per_layer_input_norm.weight", (dim,), norm)]
+        plan += [(p + "mlp.gate_proj.weight", (lffn, dim), "linear"),
+                 (p + "mlp.up_proj.weight", (lffn, dim), "linear"),
+                 (p + "mlp.down_proj.weight", (dim, lffn), "linear")]
     plan.append((pre + "norm.weight", (dim,), norm))
     if not c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", gemma)):
         plan.append(("lm_head.weight", (vocab, dim), "linear"))
@@ -128,6 +178,13 @@ def _plan(arch, cfg):
         plan += [("model.vision_tower.patch_embedding.weight", (8, 12), "linear"),
                  ("model.vision_tower.patch_conv.weight", (8, 3, 2, 2), "embed"),  # 4-D, like a real conv
                  ("model.multi_modal_projector.proj.weight", (8, dim), "linear")]
+    if arch == "gemma4e_mm":  # towers and embedders the text model never reads
+        plan += [("model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight", (8, 8), "linear"),
+                 ("model.vision_tower.patch_embedder.input_proj.weight", (8, 12), "linear"),
+                 ("model.embed_vision.embedding_projection.weight", (dim, 8), "linear"),
+                 ("model.audio_tower.subsample_conv_projection.layer0.conv.weight", (8, 1, 3, 3), "embed"),
+                 ("model.audio_tower.layers.0.self_attn.q_proj.linear.weight", (8, 8), "linear"),
+                 ("model.embed_audio.embedding_projection.weight", (dim, 8), "linear")]
     return plan
 
 
@@ -141,11 +198,54 @@ def _values(seed, name, shape, kind):
         return (0.1 * z).astype(np.float32)
     if kind == "scalar":
         return (1.0 + 0.3 * z).astype(np.float32)
+    if kind == "gate":  # PLE gate: O(1) outputs on the residual stream (~sqrt(dim) per element, Gemma's
+        # scaled embeddings); a plain "linear" one drives all ple_dim gelu outputs of some rows to ~0, and
+        # the post-norm then amplifies rounding by 1000x (ill-conditioned, not what trained models do)
+        return (0.15 * z / np.float32(np.sqrt(shape[1]))).astype(np.float32)
     raise ValueError(kind)
 
 
+def write_gemma_tokenizer(out_dir, vocab):
+    """tokenizer.json + tokenizer_config.json of a tiny Gemma-style tokenizer with ids below `vocab`:
+    specials 0-5, the 256 byte pieces <0x00>..<0xFF> at 6-261, "▁", the letters a-z and merges up to
+    "▁the", "▁a", "▁cat"; anything else falls back to bytes."""
+    specials = ["<pad>", "<bos>", "<eos>", "<end_of_turn>", "<start_of_turn>", "<unk>"]
+    pieces = specials + ["<0x%02X>" % b for b in range(256)] + ["\u2581"] + [chr(c) for c in range(97, 123)]
+    merges = [("t", "h"), ("th", "e"), ("\u2581", "the"), ("\u2581", "a"), ("c", "a"), ("ca", "t"), ("\u2581", "cat")]
+    for a, b in merges:
+        pieces.append(a + b)
+    if len(pieces) > vocab:
+        raise ValueError(f"the tiny Gemma tokenizer needs a vocabulary of {len(pieces)}, not {vocab}")
+    tok = {
+        "version": "1.0",
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, t in enumerate(specials)],
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious"},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "post_processor": {"type": "TemplateProcessing",  # <bos> first, as Gemma's tokenizer.json
+                           "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                    {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"<bos>": {"id": "<bos>", "ids": [1], "tokens": ["<bos>"]}}},
+        "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>",
+                  "vocab": {t: i for i, t in enumerate(pieces)}, "merges": [[a, b] for a, b in merges]},
+    }
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    template = ("{{ bos_token }}{% for message in messages %}<start_of_turn>{{ 'model' if message['role'] == "
+                "'assistant' else message['role'] }}\n{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+                "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+                   "add_bos_token": True, "add_eos_token": False, "chat_template": template}, f, indent=2)
+
+
 def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, ffn=96, vocab=300, head_dim=16,
-                  dtype="f32", shards=1, config_overrides=None):
+                  dtype="f32", shards=1, config_overrides=None, tokenizer=False):
     os.makedirs(out_dir, exist_ok=True)
     for fn in os.listdir(out_dir):
         if fn.endswith(".safetensors") or fn.endswith(".json"):
@@ -176,6 +276,8 @@ def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, 
                 json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
     finally:
         make_hf_llama.random_tensor = orig
+    if tokenizer:
+        write_gemma_tokenizer(out_dir, vocab)
     return out_dir
 
 
@@ -193,9 +295,11 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=300)
     ap.add_argument("--head-dim", type=int, default=16)
     ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--tokenizer", action="store_true", help="also write a tiny Gemma-style tokenizer")
     a = ap.parse_args(argv)
     make_hf_model(a.out_dir, a.arch, seed=a.seed, dim=a.dim, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
-                  ffn=a.ffn, vocab=a.vocab, head_dim=a.head_dim, dtype=a.dtype, shards=a.shards)
+                  ffn=a.ffn, vocab=a.vocab, head_dim=a.head_dim, dtype=a.dtype, shards=a.shards,
+                  tokenizer=a.tokenizer)
     print(a.out_dir)
     return 0
 

@@ -5,7 +5,9 @@ Qwen3 drafter.
 
 Targets: tiny random HF checkpoints from make_hf_models.py (gemma3: linear RoPE scaling, softcap 10;
 gemma4: global layers with head dim 32, 1 KV head, K = V, proportional RoPE rotating 4 of 16 pairs,
-softcap 10; a bf16 gemma4 with hidden 48, where sqrt(48) rounds differently in bf16 and f32).
+softcap 10; a bf16 gemma4 with hidden 48, where sqrt(48) rounds differently in bf16 and f32; a
+Gemma 4 E-series gemma4e with per-layer embeddings and KV sharing, whose global layers have head dim
+32 and separate K / V, 2 KV heads).
 
 For every drafter:
   - config.json against the target's config.json read here (not through dspark): architecture,
@@ -20,8 +22,8 @@ For every drafter:
   - parity: its logits and confidences through ds_draft_dump against deepspec_ref.py (PyTorch),
     max |diff| < 1e-4 (as test_drafter_parity.py);
   - greedy speculative decoding with it (ds_greedy --drafter) is token-identical to plain decoding.
-Training: datagen --unconditional (the tiny targets have no tokenizer) and a few `dspark train`
-steps from the Gemma 4 drafter: finite losses, frozen embed_tokens / lm_head unchanged, the
+Training (on the gemma4 and the gemma4e targets): datagen --unconditional (the tiny targets have no
+tokenizer) and a few `dspark train` steps from the Gemma 4 drafter: finite losses, frozen embed_tokens / lm_head unchanged, the
 checkpoint reloads (parity against the reference again, now with a trained Markov head) and stays
 lossless; `dspark train` without --init on a Gemma target writes a Gemma4DSparkModel init.
 Qwen3 target: a Qwen3DSparkModel, and `--style qwen3` writes the same bytes as the default.
@@ -196,30 +198,30 @@ def check_drafter(chk, label, target, d, tf, style, verbatim):
     check_greedy(chk, label, target, d)
 
 
-def check_training(chk, target, d, tf):
-    data = os.path.join(TMP, "g4.data")
+def check_training(chk, target, d, tf, tag="g4"):
+    data = os.path.join(TMP, f"{tag}.data")
     dspark("datagen", "-m", target, "--unconditional", "-n", "8", "--max-tokens", "40", "--seed", "1",
            "-t", "2", "-o", data)
-    out = os.path.join(TMP, "g4_trained")
+    out = os.path.join(TMP, f"{tag}_trained")
     dspark("train", "-m", target, "--data", data, "--init", d, "--steps", "12", "--anchors", "16", "--batch", "4",
            "--lr", "3e-3", "--seed", "3", "-t", "2", "-o", out)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         losses = [json.loads(x)["loss"] for x in f if x.strip()]
-    print("gemma4 train losses:", " ".join(f"{x:.4f}" for x in losses))
-    chk.equal("train: 12 steps logged", len(losses), 12)
-    chk.equal("train: every loss finite", all(math.isfinite(x) for x in losses), True)
-    chk.equal("train: loss falls (mean of the last 3 steps below the first 3)",
+    print(f"{tag} train losses:", " ".join(f"{x:.4f}" for x in losses))
+    chk.equal(f"{tag} train: 12 steps logged", len(losses), 12)
+    chk.equal(f"{tag} train: every loss finite", all(math.isfinite(x) for x in losses), True)
+    chk.equal(f"{tag} train: loss falls (mean of the last 3 steps below the first 3)",
               sum(losses[-3:]) < sum(losses[:3]), True)
-    chk.equal("train: checkpoint is a Gemma4DSparkModel",
+    chk.equal(f"{tag} train: checkpoint is a Gemma4DSparkModel",
               load_json(os.path.join(out, "config.json"))["architectures"], ["Gemma4DSparkModel"])
     a, b = tensors(d), tensors(out)
     for name in ("embed_tokens.weight", "lm_head.weight"):
-        chk.equal(f"train: {name} frozen", bool(np.array_equal(a[name], b[name])), True)
-    chk.equal("train: Markov W2 moved off 0", bool(np.any(b["markov_head.markov_w2.weight"] != 0)), True)
-    check_parity(chk, "gemma4_trained", target, out)
-    check_greedy(chk, "gemma4_trained", target, out)
+        chk.equal(f"{tag} train: {name} frozen", bool(np.array_equal(a[name], b[name])), True)
+    chk.equal(f"{tag} train: Markov W2 moved off 0", bool(np.any(b["markov_head.markov_w2.weight"] != 0)), True)
+    check_parity(chk, f"{tag}_trained", target, out)
+    check_greedy(chk, f"{tag}_trained", target, out)
     # A fresh drafter inside `dspark train` (no --init) follows the target's family too.
-    out2 = os.path.join(TMP, "g4_fresh")
+    out2 = os.path.join(TMP, f"{tag}_fresh")
     dspark("train", "-m", target, "--data", data, "--layers", "1", "--block", "3", "--markov-rank", "8",
            "--steps", "2", "--anchors", "8", "--batch", "2", "-t", "2", "-o", out2)
     chk.equal("train without --init: init is a Gemma4DSparkModel",
@@ -281,6 +283,12 @@ def main():
         chk.equal(f"--style llama: usage error naming --style ({p.stderr.strip()!r})",
                   (p.returncode, "--style" in p.stderr, os.path.exists(os.path.join(TMP, "d_bad"))), (2, True, False))
         check_training(chk, g4, d_g4, facts[g4])
+        # Gemma 4 E-series: per-layer embeddings, KV sharing, full layers with their own V.
+        g4e = mk(os.path.join(TMP, "t_gemma4e"), "gemma4e", seed=36, layers=6)
+        f_e = target_facts(g4e)
+        d_e = init(g4e, "d_gemma4e")
+        check_drafter(chk, "gemma4e", g4e, d_e, f_e, "gemma4", verbatim=True)
+        check_training(chk, g4e, d_e, f_e, tag="g4e")
     finally:
         if chk.failures == 0:
             shutil.rmtree(TMP, ignore_errors=True)

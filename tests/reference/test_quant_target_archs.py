@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """`dspark quantize --target` on every Hugging Face architecture the loader runs (llama3 RoPE scaling +
 attention biases, Qwen2 q/k/v biases + tied embeddings, Qwen3 q/k norms, Gemma 3 text, Gemma 3 inside
-Gemma3ForConditionalGeneration, Gemma 4 with K = V global layers of a larger head_dim), from f32 and
-bf16 sources, at 8 bits (group 64) and 4 bits (group 32).
+Gemma3ForConditionalGeneration, Gemma 4 with K = V global layers of a larger head_dim, the Gemma 4
+E-series with 8 layers (per-layer embeddings 8 wide: the table and per_layer_model_projection are 64
+wide, so they are quantized; KV sharing; inside Gemma4ForConditionalGeneration with audio / vision
+towers, whose 6 tensors are dropped), from f32 and bf16 sources, at 8 bits (group 64) and 4 bits
+(group 32).
 
 1. The directory (read with the numpy reader of mlx_quant_ref.py): every 2-D text-model matrix whose
    input width the group size divides (projections, MLP, embed_tokens, lm_head) is packed U32 with
@@ -44,7 +47,10 @@ CASES = [  # (name, make_hf_models arch, options)
     ("gemma3_mm_bf16", "gemma3_mm", dict(seed=28, dtype="bf16")),
     ("gemma4", "gemma4", dict(seed=29)),
     ("gemma4_bf16", "gemma4", dict(seed=30, dtype="bf16")),
+    ("gemma4e", "gemma4e", dict(seed=31, layers=8)),
+    ("gemma4e_mm_bf16", "gemma4e_mm", dict(seed=32, layers=8, dtype="bf16")),
 ]
+DROPPED = {"gemma3_mm": 3, "gemma4e_mm": 6}  # tower / projector tensors the loader never reads
 SETTINGS = ((8, 64), (4, 32))
 GREEDY = ("llama3", "qwen3_bf16")  # greedy checked on these (untied: tied tiny random models just repeat)
 SIDE_FILES = {"tokenizer_config.json": '{"model_max_length": 4096, "padding_side": "left"}\n',
@@ -142,7 +148,7 @@ def main():
                 out = os.path.join(tmp, f"{name}_q{bits}")
                 res = json.loads(common.run([dspark, "quantize", src, out, "--target", "--bits", str(bits),
                                              "--group-size", str(gs)]).strip().splitlines()[-1])
-                chk.equal(f"{label}: reported dropped tensors", res["dropped"], 3 if arch == "gemma3_mm" else 0)
+                chk.equal(f"{label}: reported dropped tensors", res["dropped"], DROPPED.get(arch, 0))
                 deq = check_dir(chk, label, src, out, bits, gs)
                 ref = hf_ref.forward(dequantized_model(src, deq), ids)
                 for chunks in (None, (7, 1, 11)):

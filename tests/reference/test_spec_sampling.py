@@ -39,6 +39,11 @@ Configurations (N = 20000 seeds each):
     i  a random HF Llama target with vocabulary 32 (EOS a few percent likely at each step, and drafted
        by its bigram drafter), T = 1: the EOS semantics
     j  ngram on the repetitive prompt, 3 tokens (two deterministic drafts), T = 1, top-k 10
+    k  a random Gemma 4 E-series target (make_hf_models.py gemma4e: per-layer embeddings, KV
+       sharing, sliding + full layers, softcap; reference hf_ref.py) drafted by a fresh
+       `dspark init-drafter` drafter (Gemma4DSparkModel), T = 1
+    l  the same target, its bigram drafter (init-drafter's, with the bigram table written in),
+       3 tokens, T = 1, top-k 8
 (The bigram drafters are described at DRAFTERS.) With --gen 2 the first round drafts one token
 (the engine caps drafts at max_new - 1), so t2 is a bonus token or a plain step; only g and j
 verify a second draft slot.
@@ -49,6 +54,7 @@ verify a second draft slot.
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 import time
@@ -61,6 +67,8 @@ import common  # noqa: E402
 import llama_ref  # noqa: E402
 import make_deepspec  # noqa: E402
 import make_hf_llama  # noqa: E402
+import make_hf_models  # noqa: E402
+import hf_ref  # noqa: E402
 
 EOS = 2
 N_SEEDS = 20000
@@ -76,6 +84,9 @@ REPEAT_TEXT = "the cat and the cat and the cat and the"
 # 32: EOS gets a few percent at each step.
 HF_TARGET = dict(seed=11, dim=64, layers=3, heads=4, kv_heads=2, ffn=96, vocab=32)
 HF_PROMPT = [1, 7, 19, 4, 25]
+# A random Gemma 4 E-series target (6 layers: s s f s s f, layers 3-5 share KV; vocab 300).
+G4E_TARGET = dict(seed=44, layers=6)
+G4E_PROMPT = [1, 17, 42, 99, 5, 250, 31]
 
 # Margins under which float32 (C) and float64 (reference) may legitimately decide a filter boundary
 # differently (the C logits match the reference within 1e-4): a context whose top-k / top-p / min-p
@@ -104,6 +115,9 @@ DRAFTERS = {
     # for the random HF target below (vocab 32, 3 layers: taps <= 1)
     "hf_bigram": (dict(style="qwen3", layers=2, markov_head="vanilla", markov_rank=HF_TARGET["vocab"], conf=True,
                        taps=[0, 1], seed=8), True),
+    # for the Gemma 4 E-series target: `dspark init-drafter` options (its default taps) instead
+    "g4e_init": (["--layers", "2", "--block", "4", "--markov-rank", "16", "--seed", "9"], False),
+    "g4e_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "300", "--seed", "10"], True),
 }
 
 CONFIGS = [
@@ -121,6 +135,10 @@ CONFIGS = [
          spec="dspark", drafter="hf_bigram", temp=1.0),
     dict(key="j", name="ngram, repetitive prompt, 3 tokens, T=1 top-k 10", spec="ngram", prompt="repeat",
          temp=1.0, top_k=10, gen=3),
+    dict(key="k", name="Gemma 4 E-series target, fresh init-drafter, T=1", target="g4e", prompt="g4e",
+         spec="dspark", drafter="g4e_init", temp=1.0, stops=(2, 3)),
+    dict(key="l", name="Gemma 4 E-series target, bigram drafter, 3 tokens, T=1 top-k 8", target="g4e", prompt="g4e",
+         spec="dspark", drafter="g4e_bigram", temp=1.0, top_k=8, gen=3, stops=(2, 3)),
 ]
 
 
@@ -247,7 +265,10 @@ def processed(logits, temp, top_k=0, top_p=1.0, min_p=0.0):
 
 def batched_last_logits(model, seqs):
     """Logits of the last position of every sequence in seqs (B, n) (a LongTensor): the reference
-    Llama forward of llama_ref.py with a batch dimension."""
+    Llama forward of llama_ref.py with a batch dimension; for a Hugging Face model of hf_ref.py
+    (Gemma 4 E-series), its forward per sequence."""
+    if isinstance(model, hf_ref.HFModel):
+        return torch.stack([hf_ref.forward(model, [int(t) for t in row]).logits[-1] for row in seqs])
     cfg = model.config
     B, n = seqs.shape
     hd = cfg.head_dim
@@ -307,10 +328,18 @@ def make_drafter(model, model_path, name, out=None):
     (default DSPARK_TMP/spec_sampling_<name>); returns the directory."""
     opts, bigram = DRAFTERS[name]
     out = out or os.path.join(common.tmp_dir(), f"spec_sampling_{name}")
-    make_deepspec.make_deepspec(out, embed_from=model_path, **opts)
+    if isinstance(opts, list):  # `dspark init-drafter` options
+        shutil.rmtree(out, ignore_errors=True)
+        common.run([common.tool("dspark"), "init-drafter", "-m", model_path, "-o", out, *opts])
+    else:
+        make_deepspec.make_deepspec(out, embed_from=model_path, **opts)
     if bigram:
-        V, H = model.config.vocab_size, model.config.dim
-        if opts["markov_rank"] != V:
+        hf = isinstance(model, hf_ref.HFModel)
+        V = model.c["vocab_size"] if hf else model.config.vocab_size
+        H = model.c["hidden_size"] if hf else model.config.dim
+        if hf and opts[opts.index("--markov-rank") + 1] != str(V):
+            common.fail(f"test bug: drafter {name}: markov rank != vocabulary {V}")
+        if not hf and opts["markov_rank"] != V:
             common.fail(f"test bug: drafter {name}: markov_rank {opts['markov_rank']} != vocabulary {V}")
         table = batched_last_logits(model, torch.tensor([[1, v] for v in range(V)])).numpy()  # [prev, v]
         overwrite_f32(out, {"markov_head.markov_w1.weight": np.eye(V),
@@ -336,8 +365,10 @@ class Reference:
         return [self.cache[(tuple(prompt), c)] for c in ctxs]
 
 
-def exact_distribution(ref, prompt, gen, sp):
-    """{outcome tuple (length gen, -1 after EOS): probability} and {context: fragile reason}."""
+def exact_distribution(ref, prompt, gen, sp, stops=(EOS,)):
+    """{outcome tuple (length gen, -1 after EOS): probability} and {context: fragile reason}.
+    `stops`: the ids that end a sequence (EOS; the Gemma 4 E-series target's generation_config.json
+    adds id 3)."""
     probs, fragile = {}, {}
     level = {(): 1.0}  # contexts (generated tokens so far) with their probability
     for depth in range(gen):
@@ -350,7 +381,7 @@ def exact_distribution(ref, prompt, gen, sp):
             for t in np.nonzero(p > 0)[0]:
                 t = int(t)
                 pr = level[ctx] * p[t]
-                if t == EOS:
+                if t in stops:
                     probs[ctx + (-1,) * (gen - depth)] = probs.get(ctx + (-1,) * (gen - depth), 0.0) + pr
                 elif depth + 1 == gen:
                     probs[ctx + (t,)] = pr
@@ -400,7 +431,7 @@ def check_config(chk, ref, model_path, cfg, prompt, drafter_dir, n_seeds):
     t0 = time.time()
     counts = run_engine(model_path, prompt, cfg, drafter_dir, n_seeds)
     t_engine = time.time() - t0
-    probs, fragile = exact_distribution(ref, prompt, gen, sp)
+    probs, fragile = exact_distribution(ref, prompt, gen, sp, cfg.get("stops", (EOS,)))
     if () in fragile:
         common.fail(f"test bug: {label}: the first token's distribution is fragile ({fragile[()]}); "
                     f"pick other sampling parameters")
@@ -461,11 +492,15 @@ def main():
     targets = {"stories": (stories, llama_ref.load_gguf(stories))}
     hf_dir = make_hf_llama.make_hf_llama(os.path.join(common.tmp_dir(), "spec_sampling_hf_target"), **HF_TARGET)
     targets["hf"] = (hf_dir, llama_ref.load_hf(hf_dir))
+    if not only or only & {"k", "l"}:
+        g4e_dir = make_hf_models.make_hf_model(os.path.join(common.tmp_dir(), "spec_sampling_g4e_target"), "gemma4e",
+                                               **G4E_TARGET)
+        targets["g4e"] = (g4e_dir, hf_ref.load(g4e_dir))
     selfcheck_batched(targets["stories"][1], STORY_PROMPT)
     selfcheck_batched(targets["hf"][1], HF_PROMPT)
     refs = {name: Reference(model) for name, (_, model) in targets.items()}
     prompts = {"story": STORY_PROMPT, "want": WANT_PROMPT, "repeat": common.tokenize_c(stories, REPEAT_TEXT),
-               "hf": HF_PROMPT}
+               "hf": HF_PROMPT, "g4e": G4E_PROMPT}
     drafters = {}
     chk = common.Checker("spec_sampling")
     results = {}

@@ -1,6 +1,8 @@
 // Test tool: run our forward pass on given token ids and dump logits, taps and final hidden states
 // for the Python references to compare (tests/reference/). Also tokenizes text.
-//   ds_ref_dump MODEL --tokens 1,2,3 [--taps -1,0,2] [--chunks 2,1] --out FILE
+//   ds_ref_dump MODEL --tokens 1,2,3 [--taps -1,0,2] [--chunks 2,1] [--junk 7,8] --out FILE
+//   --junk: after every chunk but the last, feed these ids too (with logits and taps), then roll
+//   them back with ds_kv_truncate: the dump must equal a run without them.
 //   ds_ref_dump MODEL --tokenize TEXT
 // Dump layout (little-endian): int32 n_rows, vocab, dim, n_taps; f32 logits[n_rows][vocab];
 // f32 taps[n_rows][n_taps * dim]; f32 hidden[n_rows][dim].
@@ -18,16 +20,18 @@ static int die(const char *what) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: ds_ref_dump MODEL (--tokens IDS [--taps L] [--chunks N] --out FILE | --tokenize TEXT)\n");
+        fprintf(stderr, "usage: ds_ref_dump MODEL (--tokens IDS [--taps L] [--chunks N] [--junk IDS] --out FILE | "
+                        "--tokenize TEXT)\n");
         return 2;
     }
-    static int tokens[1 << 16], taps[64], chunks[1 << 16];
-    int n_tok = 0, n_taps = 0, n_chunks = 0;
+    static int tokens[1 << 16], taps[64], chunks[1 << 16], junk[256];
+    int n_tok = 0, n_taps = 0, n_chunks = 0, n_junk = 0;
     const char *out = NULL, *text = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tokens")) n_tok = parse_list(argv[i + 1], tokens, 1 << 16);
         else if (!strcmp(argv[i], "--taps")) n_taps = parse_list(argv[i + 1], taps, 64);
         else if (!strcmp(argv[i], "--chunks")) n_chunks = parse_list(argv[i + 1], chunks, 1 << 16);
+        else if (!strcmp(argv[i], "--junk")) n_junk = parse_list(argv[i + 1], junk, 256);
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
         else if (!strcmp(argv[i], "--tokenize")) text = argv[i + 1];
         else {
@@ -48,7 +52,7 @@ int main(int argc, char **argv) {
         ds_model_free(m);
         return 0;
     }
-    if (n_tok <= 0 || n_taps < 0 || n_chunks < 0 || !out) {
+    if (n_tok <= 0 || n_taps < 0 || n_chunks < 0 || n_junk < 0 || !out) {
         fprintf(stderr, "ds_ref_dump: bad --tokens/--taps/--chunks or missing --out\n");
         return 2;
     }
@@ -59,7 +63,8 @@ int main(int argc, char **argv) {
     float *hidden = malloc(sizeof(float) * (size_t)n_tok * D);
     ds_kv *kv;
     ds_workspace *ws;
-    if (ds_kv_init(m, n_tok, &kv) || ds_workspace_init(m, &ws)) return die("init");
+    float *junk_out = malloc(sizeof(float) * (size_t)(n_junk ? n_junk : 1) * (V + (n_taps + 1) * D));
+    if (ds_kv_init(m, n_tok + n_junk, &kv) || ds_workspace_init(m, &ws)) return die("init");
     int done = 0;
     for (int c = 0; c < n_chunks; c++) {
         if (chunks[c] <= 0 || done + chunks[c] > n_tok) {
@@ -72,6 +77,13 @@ int main(int argc, char **argv) {
                             .hidden = hidden + (size_t)done * D};
         if (ds_model_forward(m, ws, &s, 1)) return die("forward");
         done += chunks[c];
+        if (n_junk && c + 1 < n_chunks) { // rows that are fed and then rolled back
+            float *jl = junk_out, *jt = jl + (size_t)n_junk * V, *jh = jt + (size_t)n_junk * n_taps * D;
+            ds_forward_seq j = {.kv = kv, .tokens = junk, .n_tokens = n_junk, .n_logits = n_junk, .logits = jl,
+                                .tap_layers = taps, .n_taps = n_taps, .taps = n_taps ? jt : NULL, .hidden = jh};
+            if (ds_model_forward(m, ws, &j, 1)) return die("forward (junk)");
+            if (ds_kv_truncate(kv, done)) return die("truncate");
+        }
     }
     if (done != n_tok) {
         fprintf(stderr, "ds_ref_dump: chunks do not add up to the token count\n");
@@ -91,5 +103,6 @@ int main(int argc, char **argv) {
     free(logits);
     free(tapv);
     free(hidden);
+    free(junk_out);
     return 0;
 }
