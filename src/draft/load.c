@@ -180,7 +180,7 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
     }
     d->T = 0;
     cJSON_ArrayForEach(e, taps) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (int)e->valuedouble) {
+        if (!ds_json_is_int(e, -1, 4096)) {
             st = ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must hold integers", path);
             goto done;
         }

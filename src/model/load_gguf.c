@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/ops.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +42,8 @@ static ds_status take_vector(ds_model *m, const ds_gguf *g, const char *name, in
     ds_weight w = {t->type, 1, n, t->data};
     if (!(*out = ds_model_own(m, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
     ds_weight_row_f32(&w, 0, *out);
+    if (!ds_all_finite(*out, (size_t)n))
+        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' holds NaN or Inf values", g->map.path, name);
     return DS_OK;
 }
 
@@ -158,7 +161,7 @@ ds_status ds_model_load_gguf(const char *path, ds_model **out) {
 #undef W
 #undef V
     }
-    if ((st = ds_model_finish(m, path)) || (st = load_tokenizer(m, G))) goto fail;
+    if ((st = ds_model_finish(m, path)) || (st = load_tokenizer(m, G)) || (st = ds_model_check_ids(m, path))) goto fail;
     if (m->tok && ds_tokenizer_vocab_size(m->tok) != in->vocab_size) {
         st = ds_fail(DS_ERR_FORMAT, "%s: tokenizer has %d tokens but the embedding has %d rows", path,
                      ds_tokenizer_vocab_size(m->tok), in->vocab_size);

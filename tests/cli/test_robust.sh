@@ -6,13 +6,27 @@ BIN=${DSPARK_BIN:?}/dspark
 MODEL=${DSPARK_SHARED:?}/models/stories260K/stories260K.gguf
 TMP=${DSPARK_TMP:-/tmp}/cli_robust.$$
 mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # one_line FILE WANT: the command failed with exactly one line on stderr that contains WANT.
 one_line() {
   [ "$(wc -l <"$1")" -eq 1 ] && grep -qF -- "$2" "$1" || fail "expected one line with '$2', got: $(cat "$1")"
 }
+py() { /usr/bin/python3 -c "$@"; }
+# poke FILE OFFSET HEXBYTES: overwrite bytes in place.
+poke() { py "
+f=open('$1','r+b'); f.seek($2); f.write(bytes.fromhex('$3')); f.close()"; }
+# gguf_offset TENSOR: the absolute offset of a stories260K tensor's data (tests/reference/gguf_py.py).
+gguf_offset() { py "
+import sys; sys.path.insert(0, '${DSPARK_SRC:?}/tests/reference')
+import gguf_py
+print(gguf_py.GGUFFile('$MODEL').tensors['$1'].offset)"; }
+# st_offset FILE TENSOR: the absolute offset of a safetensors tensor's data.
+st_offset() { py "
+import json, struct
+b=open('$1','rb').read(); n=struct.unpack('<Q', b[:8])[0]; h=json.loads(b[8:8+n])
+print(8 + n + h['$2']['data_offsets'][0])"; }
 dead_pid() { bash -c 'echo $$'; } # a process that has exited
 
 # 1. -o naming a FIFO, a device, a directory or a link to a device: one line, exit 1, nothing replaced.
@@ -76,6 +90,79 @@ one_line "$TMP/err" "option --bits needs a value"
 one_line "$TMP/err" "$TMP/missing"
 grep -q gnuplot "$TMP/err" && fail "a missing --plot folder is blamed on gnuplot"
 [ -e "$TMP/run" ] && fail "train ran although --plot cannot be written"
+
+# 5. NaN/Inf weights: a norm vector is refused at load naming the tensor; NaN in a matrix (not
+# scanned at load) is caught on the logits of the first forward; never tokens of garbage, exit 0.
+cp "$MODEL" "$TMP/nan_norm.gguf"
+poke "$TMP/nan_norm.gguf" "$(gguf_offset blk.0.attn_norm.weight)" 0000c07f
+"$BIN" generate -m "$TMP/nan_norm.gguf" -p "Once upon a time" -n 4 --json >"$TMP/out" 2>"$TMP/err"
+[ $? -eq 1 ] && [ ! -s "$TMP/out" ] || fail "NaN norm: exit status or output $(cat "$TMP/out")"
+one_line "$TMP/err" "nan_norm.gguf: tensor 'blk.0.attn_norm.weight' holds NaN or Inf values"
+cp "$MODEL" "$TMP/inf_ffn.gguf"
+poke "$TMP/inf_ffn.gguf" "$(( $(gguf_offset blk.0.ffn_down.weight) + 40 ))" 0000807f
+"$BIN" generate -m "$TMP/inf_ffn.gguf" -p "Once upon a time" -n 4 --json >"$TMP/out" 2>"$TMP/err"
+[ $? -eq 1 ] && [ ! -s "$TMP/out" ] || fail "Inf matrix: exit status or output $(cat "$TMP/out")"
+one_line "$TMP/err" "inf_ffn.gguf: the model computed NaN or infinite logits"
+
+# 5 and 4. Training that diverges stops with one line, before the update, keeping the last
+# checkpoint; metrics.jsonl stays JSON. Then kill -9 early in --resume never empties metrics.jsonl.
+"$BIN" datagen -m "$MODEL" --unconditional -n 8 --max-tokens 24 --seed 2 -o "$TMP/t.dat" 2>/dev/null || fail "datagen t.dat"
+# (The killed runs write no checkpoint: --save-every beyond the kill window. A kill between the files
+# of one checkpoint is another matter, not tested here.)
+tr=(-m "$MODEL" --data "$TMP/t.dat" --layers 1 --block 4 --markov-rank 8 --anchors 8 --batch 2 -t 1 --steps 100000)
+"$BIN" train "${tr[@]}" --save-every 1 --stop-after 2 -o "$TMP/tr" 2>/dev/null || fail "train 2 steps"
+[ "$(wc -l <"$TMP/tr/metrics.jsonl")" -eq 2 ] || fail "metrics after 2 steps: $(cat "$TMP/tr/metrics.jsonl")"
+for i in 1 2 3 4 5 6; do
+  "$BIN" train "${tr[@]}" --save-every 100000 --resume -o "$TMP/tr" 2>/dev/null &
+  pid=$!
+  sleep "0.0$((i * 15))"
+  kill -9 $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  py "
+import json
+l=[json.loads(x) for x in open('$TMP/tr/metrics.jsonl')]
+s=json.load(open('$TMP/tr/trainer_state.json'))['step']
+assert [x['step'] for x in l][:s] == list(range(1, s + 1)), (s, l)" 2>"$TMP/err" ||
+    fail "kill -9 $i during --resume: metrics.jsonl lost steps: $(tail -1 "$TMP/err")"
+done
+ls "$TMP/tr" | grep -q '\.tmp\.' && "$BIN" train "${tr[@]}" --save-every 1 --stop-after 1 --resume -o "$TMP/tr" 2>/dev/null
+ls "$TMP/tr" | grep -q '\.tmp\.' && fail "temporaries left in the run: $(ls "$TMP/tr")"
+step=$(py "import json; print(json.load(open('$TMP/tr/trainer_state.json'))['step'])")
+cp "$TMP/tr/trainer_state.json" "$TMP/state.before"
+poke "$TMP/tr/model.safetensors" "$(st_offset "$TMP/tr/model.safetensors" fc.weight)" 0000c07f
+"$BIN" train "${tr[@]}" --save-every 1 --resume -o "$TMP/tr" 2>"$TMP/err"
+[ $? -eq 1 ] || fail "a diverging run did not fail"
+one_line "$TMP/err" "training diverged at step $((step + 1))"
+grep -qF "the checkpoint of step $step in $TMP/tr is kept" "$TMP/err" || fail "divergence message: $(cat "$TMP/err")"
+cmp -s "$TMP/state.before" "$TMP/tr/trainer_state.json" || fail "the diverging run replaced the checkpoint"
+py "
+import json
+for x in open('$TMP/tr/metrics.jsonl'): json.loads(x)" || fail "metrics.jsonl is not JSON lines"
+grep -qi nan "$TMP/tr/metrics.jsonl" && fail "metrics.jsonl holds nan"
+"$BIN" train "${tr[@]}" --resume -o "$TMP/empty_run" 2>"$TMP/err"
+one_line "$TMP/err" "$TMP/empty_run: nothing to resume"
+
+# 8 and 10. Token ids in a Hugging Face config: out of int range (22147483647 was read as INT_MIN)
+# or outside the vocabulary are refused at load, naming the file.
+/usr/bin/python3 "${DSPARK_SRC:?}/tests/reference/make_hf_llama.py" "$TMP/hf" --seed 1 --dim 32 --layers 1 --heads 2 \
+  --kv-heads 1 --ffn 48 --vocab 300 >/dev/null || fail "make_hf_llama"
+cp "$TMP/hf/config.json" "$TMP/config.orig"
+set_cfg() { py "
+import json; c=json.load(open('$TMP/config.orig')); c.update($1); json.dump(c, open('$TMP/hf/config.json', 'w'))"; }
+for spec in "{'eos_token_id': 22147483647}|config.json: eos_token_id must be a token id" \
+  "{'eos_token_id': [2, 1e300]}|config.json: eos_token_id must be a token id" \
+  "{'eos_token_id': 300}|eos_token_id 300 is outside the vocabulary (0..299)" \
+  "{'bos_token_id': 1e300}|config.json: bos_token_id must be a token id" \
+  "{'bos_token_id': 4000}|bos_token_id 4000 is outside the vocabulary (0..299)"; do
+  set_cfg "${spec%%|*}"
+  "$BIN" generate -m "$TMP/hf" -p x -n 1 2>"$TMP/err"
+  [ $? -eq 1 ] || fail "config ${spec%%|*} accepted"
+  one_line "$TMP/err" "${spec#*|}"
+done
+cp "$TMP/config.orig" "$TMP/hf/config.json"
+echo '{"eos_token_id": [1, 5000]}' >"$TMP/hf/generation_config.json"
+"$BIN" generate -m "$TMP/hf" -p x -n 1 2>"$TMP/err"
+one_line "$TMP/err" "stop id 5000 (eos_token_id) is outside the vocabulary (0..299)"
 
 [ $fails -eq 0 ] && echo "all robustness CLI checks passed"
 exit $((fails > 0))

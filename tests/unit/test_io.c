@@ -1,7 +1,8 @@
 // src/io: what atomic writes do with whatever stands at the output path (regular files replaced,
 // symbolic links written through, FIFOs / devices / sockets / directories refused and left as they
 // were), stale temporaries of dead processes cleaned while a live process's are kept; directory
-// writes.
+// writes. JSON files: read without reserving the size limit, empty / NUL-holding / trailing-garbage
+// files refused naming the file; integers range-checked before any conversion; \u0000 escapes found.
 #define _GNU_SOURCE // nftw
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 
 #include "base/status.h"
 #include "io/atomic.h"
+#include "io/json.h"
 
 static char g_dir[512];
 
@@ -217,6 +219,93 @@ static void test_dir_writes(void **state) {
     assert_int_equal(count_tmp(), 0);
 }
 
+static void write_file(const char *p, const char *text, size_t n) {
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    fclose(f);
+}
+
+static void expect_json_error(const char *text, size_t n, size_t max, const char *what) {
+    char p[600];
+    path_of(p, sizeof p, "bad.json");
+    write_file(p, text, n);
+    cJSON *j = (cJSON *)1;
+    assert_int_not_equal(ds_json_load(p, max, &j), DS_OK);
+    assert_null(j);
+    assert_non_null(strstr(ds_last_error(), p));
+    if (!strstr(ds_last_error(), what)) fail_msg("'%s' lacks '%s'", ds_last_error(), what);
+    unlink(p);
+}
+
+// A limit of 64 TiB used to be malloc'ed up front (it failed, and 1 GiB cost 0.45 s under ASan).
+static void test_json_load(void **state) {
+    (void)state;
+    char p[600];
+    path_of(p, sizeof p, "ok.json");
+    // 200 KB: more than the first read buffer.
+    const size_t n = 200000;
+    char *big = malloc(n + 1);
+    assert_non_null(big);
+    memset(big, ' ', n);
+    memcpy(big, "{\"a\": 7,", 8);
+    memcpy(big + n - 9, "\"b\": [1]}", 9);
+    write_file(p, big, n);
+    cJSON *j = NULL;
+    assert_int_equal(ds_json_load(p, (size_t)1 << 46, &j), DS_OK);
+    assert_int_equal(cJSON_GetObjectItem(j, "a")->valueint, 7);
+    cJSON_Delete(j);
+    assert_int_equal(ds_json_load(p, n, &j), DS_OK); // exactly the limit
+    cJSON_Delete(j);
+    assert_int_equal(ds_json_load(p, n - 1, &j), DS_ERR_FORMAT);
+    assert_non_null(strstr(ds_last_error(), "larger than"));
+    free(big);
+    unlink(p);
+    expect_json_error("", 0, 100, "empty file");
+    expect_json_error("{} x", 4, 100, "not valid JSON (at byte 3)");
+    expect_json_error("{}\0{", 4, 100, "NUL byte");
+    expect_json_error("[1, 2]", 6, 100, "not a JSON object");
+    expect_json_error("{\"a\": ", 6, 100, "not valid JSON");
+    path_of(p, sizeof p, "missing.json");
+    assert_int_equal(ds_json_load(p, 100, &j), DS_ERR_IO);
+    assert_non_null(strstr(ds_last_error(), "No such file"));
+}
+
+// ds_json_int on numbers a double holds but an int does not (22147483647 was read as INT_MIN).
+static void test_json_int_range(void **state) {
+    (void)state;
+    const char *bad[] = {"{\"k\": 22147483647}", "{\"k\": 1e300}", "{\"k\": -1e300}", "{\"k\": -1}", "{\"k\": 2.5}",
+                         "{\"k\": 101}", "{\"k\": \"7\"}", "{\"k\": 9.3e18}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *j = cJSON_Parse(bad[i]);
+        int v = -5;
+        assert_int_equal(ds_json_int(j, "f.json", "k", 0, 100, &v), DS_ERR_FORMAT);
+        assert_int_equal(v, -5);
+        assert_non_null(strstr(ds_last_error(), "f.json: \"k\" must be an integer in 0..100"));
+        assert_false(ds_json_is_int(cJSON_GetObjectItem(j, "k"), 0, 100));
+        cJSON_Delete(j);
+    }
+    cJSON *j = cJSON_Parse("{\"k\": 100, \"m\": -3}");
+    int v;
+    assert_int_equal(ds_json_int(j, "f.json", "k", 0, 100, &v), DS_OK);
+    assert_int_equal(v, 100);
+    assert_true(ds_json_is_int(cJSON_GetObjectItem(j, "m"), -3, 0));
+    assert_false(ds_json_is_int(cJSON_GetObjectItem(j, "m"), -2, 0));
+    cJSON_Delete(j);
+}
+
+static void test_json_nul_escape(void **state) {
+    (void)state;
+#define HAS(text) ds_json_has_nul_escape(text, strlen(text))
+    assert_true(HAS("{\"p\": \"Once\\u0000 upon\"}"));
+    assert_true(HAS("\\u0000"));
+    assert_false(HAS("{\"p\": \"Once\\\\u0000 upon\"}")); // an escaped backslash, then text
+    assert_true(HAS("\\\\\\u0000"));                     // an escaped backslash, then the escape
+    assert_false(HAS("{\"p\": \"\\u0001\\u00e9 \\u000\"}"));
+    assert_false(HAS("\\u000"));
+#undef HAS
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regular_and_new),
@@ -224,6 +313,9 @@ int main(void) {
         cmocka_unit_test(test_special_files_refused),
         cmocka_unit_test(test_stale_temporaries_cleaned),
         cmocka_unit_test(test_dir_writes),
+        cmocka_unit_test(test_json_load),
+        cmocka_unit_test(test_json_int_range),
+        cmocka_unit_test(test_json_nul_escape),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
