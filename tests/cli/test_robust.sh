@@ -164,5 +164,22 @@ echo '{"eos_token_id": [1, 5000]}' >"$TMP/hf/generation_config.json"
 "$BIN" generate -m "$TMP/hf" -p x -n 1 2>"$TMP/err"
 one_line "$TMP/err" "stop id 5000 (eos_token_id) is outside the vocabulary (0..299)"
 
+# 3. chat bounds a line (stdin without a newline used to grow without end), and tells a read error
+# or a NUL byte from the end of input: exit 1 with one line (after the format banner).
+last_line() { # last_line FILE WANT: the last line of stderr contains WANT, and no other line is an error
+  tail -1 "$1" | grep -qF -- "$2" && [ "$(grep -c '^dspark: ' "$1")" -eq 2 ] || fail "expected a last line with '$2', got: $(cat "$1")"
+}
+tr '\0' a </dev/zero | timeout 30 "$BIN" chat -m "$MODEL" -n 2 >/dev/null 2>"$TMP/err"
+[ $? -eq 1 ] || fail "chat: an endless line: exit status"
+last_line "$TMP/err" "line 1 of standard input is longer than 131072 bytes"
+printf 'Hello\nhi\0there\n' | "$BIN" chat -m "$MODEL" -n 2 >/dev/null 2>"$TMP/err"
+[ $? -eq 1 ] || fail "chat: a NUL byte: exit status"
+last_line "$TMP/err" "line 2 of standard input holds a NUL byte"
+"$BIN" chat -m "$MODEL" -n 2 </ >/dev/null 2>"$TMP/err"
+[ $? -eq 1 ] || fail "chat: a read error taken for the end of input"
+last_line "$TMP/err" "reading standard input: Is a directory"
+printf 'Hello\r\nOne more without a newline' | "$BIN" chat -m "$MODEL" -n 2 >"$TMP/out" 2>"$TMP/err" || fail "chat: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/out")" -eq 2 ] || fail "chat: two lines in, $(wc -l <"$TMP/out") replies"
+
 [ $fails -eq 0 ] && echo "all robustness CLI checks passed"
 exit $((fails > 0))
