@@ -91,12 +91,16 @@ static ds_status read_config(ds_model *m, const ds_gguf *g) {
 #undef GET_INT
     snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch);
     if ((st = ds_gguf_get_int_or(g, key, in->n_heads, &v))) return st;
+    if (v <= 0 || v > in->n_heads)
+        return ds_fail(DS_ERR_FORMAT, "%s: %s = %lld is out of range (1..%d)", g->map.path, key, (long long)v, in->n_heads);
     in->n_kv_heads = (int)v;
     if (in->n_heads <= 0 || in->dim % in->n_heads)
         return ds_fail(DS_ERR_FORMAT, "%s: embedding_length %d is not divisible by head_count %d", g->map.path,
                        in->dim, in->n_heads);
     snprintf(key, sizeof key, "%s.attention.key_length", m->arch);
     if ((st = ds_gguf_get_int_or(g, key, in->dim / in->n_heads, &v))) return st;
+    if (v <= 0 || v > 4096 || v % 2)
+        return ds_fail(DS_ERR_FORMAT, "%s: %s = %lld is out of range (an even 2..4096)", g->map.path, key, (long long)v);
     in->head_dim = (int)v;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch);
     if ((st = ds_gguf_get_float_or(g, key, 1e-5, &f))) return st;

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
+#include "base/utf8.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
 
@@ -81,6 +82,11 @@ static ds_status check_weight(const char *path, const char *what, const ds_weigh
 
 ds_status ds_model_finish(ds_model *m, const char *path) {
     ds_model_info *in = &m->info;
+    // The name comes from the file (GGUF general.name) or a path and reaches JSON output
+    // (/v1/models, cost tables): printable valid UTF-8 only.
+    char name[sizeof m->name];
+    ds_text_escape(name, sizeof name, m->name, strlen(m->name));
+    memcpy(m->name, name, sizeof name);
     in->arch = m->arch;
     in->name = m->name;
     if (in->n_layers <= 0 || in->n_layers > 4096 || in->dim <= 0 || in->dim > (1 << 16) || in->n_heads <= 0 ||

@@ -181,5 +181,40 @@ last_line "$TMP/err" "reading standard input: Is a directory"
 printf 'Hello\r\nOne more without a newline' | "$BIN" chat -m "$MODEL" -n 2 >"$TMP/out" 2>"$TMP/err" || fail "chat: $(cat "$TMP/err")"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || fail "chat: two lines in, $(wc -l <"$TMP/out") replies"
 
+# 9. A newline in a GGUF string from the file stays one line (escaped); the model name reaching JSON
+# output is valid UTF-8.
+cp "$MODEL" "$TMP/arch.gguf"
+py "
+b=bytearray(open('$TMP/arch.gguf','rb').read())
+i=b.index(b'general.architecture') + len('general.architecture') + 4 + 8
+assert b[i:i+5] == b'llama'; b[i+2:i+3] = b'\\n'
+open('$TMP/arch.gguf','wb').write(b)"
+"$BIN" generate -m "$TMP/arch.gguf" -p x -n 1 2>"$TMP/err"
+one_line "$TMP/err" "architecture 'll\\nma' is not supported"
+
+# 9 and 10. Drafter and calibration files: rms_norm_eps, layer_types, acceptance, method.
+d=$TMP/drafter
+cp "$d/config.json" "$TMP/dcfg.orig"
+dset() { py "
+import json; c=json.load(open('$TMP/dcfg.orig')); c.update($1); json.dump(c, open('$d/config.json', 'w'))"; }
+for spec in "{'rms_norm_eps': -1}|config.json: rms_norm_eps must be positive" \
+  "{'layer_types': []}|layer_types must list one type per layer (1), not 0" \
+  "{'layer_types': ['full_attention', 'full_attention']}|layer_types must list one type per layer (1), not 2"; do
+  dset "${spec%%|*}"
+  "$BIN" generate -m "$MODEL" -d "$d" -p x -n 1 2>"$TMP/err"
+  [ $? -eq 1 ] || fail "drafter config ${spec%%|*} accepted"
+  one_line "$TMP/err" "${spec#*|}"
+done
+cp "$TMP/dcfg.orig" "$d/config.json"
+for spec in '{"method": "sts", "temperatures": [1, 1], "acceptance": [0.5, 0.7]}|"acceptance" must not increase' \
+  '{"method": "platt", "temperatures": [1, 1]}|calibration method '"'"'platt'"'"' is not supported'; do
+  echo "${spec%%|*}" >"$d/calibration.json"
+  "$BIN" generate -m "$MODEL" -d "$d" -p x -n 1 2>"$TMP/err"
+  [ $? -eq 1 ] || fail "calibration ${spec%%|*} accepted"
+  one_line "$TMP/err" "${spec#*|}"
+done
+echo '{"method": "sts", "temperatures": [1, 1], "acceptance": [0.7, 0.5, null]}' >"$d/calibration.json"
+"$BIN" generate -m "$MODEL" -d "$d" -p x -n 1 >/dev/null 2>"$TMP/err" || fail "a valid calibration refused: $(cat "$TMP/err")"
+
 [ $fails -eq 0 ] && echo "all robustness CLI checks passed"
 exit $((fails > 0))

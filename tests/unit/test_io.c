@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "base/utf8.h"
 #include "io/atomic.h"
 #include "io/json.h"
 
@@ -306,6 +307,32 @@ static void test_json_nul_escape(void **state) {
 #undef HAS
 }
 
+// Bytes from files become one printable line of valid UTF-8; text that needs nothing is unchanged.
+static void test_text_escape(void **state) {
+    (void)state;
+    char out[64];
+    const char in[] = "ll\nma\t\r\x01\x7f \xc3\xa9 \xff\xc3 \xe2\x82\xac \xed\xa0\x80 \xf0\x9f\x98\x80";
+    ds_text_escape(out, sizeof out, in, sizeof in - 1);
+    assert_string_equal(out, "ll\\nma\\t\\r\\x01\\x7F \xc3\xa9 \\xFF\\xC3 \xe2\x82\xac \\xED\\xA0\\x80 \xf0\x9f\x98\x80");
+    char twice[64];
+    ds_text_escape(twice, sizeof twice, out, strlen(out));
+    assert_string_equal(twice, out);
+    size_t bad;
+    assert_true(ds_utf8_valid((const uint8_t *)out, strlen(out), &bad));
+    // Cut at a whole character or escape, never inside one.
+    ds_text_escape(out, 6, "ab\xc3\xa9\n", 5);
+    assert_string_equal(out, "ab\xc3\xa9");
+    ds_text_escape(out, 5, "abc\n", 4);
+    assert_string_equal(out, "abc");
+    ds_text_escape(out, 5, "a\x01", 2);
+    assert_string_equal(out, "a");
+    // Every message is one line of valid UTF-8, whatever the arguments hold.
+    ds_fail(DS_ERR_FORMAT, "%s: architecture '%s' is not supported", "m.gguf", "ll\nma\xff");
+    assert_string_equal(ds_last_error(), "m.gguf: architecture 'll\\nma\\xFF' is not supported");
+    ds_fail_prefix(DS_ERR_FORMAT, "loading \r%s", "x");
+    assert_string_equal(ds_last_error(), "loading \\rx: m.gguf: architecture 'll\\nma\\xFF' is not supported");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regular_and_new),
@@ -316,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_json_load),
         cmocka_unit_test(test_json_int_range),
         cmocka_unit_test(test_json_nul_escape),
+        cmocka_unit_test(test_text_escape),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
