@@ -83,9 +83,10 @@ static ds_status load_calibration(ds_drafter *d, const char *dir) {
         }
         const int k = d->n_accept_prior;
         if (k > 0 && e->valuedouble > d->accept_prior[k - 1] + 1e-6) { // a prefix acceptance cannot grow
+            st = ds_fail(DS_ERR_FORMAT, "%s: \"acceptance\" must not increase with the position (slot %d: %g, slot %d: %g)",
+                         path, k, (double)d->accept_prior[k - 1], k + 1, e->valuedouble);
             cJSON_Delete(j);
-            return ds_fail(DS_ERR_FORMAT, "%s: \"acceptance\" must not increase with the position (slot %d: %g, slot %d: %g)",
-                           path, k, (double)d->accept_prior[k - 1], k + 1, e->valuedouble);
+            return st;
         }
         d->accept_prior[d->n_accept_prior++] = (float)e->valuedouble;
     }
