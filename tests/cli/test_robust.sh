@@ -216,5 +216,38 @@ done
 echo '{"method": "sts", "temperatures": [1, 1], "acceptance": [0.7, 0.5, null]}' >"$d/calibration.json"
 "$BIN" generate -m "$MODEL" -d "$d" -p x -n 1 >/dev/null 2>"$TMP/err" || fail "a valid calibration refused: $(cat "$TMP/err")"
 
+# 10. serve: two Content-Length headers that disagree get 400, not the first one's reading.
+py "
+import re, socket, subprocess, sys, time
+log = open('$TMP/serve.log', 'w')
+p = subprocess.Popen(['$BIN', 'serve', '-m', '$MODEL', '--port', '0', '-t', '1'], stdout=subprocess.DEVNULL, stderr=log)
+try:
+    port = None
+    for _ in range(600):
+        m = re.search(r'on http://127\\.0\\.0\\.1:(\\d+) ', open('$TMP/serve.log').read())
+        if m: port = int(m.group(1)); break
+        time.sleep(0.05)
+    assert port, open('$TMP/serve.log').read()
+    def send(raw):
+        s = socket.create_connection(('127.0.0.1', port), timeout=30)
+        s.sendall(raw)
+        s.shutdown(socket.SHUT_WR)
+        out = b''
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            out += b
+        s.close()
+        return out
+    body = b'{\"prompt\": \"Once\", \"max_tokens\": 2}'
+    r = send(b'POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n'
+             b'Content-Length: %d\\r\\nConnection: close\\r\\n\\r\\n' % (len(body), len(body) + 40) + body + b' ' * 40)
+    assert r.startswith(b'HTTP/1.1 400') and b'conflicting Content-Length headers' in r, r[:300]
+    r = send(b'GET /health HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n')
+    assert r.startswith(b'HTTP/1.1 200'), r[:200]
+finally:
+    p.terminate(); p.wait(30)
+" 2>"$TMP/err" || fail "serve with conflicting Content-Length headers: $(tail -3 "$TMP/err")"
+
 [ $fails -eq 0 ] && echo "all robustness CLI checks passed"
 exit $((fails > 0))
