@@ -52,7 +52,7 @@ static int parse_args(int argc, char **argv, cal_args *a) {
             cal_usage(stdout);
             exit(0);
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "calibrate", cal_usage);
         i++;
         const int r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
         if (r < 0) return -r;

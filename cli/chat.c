@@ -2,6 +2,7 @@
 // message; the whole conversation is rendered in the tokenizer's chat format (ds_chat_render),
 // and the reply streams to stdout until the format's end-of-turn token, EOS or -n tokens. Works
 // on piped stdin (one reply per line, then exit at end of input); "/exit" also ends it.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ static int parse_args(int argc, char **argv, chat_args *a) {
             a->stats = 1;
             continue;
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "chat", chat_usage);
         i++;
         int r = cli_sampling_option(o, v, &a->sp);
         if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
@@ -115,6 +116,35 @@ static int stream(ds_detok *dt, const int32_t *ids, int n, char **reply, size_t 
     return 1;
 }
 
+// One line of `f` without its line ending into *buf (grown up to `max` bytes). Returns its length,
+// or LINE_EOF at end of input, LINE_ERROR on a read error (errno set), LINE_TOO_LONG past `max`
+// bytes (the rest of the line is not read), LINE_NUL when it holds a NUL byte, LINE_NOMEM.
+enum { LINE_EOF = -1, LINE_ERROR = -2, LINE_TOO_LONG = -3, LINE_NUL = -4, LINE_NOMEM = -5 };
+static long read_line(FILE *f, char **buf, size_t *cap, size_t max) {
+    size_t n = 0;
+    int c, nul = 0;
+    errno = 0;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n + 2 > *cap) {
+            if (n >= max) return LINE_TOO_LONG;
+            size_t want = *cap ? *cap * 2 : 256;
+            if (want > max + 2) want = max + 2;
+            char *b = realloc(*buf, want);
+            if (!b) return LINE_NOMEM;
+            *buf = b;
+            *cap = want;
+        }
+        nul |= c == 0;
+        (*buf)[n++] = (char)c;
+    }
+    if (c == EOF && ferror(f)) return LINE_ERROR;
+    if (c == EOF && n == 0) return LINE_EOF;
+    while (n > 0 && (*buf)[n - 1] == '\r') n--;
+    if (!*buf && !(*buf = malloc(*cap = 1))) return LINE_NOMEM;
+    (*buf)[n] = 0;
+    return nul ? LINE_NUL : (long)n;
+}
+
 int cmd_chat(int argc, char **argv) {
     chat_args a;
     int rc = parse_args(argc, argv, &a);
@@ -138,11 +168,23 @@ int cmd_chat(int argc, char **argv) {
     if (a.system && !conv_add(&conv, "system", a.system)) goto oom;
     fprintf(stderr, "dspark: chat format %s; /exit or end of input to quit\n", ds_chat_format_name(tok));
     cli_catch_interrupt();
-    for (int turn = 0;; turn++) {
+    // A line longer than the context could hold at 64 bytes per token is refused (without reading
+    // it all: stdin may never end).
+    const size_t max_line = (size_t)ds_model_get_info(m)->max_ctx * 64;
+    for (int turn = 0, line_no = 1;; turn++, line_no++) {
         if (interactive) fprintf(stderr, "> ");
-        ssize_t got = getline(&line, &line_cap, stdin);
-        if (got < 0 || cli_interrupted) break;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+        const long got = read_line(stdin, &line, &line_cap, max_line);
+        if (cli_interrupted || got == LINE_EOF) break;
+        if (got < 0) {
+            if (got == LINE_ERROR) fprintf(stderr, "dspark: reading standard input: %s\n", strerror(errno));
+            else if (got == LINE_NOMEM) fprintf(stderr, "dspark: out of memory reading line %d of standard input\n", line_no);
+            else if (got == LINE_NUL) fprintf(stderr, "dspark: line %d of standard input holds a NUL byte\n", line_no);
+            else
+                fprintf(stderr, "dspark: line %d of standard input is longer than %zu bytes (more than the model's context "
+                                "of %d tokens holds)\n", line_no, max_line, ds_model_get_info(m)->max_ctx);
+            rc = 1;
+            goto done;
+        }
         if (!strcmp(line, "/exit")) break;
         if (got == 0) continue;
         if (!conv_add(&conv, "user", line)) goto oom;

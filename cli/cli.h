@@ -2,10 +2,15 @@
 #ifndef DS_CLI_CLI_H
 #define DS_CLI_CLI_H
 
+#include <stdio.h>
+
 #include "dspark.h"
 
 // Print "dspark: <message>" for the last library error to stderr and return 1.
 int cli_fail(ds_status st);
+// The last argument `o` has no value after it: "option O needs a value" when the command's usage
+// text (`usage`) lists it, else "unknown option 'O' (see dspark CMD --help)"; returns 2.
+int cli_missing_value(const char *o, const char *cmd, void (*usage)(FILE *));
 // Print a usage/argument error to stderr and return 2.
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // The model path: `given` if non-NULL, else the default stories260K model if it exists, else NULL
@@ -40,7 +45,8 @@ const char *cli_spec_name(ds_spec_kind k);
 ds_model *cli_load_text_model(const char *model_arg, long threads);
 // A drafter paired with m (printing a target_id warning); NULL after printing the error.
 ds_drafter *cli_load_drafter(const char *dir, const ds_model *m);
-// Fail early (before minutes of work) when the directory of `file` cannot take a new file.
+// Fail early (before minutes of work) when the directory of `file` cannot take a new file, or what
+// stands at `file` is not a regular file (a FIFO, a device, a directory: see io/atomic.h).
 int cli_check_writable(const char *file);
 
 int cmd_generate(int argc, char **argv);

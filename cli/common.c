@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "io/atomic.h"
 
 volatile int cli_interrupted = 0;
 
@@ -56,6 +57,28 @@ const char *cli_model_path(const char *given) {
             "        Download stories260K.gguf from ggml-org's tinyllamas conversion on Hugging Face\n"
             "        (ggml-org/models, tinyllamas/stories260K.gguf) and pass it with -m, or set DSPARK_MODEL.\n");
     return NULL;
+}
+
+int cli_missing_value(const char *o, const char *cmd, void (*usage)(FILE *)) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int known = 0;
+    if (f) {
+        usage(f);
+        fclose(f);
+        const size_t n = strlen(o);
+        for (const char *p = text; n && p && (p = strstr(p, o)); p += n) {
+            const char before = p == text ? ' ' : p[-1], after = p[n];
+            if (strchr(" \n[,|(", before) && strchr(" \n],|=)", after)) {
+                known = 1;
+                break;
+            }
+        }
+        free(text);
+    }
+    if (known) return cli_usage_error("option %s needs a value", o);
+    return cli_usage_error("unknown option '%s' (see dspark %s --help)", o, cmd);
 }
 
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
@@ -190,6 +213,10 @@ int cli_check_writable(const char *file) {
     else *slash = 0;
     if (access(dir, W_OK | X_OK) != 0) {
         fprintf(stderr, "dspark: cannot write %s: %s: %s\n", file, dir, strerror(errno));
+        return 0;
+    }
+    if (ds_atomic_check(file) != DS_OK) { // a FIFO, device, directory, ... stands there
+        fprintf(stderr, "dspark: %s\n", ds_last_error());
         return 0;
     }
     return 1;

@@ -66,7 +66,7 @@ static int parse_args(int argc, char **argv, dg_args *a) {
             a->append = 1;
             continue;
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "datagen", dg_usage);
         i++;
         int r = cli_sampling_option(o, v, &a->sp);
         if (!r) r = cli_run_option(o, v, &a->model, NULL, &a->threads, &a->seed);

@@ -63,7 +63,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             a->chat = 1;
             continue;
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "generate", gen_usage);
         i++;
         int r = cli_sampling_option(o, v, &a->sp);
         if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);

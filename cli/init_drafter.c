@@ -34,7 +34,7 @@ int cmd_init_drafter(int argc, char **argv) {
             p.confidence = 0;
             continue;
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "init-drafter", usage);
         i++;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) model = v;
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) out = v;

@@ -47,7 +47,7 @@ static int parse_args(int argc, char **argv, prof_args *a) {
             a->quick = 1;
             continue;
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "profile", prof_usage);
         i++;
         const int r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, NULL);
         if (r < 0) return -r;

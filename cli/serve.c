@@ -55,7 +55,7 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return 0;
         }
-        if (!v) return cli_usage_error("option %s needs a value", o);
+        if (!v) return cli_missing_value(o, "serve", serve_usage);
         i++;
         if (!strcmp(o, "--schedule") && !strcmp(v, "none")) {
             no_spec = 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "io/json.h"
 
 static void tok_usage(FILE *f) {
     fprintf(f,
@@ -65,7 +66,7 @@ int cmd_tokenize(int argc, char **argv) {
         const cJSON *it;
         int k = 0;
         cJSON_ArrayForEach(it, arr) {
-            if (!cJSON_IsNumber(it) || it->valuedouble != (int32_t)it->valuedouble) n = -1;
+            if (!ds_json_is_int(it, INT32_MIN, INT32_MAX)) n = -1;
             else if (ids) ids[k++] = (int32_t)it->valuedouble;
         }
         cJSON_Delete(arr);

@@ -50,7 +50,7 @@ int cmd_train(int argc, char **argv) {
             o.shape.confidence = 0;
             continue;
         }
-        if (!v) return cli_usage_error("option %s needs a value", a);
+        if (!v) return cli_missing_value(a, "train", usage);
         i++;
 #define INT(flag, lo, hi, dst)                                                                 \
     else if (!strcmp(a, flag)) {                                                               \
@@ -111,6 +111,7 @@ int cmd_train(int argc, char **argv) {
     if (!o.data) return cli_usage_error("train needs --data DATA (make it with dspark datagen)");
     if (!o.out) return cli_usage_error("train needs an output directory (-o OUT)");
     if (!(o.target = cli_model_path(model))) return 1;
+    if (o.plot && !cli_check_writable(o.plot)) return 1; // before the training, not after
     cli_catch_interrupt();
     o.interrupted = &cli_interrupted;
     ds_status st = ds_train_run(&o);

@@ -1,4 +1,5 @@
 #include "base/status.h"
+#include "base/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,11 +12,19 @@ const char *ds_last_error(void) { return g_msg[0] ? g_msg : "no error"; }
 
 void ds_clear_error(void) { g_msg[0] = '\0'; }
 
+// Messages quote names and strings from files (GGUF keys, tensor names, JSON strings, paths): one
+// place makes every message one line of valid UTF-8, whatever those bytes are.
+static void set_message(const char *text) {
+    ds_text_escape(g_msg, sizeof g_msg, text, strlen(text));
+}
+
 ds_status ds_fail(ds_status code, const char *fmt, ...) {
+    char raw[sizeof g_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    set_message(raw);
     return code;
 }
 
@@ -26,7 +35,9 @@ ds_status ds_fail_prefix(ds_status code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_msg, sizeof old);
-    snprintf(g_msg, sizeof g_msg, "%s: %s", prefix, old);
+    char raw[sizeof prefix + sizeof old + 2];
+    snprintf(raw, sizeof raw, "%s: %s", prefix, old);
+    set_message(raw);
     return code;
 }
 

@@ -366,10 +366,13 @@ static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_s
 }
 
 // U = h · lm_headᵀ for n rows (Gemma: softcap tanh(U/c)·c).
-static void output_logits(const ds_drafter *d, ds_draft_bufs *b, const float *h, int n, float *logits) {
+static ds_status output_logits(const ds_drafter *d, ds_draft_bufs *b, const float *h, int n, float *logits) {
     ds_matmul(logits, h, &d->lm_head, n, b->scratch);
+    if (!ds_all_finite(logits, (size_t)n * d->V)) // (before the softcap, which makes inf finite)
+        return ds_fail(DS_ERR_FORMAT, "the drafter computed NaN or infinite logits (its weights hold NaN/Inf values)");
     if (d->softcap > 0)
         for (size_t i = 0; i < (size_t)n * d->V; i++) logits[i] = tanhf(logits[i] / d->softcap) * d->softcap;
+    return DS_OK;
 }
 
 ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
@@ -379,7 +382,7 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
     int pos[64];
     ds_status st = block_forward(d, &s->b, &s, &anchor, 1, pos);
     if (st) return st;
-    output_logits(d, &s->b, s->b.xn, n_slots, logits);
+    if ((st = output_logits(d, &s->b, s->b.xn, n_slots, logits))) return st;
     return walk(d, s, anchor, n_slots, s->b.xn, sp, rng, tokens, logits, conf);
 }
 
@@ -438,7 +441,7 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, ds_dra
         memcpy(bt->h + (size_t)n * H, bt->b.xn + (size_t)r * B * H, sizeof(float) * (size_t)n_slots[r] * H);
         n += n_slots[r];
     }
-    output_logits(d, &bt->b, bt->h, n, bt->U);
+    if ((st = output_logits(d, &bt->b, bt->h, n, bt->U))) return st;
     n = 0;
     for (int r = 0; r < R; r++) {
         memcpy(logits[r], bt->U + (size_t)n * V, sizeof(float) * (size_t)n_slots[r] * V);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "io/atomic.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "kernels/half.h"
@@ -252,17 +253,6 @@ static ds_status write_config(const ds_model *t, const ds_drafter_init_params *p
     return st;
 }
 
-// Remove a directory we created and the files in it (best effort, for failed writes).
-static void remove_dir(const char *dir) {
-    const char *files[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
-    char p[4096];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-        unlink(p);
-    }
-    rmdir(dir);
-}
-
 static ds_status build(const ds_model *t, const ds_drafter_init_params *p, const draft_shape *g, int T, int r,
                        builder *b) {
     const ds_model_info *in = ds_model_get_info(t);
@@ -345,14 +335,11 @@ ds_status ds_drafter_init_write(const ds_model *t, const ds_drafter_init_params 
     draft_shape g;
     ds_status st0 = shape_of(t, p.style, p.dtype, &g);
     if (st0) return st0;
-    struct stat sb;
-    if (stat(dir, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", dir);
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
-    if (mkdir(tmp, 0755) != 0) return ds_fail(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if ((st0 = ds_atomic_dir_open(dir, tmp, sizeof tmp))) return st0;
     builder *b = ds_calloc(1, sizeof *b);
     if (!b) {
-        rmdir(tmp);
+        ds_atomic_dir_abort(tmp);
         return DS_ERR_NOMEM;
     }
     b->rng = ds_rng_init(p.seed, 0x696e6974); // "init"
@@ -362,8 +349,8 @@ ds_status ds_drafter_init_write(const ds_model *t, const ds_drafter_init_params 
     ds_status st = build(t, &p, &g, T, r, b);
     if (!st) st = write_tensors(b, p.dtype, tmp);
     if (!st) st = write_config(t, &p, &g, taps, T, r, mask, in->unk_id >= 0 ? "unk" : "last_id", cfg);
-    if (!st && rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
-    if (st) remove_dir(tmp);
+    if (st) ds_atomic_dir_abort(tmp);
+    else st = ds_atomic_dir_commit(tmp, dir);
     builder_free(b);
     free(b);
     return st;

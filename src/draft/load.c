@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/utf8.h"
 #include "draft/drafter.h"
 #include "io/json.h"
 #include "kernels/half.h"
@@ -48,6 +49,12 @@ static ds_status load_calibration(ds_drafter *d, const char *dir) {
     cJSON *j;
     ds_status st = ds_json_load(path, 1 << 20, &j);
     if (st) return st;
+    const char *method;
+    if ((st = ds_json_str(j, path, "method", &method)) || (method && strcmp(method, "sts"))) {
+        if (!st) st = ds_fail(DS_ERR_UNSUPPORTED, "%s: calibration method '%s' is not supported (sts is)", path, method);
+        cJSON_Delete(j);
+        return st;
+    }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "temperatures"), *e;
     float temps[64];
     int n = 0;
@@ -73,6 +80,13 @@ static ds_status load_calibration(ds_drafter *d, const char *dir) {
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble <= 1)) {
             cJSON_Delete(j);
             return ds_fail(DS_ERR_FORMAT, "%s: acceptance rates must be numbers in [0, 1] (or null)", path);
+        }
+        const int k = d->n_accept_prior;
+        if (k > 0 && e->valuedouble > d->accept_prior[k - 1] + 1e-6) { // a prefix acceptance cannot grow
+            st = ds_fail(DS_ERR_FORMAT, "%s: \"acceptance\" must not increase with the position (slot %d: %g, slot %d: %g)",
+                         path, k, (double)d->accept_prior[k - 1], k + 1, e->valuedouble);
+            cJSON_Delete(j);
+            return st;
         }
         d->accept_prior[d->n_accept_prior++] = (float)e->valuedouble;
     }
@@ -156,7 +170,7 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
         (st = ds_json_str(j, path, "markov_head_type", &c->head_type)) ||
         (st = ds_json_str(j, path, "target_id", &tid)))
         goto done;
-    snprintf(d->target_id, sizeof d->target_id, "%s", tid ? tid : "");
+    ds_text_escape(d->target_id, sizeof d->target_id, tid ? tid : "", tid ? strlen(tid) : 0); // (printed)
     if (c->rank > 0) {
         const char *h = c->head_type ? c->head_type : "vanilla";
         if (!strcmp(h, "vanilla")) d->markov = DS_MARKOV_VANILLA;
@@ -172,6 +186,11 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
         st = ds_fail(DS_ERR_FORMAT, "%s: hidden_size, vocab_size, heads, layers and block_size must be positive", path);
         goto done;
     }
+    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->layers)) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: layer_types must list one type per layer (%d), not %d", path, c->layers,
+                     cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1);
+        goto done;
+    }
     // Taps.
     const cJSON *taps = cJSON_GetObjectItemCaseSensitive(j, "target_layer_ids");
     if (!cJSON_IsArray(taps) || cJSON_GetArraySize(taps) < 1 || cJSON_GetArraySize(taps) > 64) {
@@ -180,7 +199,7 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
     }
     d->T = 0;
     cJSON_ArrayForEach(e, taps) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (int)e->valuedouble) {
+        if (!ds_json_is_int(e, -1, 4096)) {
             st = ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must hold integers", path);
             goto done;
         }
@@ -223,7 +242,15 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
             goto done;
         }
     }
-    if (d->nkv == 0 || d->nq % d->nkv || d->hd == 0 || d->hd % 2 || !(c->theta > 0) || !(c->eps > 0)) {
+    if (!(c->eps > 0)) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: rms_norm_eps must be positive", path);
+        goto done;
+    }
+    if (!(c->theta > 0)) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: rope_theta must be positive", path);
+        goto done;
+    }
+    if (d->nkv == 0 || d->nq % d->nkv || d->hd == 0 || d->hd % 2) {
         st = ds_fail(DS_ERR_FORMAT, "%s: inconsistent attention geometry (heads %d/%d, head dim %d)", path, d->nq,
                      d->nkv, d->hd);
         goto done;

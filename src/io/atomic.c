@@ -1,28 +1,170 @@
 #include "io/atomic.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/status.h"
 
+static const char *kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+// The directory part of `path` ("." when there is none) into out (cap bytes).
+static void dir_of(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (!slash) snprintf(out, cap, ".");
+    else if (slash == out) out[1] = 0;
+    else *slash = 0;
+}
+
+// Where a write to `path` lands: `path`, or the end of its chain of symbolic links (the way a shell's
+// `>` follows them), which must be a regular file or nothing. *out is malloc'ed; *mode is the
+// existing file's permission bits (or -1 when there is none).
+static ds_status resolve(const char *path, char **out, int *mode) {
+    *out = NULL;
+    *mode = -1;
+    char *cur = strdup(path);
+    if (!cur) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    for (int hops = 0;; hops++) {
+        struct stat sb;
+        if (lstat(cur, &sb) != 0) { // nothing there (or an unreachable directory: fopen will say)
+            *out = cur;
+            return DS_OK;
+        }
+        if (S_ISREG(sb.st_mode)) {
+            *mode = (int)(sb.st_mode & 07777);
+            *out = cur;
+            return DS_OK;
+        }
+        if (!S_ISLNK(sb.st_mode)) {
+            ds_status st = hops ? ds_fail(DS_ERR_IO, "%s: is a symbolic link to %s (%s), not to a regular file", path,
+                                          kind_of(sb.st_mode), cur)
+                                : ds_fail(DS_ERR_IO, "%s: is %s, not a regular file", path, kind_of(sb.st_mode));
+            free(cur);
+            return st;
+        }
+        if (hops >= 40) {
+            free(cur);
+            return ds_fail(DS_ERR_IO, "%s: too many levels of symbolic links", path);
+        }
+        char target[4096];
+        const ssize_t n = readlink(cur, target, sizeof target - 1);
+        if (n <= 0) {
+            free(cur);
+            return ds_fail(DS_ERR_IO, "%s: cannot read the symbolic link: %s", path, strerror(errno));
+        }
+        target[n] = 0;
+        char dir[4096];
+        dir_of(cur, dir, sizeof dir);
+        const size_t len = strlen(dir) + (size_t)n + 2;
+        char *next = malloc(len);
+        if (!next) {
+            free(cur);
+            return ds_fail(DS_ERR_NOMEM, "out of memory");
+        }
+        if (target[0] == '/') snprintf(next, len, "%s", target);
+        else snprintf(next, len, "%s/%s", dir, target);
+        free(cur);
+        cur = next;
+    }
+}
+
+ds_status ds_atomic_check(const char *path) {
+    char *p;
+    int mode;
+    ds_status st = resolve(path, &p, &mode);
+    free(p);
+    return st;
+}
+
+// Remove a temporary directory of ours: the files at its top, then the directory (which stays when
+// it holds anything else).
+static void remove_shallow(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            const size_t n = strlen(dir) + strlen(e->d_name) + 2;
+            char *p = malloc(n);
+            if (!p) continue;
+            snprintf(p, n, "%s/%s", dir, e->d_name);
+            struct stat sb;
+            if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+// Temporaries "<base>.tmp.<pid>" next to `path` left by processes that no longer exist (killed
+// runs): removed (regular files, and directories of regular files). A live process's, ours
+// included, are left alone.
+static void clean_stale(const char *path) {
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    const size_t nb = strlen(base);
+    if (!nb) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *s = e->d_name;
+        if (strncmp(s, base, nb) || strncmp(s + nb, ".tmp.", 5)) continue;
+        const char *digits = s + nb + 5;
+        size_t k = 0;
+        while (digits[k] >= '0' && digits[k] <= '9') k++;
+        if (k == 0 || k > 9 || digits[k]) continue;
+        const long pid = atol(digits);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        const size_t n = strlen(dir) + strlen(s) + 2;
+        char *p = malloc(n);
+        if (!p) break;
+        snprintf(p, n, "%s/%s", dir, s);
+        struct stat sb;
+        if (lstat(p, &sb) == 0) {
+            if (S_ISREG(sb.st_mode)) unlink(p);
+            else if (S_ISDIR(sb.st_mode)) remove_shallow(p);
+        }
+        free(p);
+    }
+    closedir(d);
+}
+
 ds_status ds_atomic_open(ds_atomic_file *af, const char *path) {
     memset(af, 0, sizeof *af);
-    size_t n = strlen(path) + 32;
-    af->path = strdup(path);
+    int mode;
+    ds_status st = resolve(path, &af->path, &mode);
+    if (st) return st;
+    const size_t n = strlen(af->path) + 32;
     af->tmp_path = malloc(n);
-    if (!af->path || !af->tmp_path) {
+    if (!af->tmp_path) {
         ds_atomic_abort(af);
         return ds_fail(DS_ERR_NOMEM, "out of memory");
     }
-    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    clean_stale(af->path);
+    snprintf(af->tmp_path, n, "%s.tmp.%ld", af->path, (long)getpid());
     af->f = fopen(af->tmp_path, "wb");
     if (!af->f) {
-        ds_status st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", af->tmp_path, strerror(errno));
+        st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", af->tmp_path, strerror(errno));
         ds_atomic_abort(af);
         return st;
     }
+    if (mode >= 0) fchmod(fileno(af->f), (mode_t)mode); // the replaced file's permissions (best effort)
     return DS_OK;
 }
 
@@ -33,6 +175,13 @@ ds_status ds_atomic_commit(ds_atomic_file *af) {
     if (fclose(af->f) != 0 && st == DS_OK)
         st = ds_fail(DS_ERR_IO, "%s: close failed: %s", af->tmp_path, strerror(errno));
     af->f = NULL;
+    // What stands at the path may have changed while we wrote: never rename over a non-file.
+    if (st == DS_OK) {
+        struct stat sb;
+        if (lstat(af->path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            st = ds_fail(DS_ERR_IO, "%s: became %s while it was written; not replaced", af->path,
+                         S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
+    }
     if (st == DS_OK && rename(af->tmp_path, af->path) != 0)
         st = ds_fail(DS_ERR_IO, "%s: rename failed: %s", af->path, strerror(errno));
     if (st != DS_OK) unlink(af->tmp_path);
@@ -56,4 +205,48 @@ ds_status ds_atomic_write_text(const char *path, const char *text) {
     if (st) return st;
     fputs(text, af.f);
     return ds_atomic_commit(&af);
+}
+
+// ---- directories ---------------------------------------------------------------------------------
+
+// `dir` without trailing slashes into out.
+static int strip_slashes(const char *dir, char *out, size_t cap) {
+    if ((size_t)snprintf(out, cap, "%s", dir) >= cap) return 0;
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = 0;
+    return 1;
+}
+
+ds_status ds_atomic_dir_open(const char *dir_arg, char *tmp, size_t cap) {
+    char dir[4096];
+    tmp[0] = 0;
+    if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+    struct stat sb;
+    if (lstat(dir, &sb) == 0)
+        return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", dir);
+    clean_stale(dir);
+    if ((size_t)snprintf(tmp, cap, "%s.tmp.%ld", dir, (long)getpid()) >= cap) {
+        tmp[0] = 0;
+        return ds_fail(DS_ERR_INVALID, "%s: path too long", dir);
+    }
+    if (mkdir(tmp, 0755) != 0) {
+        ds_status st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        tmp[0] = 0;
+        return st;
+    }
+    return DS_OK;
+}
+
+ds_status ds_atomic_dir_commit(const char *tmp, const char *dir_arg) {
+    char dir[4096];
+    ds_status st = DS_OK;
+    struct stat sb;
+    if (!strip_slashes(dir_arg, dir, sizeof dir)) st = ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+    else if (lstat(dir, &sb) == 0) st = ds_fail(DS_ERR_IO, "%s: appeared while it was written; not replaced", dir);
+    else if (rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
+    if (st) remove_shallow(tmp);
+    return st;
+}
+
+void ds_atomic_dir_abort(const char *tmp) {
+    if (tmp && tmp[0]) remove_shallow(tmp);
 }

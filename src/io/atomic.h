@@ -1,5 +1,15 @@
-// Atomic file writes: write to "<path>.tmp.<pid>", fsync, then rename over <path>. An interrupted
-// run leaves the old file (or nothing) in place, never half a file.
+// Atomic writes: write to "<path>.tmp.<pid>", fsync, then rename over <path>. An interrupted run
+// leaves the old file (or nothing) in place, never half a file.
+//
+// What may stand at <path> (one rule for every writer, checked here):
+//  - nothing, or a regular file: it is replaced;
+//  - a symbolic link to a regular file: the file it names is replaced (written next to it and renamed
+//    over it), so the link stays a link;
+//  - anything else (a directory, FIFO, socket, character or block device, a dangling or looping
+//    link): refused with "<path>: is a FIFO, not a regular file" and the like; it is never renamed
+//    over.
+// Temporaries left by killed runs ("<path>.tmp.<pid>" whose process no longer exists on this machine)
+// are removed when the next write to the same path starts.
 #ifndef DS_IO_ATOMIC_H
 #define DS_IO_ATOMIC_H
 
@@ -9,7 +19,7 @@
 
 typedef struct {
     FILE *f;         // write here
-    char *path;      // final path
+    char *path;      // final path (a symlink's target when <path> was a link to a regular file)
     char *tmp_path;  // temporary path in the same directory
 } ds_atomic_file;
 
@@ -20,5 +30,18 @@ ds_status ds_atomic_commit(ds_atomic_file *af);
 void ds_atomic_abort(ds_atomic_file *af);
 // Write `text` as the whole content of `path`, atomically.
 ds_status ds_atomic_write_text(const char *path, const char *text);
+
+// Whether a file may be written at `path` by the rule above (DS_OK when it may), without writing.
+ds_status ds_atomic_check(const char *path);
+
+// Directories written as a whole (quantize, init-drafter): the files go into a fresh "<dir>.tmp.<pid>"
+// (trailing slashes of `dir` ignored), which is renamed to `dir` at the end. `dir` must not exist
+// (anything there, even a dangling link, is refused). Stale temporaries of dead processes are removed.
+// `tmp` (cap bytes) receives the temporary directory's path.
+ds_status ds_atomic_dir_open(const char *dir, char *tmp, size_t cap);
+// Rename `tmp` to `dir`; on failure `tmp` is removed.
+ds_status ds_atomic_dir_commit(const char *tmp, const char *dir);
+// Remove `tmp` and the files in it.
+void ds_atomic_dir_abort(const char *tmp);
 
 #endif

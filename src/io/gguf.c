@@ -262,10 +262,10 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 static ds_status gguf_parse(ds_gguf *g) {
+    if (g->map.size < 4 || memcmp(g->map.data, "GGUF", 4) != 0) // (before any arithmetic on data: NULL when empty)
+        return ds_fail(DS_ERR_FORMAT, "%s: not a GGUF file (bad magic)", g->map.path);
     cursor c = {g->map.data, g->map.data + g->map.size, g->map.path, g->map.data};
     ds_status st;
-    if (g->map.size < 4 || memcmp(g->map.data, "GGUF", 4) != 0)
-        return ds_fail(DS_ERR_FORMAT, "%s: not a GGUF file (bad magic)", c.path);
     c.p += 4;
     if ((st = rd(&c, &g->version, 4, "version"))) return st;
     if (g->version != 2 && g->version != 3)

@@ -1,5 +1,7 @@
 #include "io/json.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,25 +12,67 @@
 ds_status ds_json_load(const char *path, size_t max_bytes, cJSON **out) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return ds_fail(DS_ERR_IO, "%s: cannot open", path);
-    char *buf = malloc(max_bytes + 1);
-    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
+    if (!f) return ds_fail(DS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    // Grow with what the file holds (never reserve max_bytes up front: limits are generous).
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    ds_status st = DS_OK;
+    for (;;) {
+        if (n == cap) {
+            if (cap > max_bytes) break; // read max_bytes + 1: too large
+            size_t want = cap ? cap * 2 : 1 << 16;
+            if (want > max_bytes + 1) want = max_bytes + 1;
+            char *nb = realloc(buf, want + 1);
+            if (!nb) {
+                st = ds_fail(DS_ERR_NOMEM, "%s: out of memory reading it", path);
+                break;
+            }
+            buf = nb;
+            cap = want;
+        }
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) st = ds_fail(DS_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            break;
+        }
+    }
     fclose(f);
-    if (!buf) return ds_fail(DS_ERR_NOMEM, "out of memory reading %s", path);
-    if (n > max_bytes) {
+    if (!st && n > max_bytes) st = ds_fail(DS_ERR_FORMAT, "%s: larger than %zu bytes", path, max_bytes);
+    if (!st && n == 0) st = ds_fail(DS_ERR_FORMAT, "%s: empty file (a JSON object expected)", path);
+    if (!st && memchr(buf, 0, n)) st = ds_fail(DS_ERR_FORMAT, "%s: not valid JSON (holds a NUL byte)", path);
+    if (st) {
         free(buf);
-        return ds_fail(DS_ERR_FORMAT, "%s: larger than %zu bytes", path, max_bytes);
+        return st;
     }
     buf[n] = 0;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithOpts(buf, &end, 1);
-    free(buf);
     if (!j || !cJSON_IsObject(j)) {
+        const size_t at = end && end >= buf && end <= buf + n ? (size_t)(end - buf) : n;
+        st = j ? ds_fail(DS_ERR_FORMAT, "%s: not a JSON object", path)
+               : ds_fail(DS_ERR_FORMAT, "%s: not valid JSON (at byte %zu)", path, at);
         cJSON_Delete(j);
-        return ds_fail(DS_ERR_FORMAT, "%s: not valid JSON (or not a JSON object)", path);
+        free(buf);
+        return st;
     }
+    free(buf);
     *out = j;
     return DS_OK;
+}
+
+int ds_json_has_nul_escape(const char *text, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && i + 5 < n && !memcmp(text + i + 2, "0000", 4)) return 1;
+        i++; // skip the escaped character: the text \\u0000 is an escaped backslash, then "u0000"
+    }
+    return 0;
+}
+
+int ds_json_is_int(const cJSON *v, double lo, double hi) {
+    // The range first: converting an out-of-range double to an integer type is undefined.
+    return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi && v->valuedouble == floor(v->valuedouble);
 }
 
 ds_status ds_json_int(const cJSON *obj, const char *path, const char *key, int def, int max, int *out) {
@@ -38,8 +82,7 @@ ds_status ds_json_int(const cJSON *obj, const char *path, const char *key, int d
         *out = def;
         return DS_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble || v->valuedouble < 0 ||
-        v->valuedouble > max)
+    if (!ds_json_is_int(v, 0, max))
         return ds_fail(DS_ERR_FORMAT, "%s: \"%s\" must be an integer in 0..%d", path, key, max);
     *out = (int)v->valuedouble;
     return DS_OK;

@@ -140,7 +140,7 @@ static ds_status parse_json(const char *path, const uint8_t *bytes, size_t n, cJ
     *out = NULL;
     char *buf = ds_malloc(n + 1);
     if (!buf) return DS_ERR_NOMEM;
-    memcpy(buf, bytes, n);
+    if (n) memcpy(buf, bytes, n); // (an empty mapped file has no data pointer)
     buf[n] = '\0';
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(buf, &end, 0);

@@ -2,6 +2,7 @@
 #ifndef DS_KERNELS_OPS_H
 #define DS_KERNELS_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dspark.h"
@@ -31,9 +32,12 @@ void ds_add(float *y, const float *x, int n);
 
 // exp(x) for x <= 88, vectorizable: 2^n · p(r) with n = round(x / ln 2), r = x - n ln 2 (Cody-Waite
 // split), p a degree-6 minimax polynomial (Cephes expf); relative error < 2e-7. Inputs below -87
-// give ~1e-38 instead of denormals.
+// (and -inf) give ~1e-38 instead of denormals, inputs above 88 (and +inf) exp(88); NaN gives NaN.
+// The scale 2^n is built without converting a float to an integer (undefined for NaN): n + 127 is
+// added to 1.5·2^23, where a float's low mantissa bits hold the integer exactly, and shifted into
+// the exponent field as unsigned. Selects, not branches: the loops that call it vectorize.
 static inline float ds_expf(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x); // NaN stays NaN
     const float n = __builtin_rintf(x * 1.44269504088896341f);
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -43,8 +47,19 @@ static inline float ds_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float e = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23};
+    // bits(12582912 + k) = 0x4B400000 + k for 0 <= k < 2^22; shifted left by 23 only k remains.
+    union { float f; uint32_t i; } biased = {.f = n + (12582912.0f + 127.0f)}, scale;
+    scale.i = biased.i << 23;
     return e * scale.f;
+}
+
+// Whether all n values are finite (no NaN, no ±inf): one vectorizable pass (x·0 is NaN exactly for
+// non-finite x).
+static inline int ds_all_finite(const float *x, size_t n) {
+    float z = 0.0f;
+#pragma omp simd reduction(+ : z)
+    for (size_t i = 0; i < n; i++) z += x[i] * 0.0f;
+    return z == 0.0f;
 }
 
 // dot(a, b) over n

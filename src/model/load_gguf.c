@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/ops.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +42,8 @@ static ds_status take_vector(ds_model *m, const ds_gguf *g, const char *name, in
     ds_weight w = {t->type, 1, n, t->data};
     if (!(*out = ds_model_own(m, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
     ds_weight_row_f32(&w, 0, *out);
+    if (!ds_all_finite(*out, (size_t)n))
+        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' holds NaN or Inf values", g->map.path, name);
     return DS_OK;
 }
 
@@ -88,12 +91,16 @@ static ds_status read_config(ds_model *m, const ds_gguf *g) {
 #undef GET_INT
     snprintf(key, sizeof key, "%s.attention.head_count_kv", m->arch);
     if ((st = ds_gguf_get_int_or(g, key, in->n_heads, &v))) return st;
+    if (v <= 0 || v > in->n_heads)
+        return ds_fail(DS_ERR_FORMAT, "%s: %s = %lld is out of range (1..%d)", g->map.path, key, (long long)v, in->n_heads);
     in->n_kv_heads = (int)v;
     if (in->n_heads <= 0 || in->dim % in->n_heads)
         return ds_fail(DS_ERR_FORMAT, "%s: embedding_length %d is not divisible by head_count %d", g->map.path,
                        in->dim, in->n_heads);
     snprintf(key, sizeof key, "%s.attention.key_length", m->arch);
     if ((st = ds_gguf_get_int_or(g, key, in->dim / in->n_heads, &v))) return st;
+    if (v <= 0 || v > 4096 || v % 2)
+        return ds_fail(DS_ERR_FORMAT, "%s: %s = %lld is out of range (an even 2..4096)", g->map.path, key, (long long)v);
     in->head_dim = (int)v;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", m->arch);
     if ((st = ds_gguf_get_float_or(g, key, 1e-5, &f))) return st;
@@ -158,7 +165,7 @@ ds_status ds_model_load_gguf(const char *path, ds_model **out) {
 #undef W
 #undef V
     }
-    if ((st = ds_model_finish(m, path)) || (st = load_tokenizer(m, G))) goto fail;
+    if ((st = ds_model_finish(m, path)) || (st = load_tokenizer(m, G)) || (st = ds_model_check_ids(m, path))) goto fail;
     if (m->tok && ds_tokenizer_vocab_size(m->tok) != in->vocab_size) {
         st = ds_fail(DS_ERR_FORMAT, "%s: tokenizer has %d tokens but the embedding has %d rows", path,
                      ds_tokenizer_vocab_size(m->tok), in->vocab_size);

@@ -34,6 +34,7 @@
 // sharing outside Gemma 4, attention logit softcapping, mlp_bias, unknown RoPE types.
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,17 +204,20 @@ static void rope_fill(const rope_spec *r, int head_dim, float *out) {
 }
 
 // The first id, and every id, of an "eos_token_id" (an integer or a list of integers).
-static void read_eos(ds_model *m, const cJSON *eos) {
-    if (cJSON_IsNumber(eos)) {
-        if (m->info.eos_id < 0) m->info.eos_id = (int)eos->valuedouble;
-        ds_model_add_stop(m, (int32_t)eos->valuedouble);
-    } else if (cJSON_IsArray(eos)) {
-        for (const cJSON *e = eos->child; e; e = e->next)
-            if (cJSON_IsNumber(e)) {
-                if (m->info.eos_id < 0) m->info.eos_id = (int)e->valuedouble;
-                ds_model_add_stop(m, (int32_t)e->valuedouble);
-            }
+// eos_token_id: one id or a list of ids (null or absent: none). Ids are range-checked against the
+// vocabulary in ds_model_finish.
+static ds_status read_eos(ds_model *m, const cJSON *eos, const char *path) {
+    if (!eos || cJSON_IsNull(eos)) return DS_OK;
+    const cJSON *one[1] = {eos};
+    const int n = cJSON_IsArray(eos) ? cJSON_GetArraySize(eos) : 1;
+    const cJSON *e = cJSON_IsArray(eos) ? eos->child : one[0];
+    for (int i = 0; i < n && e; i++, e = e->next) {
+        if (!ds_json_is_int(e, 0, INT32_MAX))
+            return ds_fail(DS_ERR_FORMAT, "%s: eos_token_id must be a token id or a list of token ids", path);
+        if (m->info.eos_id < 0) m->info.eos_id = (int)e->valuedouble;
+        ds_model_add_stop(m, (int32_t)e->valuedouble);
     }
+    return DS_OK;
 }
 
 // generation_config.json (optional): its eos_token_id ids stop generation too.
@@ -226,9 +230,9 @@ static ds_status read_generation_config(ds_model *m, const char *dir) {
     cJSON *g;
     ds_status st = ds_json_load(path, 1 << 20, &g);
     if (st) return st;
-    read_eos(m, cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"));
+    st = read_eos(m, cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"), path);
     cJSON_Delete(g);
-    return DS_OK;
+    return st;
 }
 
 static ds_status read_layer_types(const cJSON *c, const char *path, int n_layers, int fam, hf_config *h) {
@@ -446,9 +450,13 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
     // Token ids: every eos_token_id (int or list) stops generation; the first is the EOS id.
     const cJSON *bos = cJSON_GetObjectItemCaseSensitive(c, "bos_token_id");
     if (!bos) bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id");
+    if (cJSON_IsNumber(bos) && !ds_json_is_int(bos, 0, INT32_MAX)) {
+        st = ds_fail(DS_ERR_FORMAT, "%s: bos_token_id must be a token id", path);
+        goto done;
+    }
     in->bos_id = cJSON_IsNumber(bos) ? (int)bos->valuedouble : -1;
-    read_eos(m, cJSON_GetObjectItemCaseSensitive(c, "eos_token_id"));
-    if (c != cfg) read_eos(m, cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id"));
+    if ((st = read_eos(m, cJSON_GetObjectItemCaseSensitive(c, "eos_token_id"), path))) goto done;
+    if (c != cfg && (st = read_eos(m, cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id"), path))) goto done;
 done:
     cJSON_Delete(cfg);
     return st;

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
+#include "base/utf8.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,7 +33,13 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
     struct stat st;
     if (stat(path, &st) != 0) return ds_fail(DS_ERR_IO, "%s: no such file or directory", path);
     if (params) ds_set_threads(params->n_threads);
-    return S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
+    ds_status s = S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
+    if (s == DS_OK && !((*out)->path = strdup(path))) {
+        ds_model_free(*out);
+        *out = NULL;
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    return s;
 }
 
 void ds_model_free(ds_model *m) {
@@ -41,6 +48,7 @@ void ds_model_free(ds_model *m) {
     if (m->backing_free) m->backing_free(m->backing);
     free(m->layers);
     free(m->owned);
+    free(m->path);
     free(m);
 }
 
@@ -77,6 +85,11 @@ static ds_status check_weight(const char *path, const char *what, const ds_weigh
 
 ds_status ds_model_finish(ds_model *m, const char *path) {
     ds_model_info *in = &m->info;
+    // The name comes from the file (GGUF general.name) or a path and reaches JSON output
+    // (/v1/models, cost tables): printable valid UTF-8 only.
+    char name[sizeof m->name];
+    ds_text_escape(name, sizeof name, m->name, strlen(m->name));
+    memcpy(m->name, name, sizeof name);
     in->arch = m->arch;
     in->name = m->name;
     if (in->n_layers <= 0 || in->n_layers > 4096 || in->dim <= 0 || in->dim > (1 << 16) || in->n_heads <= 0 ||
@@ -179,6 +192,20 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     } else if (m->n_stop) {
         in->eos_id = m->stop_ids[0];
     }
+    return ds_model_check_ids(m, path);
+}
+
+ds_status ds_model_check_ids(const ds_model *m, const char *path) {
+    const ds_model_info *in = &m->info;
+    const int V = in->vocab_size;
+    if (in->bos_id >= V)
+        return ds_fail(DS_ERR_FORMAT, "%s: bos_token_id %d is outside the vocabulary (0..%d)", path, in->bos_id, V - 1);
+    if (in->eos_id >= V)
+        return ds_fail(DS_ERR_FORMAT, "%s: eos_token_id %d is outside the vocabulary (0..%d)", path, in->eos_id, V - 1);
+    for (int i = 0; i < m->n_stop; i++)
+        if (m->stop_ids[i] >= V)
+            return ds_fail(DS_ERR_FORMAT, "%s: stop id %d (eos_token_id) is outside the vocabulary (0..%d)", path,
+                           m->stop_ids[i], V - 1);
     return DS_OK;
 }
 
@@ -594,6 +621,12 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             g += seqs[s].n_logits;
         }
     }
+    // NaN/Inf weights (or an overflow) surface here: one pass over the logits, before the softcap
+    // (which would turn inf into finite values). The cache does not advance.
+    for (int s = 0; s < n_seqs; s++)
+        if (!ds_all_finite(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size))
+            return ds_fail(DS_ERR_FORMAT, "%s: the model computed NaN or infinite logits (its weights hold NaN/Inf "
+                                          "values or overflow)", m->path ? m->path : m->name);
     if (m->final_softcap > 0)
         for (int s = 0; s < n_seqs; s++)
             softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);

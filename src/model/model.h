@@ -56,6 +56,7 @@ struct ds_model {
     ds_model_info info;
     char arch[32];
     char name[128];
+    char *path;          // the file or directory it was loaded from (for messages)
     ds_weight tok_embd;  // (vocab, dim)
     ds_layer *layers;    // (n_layers)
     float *out_norm;     // (dim)
@@ -90,6 +91,8 @@ void ds_model_add_stop(ds_model *m, int32_t id);
 // Shared by the loaders: size and check the config, take norms as f32, compute weight_bytes and
 // RoPE frequencies. Called after the weights are attached.
 ds_status ds_model_finish(ds_model *m, const char *path);
+// bos/eos/stop ids inside the vocabulary (negative = none); an error naming `path` otherwise.
+ds_status ds_model_check_ids(const ds_model *m, const char *path);
 // Reserve n floats of the model's owned vector storage (sized by the loader up front).
 float *ds_model_own(ds_model *m, size_t n);
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/ops.h"
 #include "quant/qconfig.h"
 
 static void shape_text(const ds_st_tensor *t, char *got, size_t cap) {
@@ -119,5 +120,6 @@ ds_status ds_st_vector(const ds_safetensors *st, const char *where, const char *
         return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' must have shape [%d]", where, name, n);
     ds_weight w = {t->dtype, 1, n, t->data};
     ds_weight_row_f32(&w, 0, out);
+    if (!ds_all_finite(out, (size_t)n)) return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' holds NaN or Inf values", where, name);
     return DS_OK;
 }

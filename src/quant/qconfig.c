@@ -72,8 +72,8 @@ int ds_quant_config_module(const ds_quant_config *q, const char *module, int *bi
     *group_size = q->group_size;
     if (cJSON_IsObject(e)) {
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bits"), *g = cJSON_GetObjectItemCaseSensitive(e, "group_size");
-        if (cJSON_IsNumber(b)) *bits = (int)b->valuedouble;
-        if (cJSON_IsNumber(g)) *group_size = (int)g->valuedouble;
+        if (cJSON_IsNumber(b)) *bits = ds_json_is_int(b, 0, 64) ? (int)b->valuedouble : -1; // -1: unsupported
+        if (cJSON_IsNumber(g)) *group_size = ds_json_is_int(g, 0, 1 << 20) ? (int)g->valuedouble : -1;
     }
     return 1;
 }

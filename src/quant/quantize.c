@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "draft/drafter.h"
+#include "io/atomic.h"
 #include "io/gguf.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -302,22 +303,6 @@ static int plan(const src_tensor *t, const ds_quantize_params *p, char *module, 
 
 // ---- writing --------------------------------------------------------------------------------------
 
-// Files we write at the top of the temporary directory are removed with it.
-static void remove_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[4400];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static ds_status copy_file(const char *from, const char *to) {
     FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
     ds_status st = DS_OK;
@@ -570,7 +555,7 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
             return ds_fail(DS_ERR_INVALID, "override '%s': bits %d, group size %d are not supported", p->override[i],
                            p->override_bits[i], p->override_group[i]);
     struct stat sb;
-    if (stat(out, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", out);
+    if (lstat(out, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", out);
     source s;
     memset(&s, 0, sizeof s);
     ds_status st;
@@ -588,9 +573,7 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
     }
     stats->n_dropped = s.n_dropped;
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    if (mkdir(tmp, 0755) != 0) {
-        st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if ((st = ds_atomic_dir_open(out, tmp, sizeof tmp))) {
         source_free(&s);
         return st;
     }
@@ -600,9 +583,9 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
         st = smoke(&s, tmp, p);
     }
     if (!st) st = interrupted(p);
-    if (!st && rename(tmp, out) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", out, strerror(errno));
-    if (st) remove_tree(tmp);
-    else if (p->progress) p->progress(p->progress_ctx, "done", 1, 1, out);
+    if (st) ds_atomic_dir_abort(tmp);
+    else st = ds_atomic_dir_commit(tmp, out);
+    if (!st && p->progress) p->progress(p->progress_ctx, "done", 1, 1, out);
     source_free(&s);
     return st;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "io/json.h"
 #include "serve/serve.h"
 #include "tokenizer/utf8.h"
 
@@ -81,7 +82,7 @@ static ds_status parse_prompt(const cJSON *root, const ds_model *m, ds_oa_reques
     if (!(r->prompt = malloc(sizeof(int32_t) * (size_t)n))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     int i = 0;
     for (const cJSON *t = p->child; t; t = t->next, i++) {
-        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= V) {
+        if (!ds_json_is_int(t, 0, V - 1)) {
             *param = "prompt";
             return ds_fail(DS_ERR_INVALID, "'prompt' token ids must be integers in 0..%d", V - 1);
         }
@@ -153,8 +154,16 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
     r->chat = chat;
     r->sp = ds_sampler_default();
     r->sp.temperature = 1.0f; // OpenAI's default
-    cJSON *root = cJSON_ParseWithLength(body, n);
+    if (ds_json_has_nul_escape(body, n))
+        return ds_fail(DS_ERR_INVALID, "the body holds a NUL character (\\u0000) in a string, which is not supported");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, n, &end, 0);
     if (!root) return ds_fail(DS_ERR_INVALID, "the body is not valid JSON");
+    while (end && end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (!end || end != body + n) {
+        cJSON_Delete(root);
+        return ds_fail(DS_ERR_INVALID, "the body is not valid JSON (trailing data after the object)");
+    }
     ds_status st = DS_OK;
     const ds_model_info *in = ds_model_get_info(m);
     double v, mt = -1;

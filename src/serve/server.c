@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -556,6 +557,22 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     return respond_json(s, c, status, o);
 }
 
+// Two Content-Length headers that disagree (a request-smuggling shape): libmicrohttpd reads the
+// first; such a request is refused instead.
+typedef struct {
+    const char *first;
+    int conflict;
+} length_headers;
+
+static enum MHD_Result check_length_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    length_headers *h = cls;
+    (void)kind;
+    if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) return MHD_YES;
+    if (!h->first) h->first = value ? value : "";
+    else if (strcmp(h->first, value ? value : "")) h->conflict = 1;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     ds_server *s = cls;
@@ -594,6 +611,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const int compl = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
     if (compl || chat) {
         if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
+        length_headers lh = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, check_length_header, &lh);
+        if (lh.conflict) {
+            pthread_mutex_lock(&s->mu);
+            s->mt.requests_bad++;
+            pthread_mutex_unlock(&s->mu);
+            return respond_error(s, c, 400, "conflicting Content-Length headers", NULL);
+        }
         if (cx->too_big) {
             pthread_mutex_lock(&s->mu);
             s->mt.requests_bad++;

@@ -221,7 +221,7 @@ static ds_status parse_post(builder *b, const cJSON *p) {
             const cJSON *id;
             if (!cJSON_IsArray(ids)) return ds_fail(DS_ERR_FORMAT, "%s: TemplateProcessing has no ids for '%s'", b->path, sp->valuestring);
             cJSON_ArrayForEach(id, ids) {
-                int v = cJSON_IsNumber(id) ? (int)id->valuedouble : -1;
+                int v = ds_json_is_int(id, 0, INT32_MAX) ? (int)id->valuedouble : -1;
                 if (v < 0 || v >= b->t->n_vocab || (seen_seq ? h->n_suffix : h->n_prefix) >= 8)
                     return ds_fail(DS_ERR_FORMAT, "%s: TemplateProcessing id for '%s' is out of range", b->path, sp->valuestring);
                 if (seen_seq) h->suffix[h->n_suffix++] = v;
@@ -358,12 +358,16 @@ static ds_status parse_merges(builder *b, const cJSON *merges) {
         size_t an, cn;
         if (cJSON_IsString(m)) { // "left right"
             const char *sp = strchr(m->valuestring, ' ');
-            if (!sp) return ds_fail(DS_ERR_FORMAT, "%s: merge %d (\"%.40s\") is not \"left right\"", b->path, rank, m->valuestring);
+            if (!sp) {
+                free(buf);
+                return ds_fail(DS_ERR_FORMAT, "%s: merge %d (\"%.40s\") is not \"left right\"", b->path, rank, m->valuestring);
+            }
             a = m->valuestring, an = (size_t)(sp - a), c = sp + 1, cn = strlen(c);
         } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
                    cJSON_IsString(m->child->next)) {
             a = m->child->valuestring, an = strlen(a), c = m->child->next->valuestring, cn = strlen(c);
         } else {
+            free(buf);
             return ds_fail(DS_ERR_FORMAT, "%s: merge %d is neither a string nor a pair of strings", b->path, rank);
         }
         if (an + cn > bcap) {

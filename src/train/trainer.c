@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -186,14 +187,17 @@ static ds_status load_resume(state *S) {
     ds_status st = ds_json_load(path, 1 << 20, &j);
     if (st) return ds_fail_prefix(st, "--resume");
     double step, steps, batch, anchors, seed, lr, warmup;
-    ds_json_num(j, path, "step", -1, &step);
-    ds_json_num(j, path, "steps", -1, &steps);
-    ds_json_num(j, path, "batch", -1, &batch);
-    ds_json_num(j, path, "anchors", -1, &anchors);
-    ds_json_num(j, path, "seed", -1, &seed);
-    ds_json_num(j, path, "lr", -1, &lr);
-    ds_json_num(j, path, "warmup", -1, &warmup);
+    if ((st = ds_json_num(j, path, "step", -1, &step)) || (st = ds_json_num(j, path, "steps", -1, &steps)) ||
+        (st = ds_json_num(j, path, "batch", -1, &batch)) || (st = ds_json_num(j, path, "anchors", -1, &anchors)) ||
+        (st = ds_json_num(j, path, "seed", -1, &seed)) || (st = ds_json_num(j, path, "lr", -1, &lr)) ||
+        (st = ds_json_num(j, path, "warmup", -1, &warmup))) {
+        cJSON_Delete(j);
+        return st;
+    }
+    const int step_ok = ds_json_is_int(cJSON_GetObjectItemCaseSensitive(j, "step"), 0, 1e9);
     cJSON_Delete(j);
+    if (!step_ok)
+        return ds_fail(DS_ERR_FORMAT, "%s: \"step\" must be the number of steps done (a non-negative integer)", path);
     if (steps != o->steps || batch != o->batch || anchors != o->anchors || seed != (double)o->seed ||
         fabs(lr - o->lr) > 1e-9 || fabs(warmup - o->warmup) > 1e-9)
         return ds_fail(DS_ERR_MISMATCH,
@@ -217,25 +221,38 @@ static ds_status load_resume(state *S) {
     return st;
 }
 
-// metrics.jsonl: on resume keep the lines of the steps already done.
-static FILE *open_metrics(const ds_train_opts *o, int keep_steps) {
+// metrics.jsonl: on resume keep the lines of the steps already done (complete JSON lines only: a
+// kill can cut the last one), rewritten atomically (never truncated in place: a kill at any moment
+// leaves the old or the new file), then appended to.
+static ds_status open_metrics(const ds_train_opts *o, int keep_steps, FILE **out) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", o->out);
+    *out = NULL;
+    ds_status st = DS_OK;
     if (keep_steps > 0) {
         char *old = read_text(path);
-        FILE *f = fopen(path, "w");
-        if (!f) {
+        ds_atomic_file af;
+        if ((st = ds_atomic_open(&af, path))) {
             free(old);
-            return NULL;
+            return st;
         }
         for (char *line = old ? strtok(old, "\n") : NULL; line; line = strtok(NULL, "\n")) {
             int step = 0;
-            if (sscanf(line, "{\"step\":%d", &step) == 1 && step <= keep_steps) fprintf(f, "%s\n", line);
+            if (sscanf(line, "{\"step\":%d", &step) != 1 || step > keep_steps) continue;
+            cJSON *j = cJSON_Parse(line);
+            if (cJSON_IsObject(j)) fprintf(af.f, "%s\n", line);
+            cJSON_Delete(j);
         }
         free(old);
-        return f;
+        if ((st = ds_atomic_commit(&af))) return st;
+        *out = fopen(path, "a");
+    } else {
+        ds_atomic_file af; // a fresh run: an empty file, by the same rule (never through a FIFO or device)
+        if ((st = ds_atomic_open(&af, path)) || (st = ds_atomic_commit(&af))) return st;
+        *out = fopen(path, "a");
     }
-    return fopen(path, "w");
+    if (!*out) return ds_fail(DS_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return DS_OK;
 }
 
 // The loss curve as a PNG: metrics.jsonl -> a two-column file -> gnuplot.
@@ -256,7 +273,11 @@ static void plot(const ds_train_opts *o) {
              "gnuplot -e \"set terminal png size 900,500; set output '%s'; set xlabel 'step'; set ylabel 'loss'; "
              "plot '%s' using 1:2 with lines title 'training loss'\" 2>/dev/null",
              o->plot, dat);
-    if (system(cmd) != 0) fprintf(stderr, "dspark: could not draw %s (is gnuplot installed?)\n", o->plot);
+    const int rc = system(cmd);
+    if (rc != 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 127)
+        fprintf(stderr, "dspark: could not draw %s: gnuplot is not installed\n", o->plot);
+    else if (rc != 0)
+        fprintf(stderr, "dspark: could not draw %s: gnuplot failed (exit status %d)\n", o->plot, WIFEXITED(rc) ? WEXITSTATUS(rc) : rc);
 }
 
 // ---- the loop ------------------------------------------------------------------------------------
@@ -296,6 +317,10 @@ ds_status ds_train_run(const ds_train_opts *o) {
     struct stat sb;
     if (!o->resume && stat(path, &sb) == 0) {
         st = ds_fail(DS_ERR_IO, "%s already holds a training run: use --resume, or another -o", o->out);
+        goto done;
+    }
+    if (o->resume && stat(path, &sb) != 0) {
+        st = ds_fail(DS_ERR_IO, "%s: nothing to resume (no trainer_state.json there): start without --resume", o->out);
         goto done;
     }
     if (rank == 0 && mkdir(o->out, 0755) != 0 && errno != EEXIST) {
@@ -345,15 +370,13 @@ ds_status ds_train_run(const ds_train_opts *o) {
     }
     if ((st = ds_kv_init(target, max_n, &kv)) || (st = ds_workspace_init(target, &tws)) || (st = ds_tws_init(&S.tm, &ws)))
         goto done;
-    if (rank == 0 && !(metrics = open_metrics(o, o->resume ? S.step : 0))) {
-        st = ds_fail(DS_ERR_IO, "%s/metrics.jsonl: cannot write", o->out);
-        goto done;
-    }
+    if (rank == 0 && (st = open_metrics(o, o->resume ? S.step : 0, &metrics))) goto done;
     const int save_every = o->save_every > 0 ? o->save_every : (o->steps >= 10 ? o->steps / 10 : 1);
     long perm_epoch = -1;
     const double t_start = now_s();
     double t_print = 0, tokens = 0;
     const int first_step = S.step;
+    int last_saved = o->resume ? S.step : -1; // the step of the newest checkpoint on disk
     while (S.step < o->steps) {
         memset(grad, 0, sizeof(float) * S.tm.n_params);
         ds_loss_stats ls = {0};
@@ -387,6 +410,21 @@ ds_status ds_train_run(const ds_train_opts *o) {
             norm2 += (double)grad[i] * grad[i];
         }
         const double gnorm = sqrt(norm2);
+        // Divergence: stop before the update, so the parameters, the optimizer state and every
+        // checkpoint on disk stay as they were (and metrics.jsonl never holds a nan).
+        if (!isfinite(sums[0] / W) || !isfinite(sums[1] / W) || !isfinite(sums[2] / W) || !isfinite(sums[3] / W) ||
+            !isfinite(gnorm)) {
+            st = last_saved >= 0
+                     ? ds_fail(DS_ERR_INVALID,
+                               "training diverged at step %d (loss %g, gradient norm %g): stopped; the checkpoint of "
+                               "step %d in %s is kept (try a lower --lr)",
+                               S.step + 1, sums[0] / W, gnorm, last_saved, o->out)
+                     : ds_fail(DS_ERR_INVALID,
+                               "training diverged at step %d (loss %g, gradient norm %g): stopped before any checkpoint "
+                               "was written (try a lower --lr)",
+                               S.step + 1, sums[0] / W, gnorm);
+            goto done;
+        }
         if (o->clip > 0 && gnorm > o->clip)
             for (size_t i = 0; i < S.tm.n_params; i++) grad[i] = (float)(grad[i] * (o->clip / gnorm));
         const double lr = lr_at(o, S.step);
@@ -418,6 +456,7 @@ ds_status ds_train_run(const ds_train_opts *o) {
         const int pause = o->stop_after > 0 && S.step - first_step >= o->stop_after;
         if (rank == 0 && (S.step % save_every == 0 || S.step == o->steps || stop || pause)) {
             if ((st = save(&S))) goto done;
+            last_saved = S.step;
         }
         if (stop) {
             if (rank == 0) fprintf(stderr, "\ndspark: interrupted: checkpoint of step %d saved in %s\n", S.step, o->out);

@@ -608,6 +608,7 @@ static void test_index_malformed(void **state) {
                        "duplicate");
     expect_index_fails("[]", DS_ERR_FORMAT, "not a JSON object");
     expect_index_fails("{\"weight_map\": ", DS_ERR_FORMAT, "invalid JSON");
+    expect_index_fails("", DS_ERR_FORMAT, "invalid JSON"); // an empty index: no data to copy (memcpy from NULL)
 }
 
 static void test_duplicate_across_shards(void **state) {
