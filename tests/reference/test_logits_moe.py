@@ -7,7 +7,7 @@ Models (make_hf_models.py, 8 experts, top 2, expert width 32): qwen3_moe (norm_t
 dense MLP through mlp_only_layers) in f32 per-expert tensors, bf16 fused 3-D tensors and f32 mlx-lm
 stacked switch_mlp tensors; qwen2_moe (shared expert on, norm_topk_prob off, decoder_sparse_step 2:
 layers 0, 2 dense); gemma4_moe (dense MLP + router with scale / per_expert_scale + experts on every
-layer) fused in f32 and stacked switch_glu in bf16.
+layer) fused in f32 and stacked switch_glu in bf16 (expert width 64).
 
 For each: logits, taps (the embedding output and every layer) and final hidden states within 1e-4 on
 one pass, chunked through the KV cache, and chunked with three junk rows fed after every chunk and
@@ -15,6 +15,12 @@ rolled back (ds_kv_truncate); greedy decoding (ds_greedy) token-identical to the
 loop. The three layouts of one qwen3_moe model give bit-identical dumps (they hold the same values).
 The experts matter: the reference with norm_topk_prob flipped (qwen3_moe) or the shared expert gate
 removed (qwen2_moe) moves the logits by far more than the tolerance.
+
+MLX affine experts: the switch-layout models quantized the way mlx-lm checkpoints are (every 3-D
+expert tensor along its last axis, 4 bits group 32 or 8 bits group 64, scales / biases in the source
+dtype, the router at 8 bits group 64 through a per-module entry of the quantization block) by the
+numpy quantizer of mlx_quant_ref.py; our runtime on them equals the reference on the DEQUANTIZED
+weights within 1e-4 (one pass, chunked + rollback) and greedy decodes identically.
 
 Bad configs / checkpoints are one-line errors (exit 1) naming the file and the field or tensor:
 top k above the experts, an mlp_only_layers entry past the layers, a missing expert tensor, a
@@ -34,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import hf_ref  # noqa: E402
 import make_hf_models  # noqa: E402
+import mlx_quant_ref as mq  # noqa: E402
 from llama_ref import read_safetensors  # noqa: E402
 from make_hf_llama import write_tensors  # noqa: E402
 
@@ -44,7 +51,8 @@ CASES = [  # (name, arch, make_hf_model options)
     ("qwen3_moe_switch", "qwen3_moe", dict(seed=51, layout="switch")),
     ("qwen2_moe", "qwen2_moe", dict(seed=53)),
     ("gemma4_moe", "gemma4_moe", dict(seed=54, layout="fused")),
-    ("gemma4_moe_bf16_switch", "gemma4_moe", dict(seed=55, dtype="bf16", layout="switch", dim=48)),
+    ("gemma4_moe_bf16_switch", "gemma4_moe", dict(seed=55, dtype="bf16", layout="switch",
+                                                   config_overrides={"moe_intermediate_size": 64})),
 ]
 JUNK = [5, 77, 123]
 N_GREEDY = 16
@@ -124,6 +132,68 @@ def check_refusals(chk, qwen3, qwen3_fused):
         shutil.rmtree(d)
 
 
+QUANT_CASES = [("qwen3_moe_switch", 4, 32), ("gemma4_moe_bf16_switch", 8, 64)]
+
+
+def quantize_experts(src, dst, bits, gs):
+    """An mlx-lm-style quantized copy of src (experts and router affine); returns {name: dequantized f32}."""
+    os.makedirs(dst, exist_ok=True)
+    t, _ = mq.read_dir(src)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    qblock = {"group_size": gs, "bits": bits}
+    out, deq = {}, {}
+    for name, (dt, a) in t.items():
+        router = name.endswith("mlp.gate.weight") or name.endswith("router.proj.weight")
+        if not (router or (a.ndim == 3 and name.endswith(".weight"))):
+            out[name] = (dt, a)
+            continue
+        b, g = (8, 64) if router else (bits, gs)
+        module = name[: -len(".weight")]
+        if router:
+            qblock[module] = {"bits": b, "group_size": g}
+        w = mq.as_f32(dt, a)
+        flat = w.reshape(-1, w.shape[-1])
+        words, scales, biases = mq.quantize(flat, b, g)
+        if dt == "BF16":
+            sc, bi = mq.to_bf16_bits(scales), mq.to_bf16_bits(biases)
+        else:
+            sc, bi = scales, biases
+        lead = w.shape[:-1]
+        out[name] = ("U32", words.reshape(*lead, -1))
+        out[module + ".scales"] = (dt, sc.reshape(*lead, -1))
+        out[module + ".biases"] = (dt, bi.reshape(*lead, -1))
+        deq[name] = mq.dequantize(words, mq.as_f32(dt, sc), mq.as_f32(dt, bi), b, g, w.shape[-1]).reshape(w.shape)
+    mq.write_safetensors(os.path.join(dst, "model.safetensors"), out)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump({**cfg, "quantization": qblock}, f, indent=2)
+    shutil.copy(os.path.join(src, "generation_config.json"), os.path.join(dst, "generation_config.json"))
+    return deq
+
+
+def check_quantized(chk, rng, name, src, bits, gs):
+    dst = os.path.join(common.tmp_dir(), f"moe_{name}_q{bits}")
+    deq = quantize_experts(src, dst, bits, gs)
+    model = hf_ref.load(src)
+    for k, v in deq.items():
+        model.t[k] = torch.from_numpy(v).to(hf_ref.DT)
+    taps = tuple(range(-1, model.c["num_hidden_layers"]))
+    ids = [int(i) for i in rng.integers(0, 300, 12)]
+    moved = float(np.abs(common.ref_dump(dst, ids, tag="moe_q0")["logits"] - hf_ref.forward(hf_ref.load(src), ids)
+                         .logits.numpy()).max())
+    chk.equal(f"{name} q{bits}: the experts are read quantized (moved {moved:.3g} from the source, > 100 x tol)",
+              moved > 100 * TOL, True)
+    for n, chunks, junk in ((23, None, None), (20, (7, 6, 7), JUNK)):
+        ids = [int(i) for i in rng.integers(0, 300, n)]
+        ref = hf_ref.forward(model, ids, taps=taps)
+        dump = common.ref_dump(dst, ids, taps=taps, chunks=chunks, tag=f"moe_{name}_q", junk=junk)
+        chk.forward_close(f"{name} q{bits}/{gs} n={n}" + (f" chunks={chunks} + rollback" if chunks else ""), dump,
+                          ref, taps, TOL)
+    prompt = [int(i) for i in rng.integers(4, 300, 9)]
+    want = ref_greedy(model, prompt, N_GREEDY, stop_ids(dst))
+    chk.equal(f"{name} q{bits}: greedy ({len(want[0])} tokens, {want[1]})", c_greedy(dst, prompt, N_GREEDY), want)
+
+
 def main():
     chk = common.Checker("logits_moe")
     rng = np.random.default_rng(18)
@@ -166,6 +236,9 @@ def main():
         chk.equal("qwen3_moe: per-expert, fused and switch_mlp layouts give identical logits",
                   all(np.array_equal(d[0]["logits"], x["logits"]) for x in d[1:]), True)
         check_refusals(chk, paths["qwen3_moe"], fused)
+    for name, bits, gs in QUANT_CASES:
+        if name in paths:
+            check_quantized(chk, rng, name, paths[name], bits, gs)
     chk.finish()
 
 
