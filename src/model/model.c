@@ -191,6 +191,7 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
             }
             // a decoded token reads the router and top_k experts
             bytes += ds_weight_bytes(&E->router) + (size_t)E->top_k * expert_bytes;
+            if (expert_bytes > in->expert_bytes) in->expert_bytes = expert_bytes;
             if (E->n_experts > m->max_experts) m->max_experts = E->n_experts;
             if (E->top_k > m->max_top_k) m->max_top_k = E->top_k;
             if (E->ffn_dim > m->max_expert_dim) m->max_expert_dim = E->ffn_dim;
@@ -206,6 +207,9 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
         bytes += (size_t)2 * in->dim * 4;
     }
     in->weight_bytes = bytes + (size_t)in->dim * 4 * 2; // + one embedding row and the final norm
+    in->moe_layers = m->n_moe;
+    in->n_experts = m->max_experts;
+    in->top_k_experts = m->max_top_k;
     in->weight_type = m->layers[0].wq.type;
     if (in->eos_id >= 0) { // the EOS id is always the first stop id
         int32_t rest[DS_MAX_STOP];
@@ -549,6 +553,16 @@ static void moe_block(const ds_model *m, ds_workspace *ws, const ds_layer *L, in
     if (L->w_gate.data) ds_add(ws->xb, ws->ffn, R * dim);
 }
 
+int ds_workspace_expert_windows(const ds_workspace *ws, float *out, int n) {
+    return ws->moe ? ds_moe_ws_windows(ws->moe, out, n) : 0;
+}
+
+double ds_workspace_last_experts(const ds_workspace *ws) {
+    ds_moe_stats s;
+    ds_moe_ws_stats(ws->moe, &s);
+    return s.passes ? (double)s.distinct / (double)s.passes : 0;
+}
+
 ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int n_seqs) {
     const ds_model_info *in = &m->info;
     if (!ws || ws->m != m) return ds_fail(DS_ERR_INVALID, "workspace belongs to another model");
@@ -563,6 +577,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         max_ctx = end > max_ctx ? end : max_ctx;
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
+    ds_moe_ws_reset_stats(ws->moe); // (routing statistics of this forward)
 
     const int dim = in->dim, nh = in->n_heads, mhalf = m->max_head_dim / 2, nr = m->n_rope;
     // Rows: positions, owners, RoPE angles (per RoPE set), embeddings.

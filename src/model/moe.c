@@ -9,6 +9,7 @@
 // and a row's numbers are the same whichever other rows share its batch.
 #include "model/moe.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,14 @@ struct ds_moe_ws {
     float *gh2;        // (cap_rows * cap_k, cap_f) up activations
     float *gy;         // (cap_rows * cap_k, dim) expert outputs
     ds_moe_stats stats;
+    // Routing history: per MoE layer the last DS_MOE_WINDOW rows' experts, rows fed so far, and the
+    // decayed mean distinct experts of each window length (summed over layers, with its weight).
+    int n_moe, cap_moe_k;
+    int *ring;          // (n_moe, DS_MOE_WINDOW, cap_k)
+    long *fed;          // (n_moe)
+    int *mark;          // (cap_e) scratch of ds_moe_window_distinct
+    int stamp;
+    double win[DS_MOE_WINDOW + 1], win_w[DS_MOE_WINDOW + 1];
 };
 
 static void ws_bufs_free(ds_moe_ws *w) {
@@ -43,12 +52,22 @@ static void ws_bufs_free(ds_moe_ws *w) {
 void ds_moe_ws_free(ds_moe_ws *ws) {
     if (!ws) return;
     ws_bufs_free(ws);
+    free(ws->ring), free(ws->fed), free(ws->mark);
     free(ws);
 }
 
 ds_status ds_moe_ws_reserve(ds_moe_ws **pws, const ds_model *m, int rows) {
     if (!*pws && !(*pws = ds_calloc(1, sizeof **pws))) return DS_ERR_NOMEM;
     ds_moe_ws *w = *pws;
+    if (!w->ring && m->n_moe) {
+        w->n_moe = m->n_moe;
+        w->cap_moe_k = m->max_top_k;
+        w->ring = calloc((size_t)m->n_moe * DS_MOE_WINDOW * m->max_top_k, sizeof(int));
+        w->fed = calloc((size_t)m->n_moe, sizeof(long));
+        w->mark = calloc((size_t)m->max_experts, sizeof(int));
+        w->cap_e = m->max_experts;
+        if (!w->ring || !w->fed || !w->mark) return ds_fail(DS_ERR_NOMEM, "out of memory for routing statistics");
+    }
     if (rows <= w->cap_rows) return DS_OK;
     ws_bufs_free(w);
     const size_t r = (size_t)rows, E = (size_t)m->max_experts, K = (size_t)m->max_top_k;
@@ -79,6 +98,43 @@ void ds_moe_ws_stats(const ds_moe_ws *ws, ds_moe_stats *out) {
 
 void ds_moe_ws_reset_stats(ds_moe_ws *ws) {
     if (ws) memset(&ws->stats, 0, sizeof ws->stats);
+}
+
+int ds_moe_window_distinct(const int *ring, long n, int k, int w, int *mark, int stamp) {
+    int d = 0;
+    for (long i = n - w; i < n; i++)
+        for (int j = 0; j < k; j++) {
+            const int e = ring[(size_t)(i % DS_MOE_WINDOW) * k + j];
+            if (mark[e] != stamp) mark[e] = stamp, d++;
+        }
+    return d;
+}
+
+int ds_moe_ws_windows(const ds_moe_ws *ws, float *out, int n) {
+    if (!ws || !ws->n_moe) return 0;
+    if (n > DS_MOE_WINDOW) n = DS_MOE_WINDOW;
+    for (int w = 1; w <= n; w++) out[w - 1] = ws->win_w[w] > 0 ? (float)(ws->win[w] / ws->win_w[w]) : 0.0f;
+    return n;
+}
+
+// Push this pass's rows into layer `layer`'s history; update the windows that end at each new row.
+static void record_routing(ds_moe_ws *ws, int layer, const int *top, int R, int k) {
+    int *ring = ws->ring + (size_t)layer * DS_MOE_WINDOW * ws->cap_moe_k;
+    for (int r = 0; r < R; r++) {
+        const long i = ws->fed[layer]++;
+        memcpy(ring + (size_t)(i % DS_MOE_WINDOW) * k, top + (size_t)r * k, (size_t)k * sizeof(int));
+        if (r < R - DS_MOE_WINDOW) continue; // only windows ending in the last rows (bounded work)
+        const long fed = i + 1;
+        for (int w = 1; w <= DS_MOE_WINDOW && w <= fed; w++) {
+            if (ws->stamp == INT_MAX) { // (stamps wrap: start over)
+                memset(ws->mark, 0, (size_t)ws->cap_e * sizeof(int));
+                ws->stamp = 0;
+            }
+            const int d = ds_moe_window_distinct(ring, fed, k, w, ws->mark, ++ws->stamp);
+            ws->win[w] = 0.999 * ws->win[w] + d;
+            ws->win_w[w] = 0.999 * ws->win_w[w] + 1;
+        }
+    }
 }
 
 // The top k of p (n) into idx/val in descending order; equal values: the lower index first.
@@ -161,6 +217,8 @@ void ds_moe_forward(const ds_model *m, const ds_moe *moe, ds_moe_ws *ws, const f
                 for (int i = 0; i < D; i++) o[i] += w * y[i];
         }
     }
+    if (ws->ring && moe >= m->moe && moe < m->moe + m->n_moe && K <= ws->cap_moe_k)
+        record_routing(ws, (int)(moe - m->moe), ws->top, R, K);
     ws->stats.passes++;
     ws->stats.distinct += distinct;
     ws->stats.rows += R;

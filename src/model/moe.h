@@ -29,4 +29,14 @@ typedef struct {
 void ds_moe_ws_stats(const ds_moe_ws *ws, ds_moe_stats *out);
 void ds_moe_ws_reset_stats(ds_moe_ws *ws);
 
+// Windows of consecutive rows (the routing history the cost model reads, see ds_cost_table): the
+// decayed mean distinct experts per MoE layer of the last w rows fed (w = 1..n) into out[w - 1];
+// returns how many it filled.
+#define DS_MOE_WINDOW 16
+int ds_moe_ws_windows(const ds_moe_ws *ws, float *out, int n);
+// Distinct values among the last w of `n` rows of k expert ids each, stored in a ring of
+// DS_MOE_WINDOW rows (`ring`, row i at ring[(i % DS_MOE_WINDOW) * k]); `mark` (n_experts ints, all
+// different from `stamp`) is scratch.
+int ds_moe_window_distinct(const int *ring, long n, int k, int w, int *mark, int stamp);
+
 #endif

@@ -22,6 +22,11 @@ dtype, the router at 8 bits group 64 through a per-module entry of the quantizat
 numpy quantizer of mlx_quant_ref.py; our runtime on them equals the reference on the DEQUANTIZED
 weights within 1e-4 (one pass, chunked + rollback) and greedy decodes identically.
 
+The cost profile (dspark profile) of an MoE target records the routing it was measured at: one
+distinct-expert count per batch size (exactly top k at B = 1, at most min(experts, top k x B)),
+moe_layers (3 of qwen3_moe's 4), n_experts and a positive expert_s (test_moe_commands loads it back
+through generate --costs).
+
 Bad configs / checkpoints are one-line errors (exit 1) naming the file and the field or tensor:
 top k above the experts, an mlp_only_layers entry past the layers, a missing expert tensor, a
 fused tensor of the wrong shape, a shared expert on Qwen3-MoE, and Mixtral (an MoE architecture we
@@ -194,6 +199,22 @@ def check_quantized(chk, rng, name, src, bits, gs):
     chk.equal(f"{name} q{bits}: greedy ({len(want[0])} tokens, {want[1]})", c_greedy(dst, prompt, N_GREEDY), want)
 
 
+def check_profile(chk, path):
+    out = os.path.join(common.tmp_dir(), f"moe_profile_{os.getpid()}.json")
+    common.run([common.tool("dspark"), "profile", "-m", path, "--bmax", "12", "--ctx", "16", "--repeats", "1",
+                "--quick", "-t", "1", "-o", out])
+    with open(out) as f:
+        j = json.load(f)
+    ex = j.get("experts", [])
+    chk.equal("profile: moe_layers, n_experts", (j.get("moe_layers"), j.get("n_experts")), (3, 8))
+    chk.equal("profile: one expert count per batch size", len(ex), len(j["sps"]))
+    chk.equal("profile: B = 1 routes to exactly top k experts", ex[:1], [2])
+    chk.equal("profile: counts within [top k, min(experts, top k x B)]",
+              all(2 <= e <= min(8, 2 * (b + 1)) + 1e-6 for b, e in enumerate(ex)), True)
+    chk.equal("profile: expert_s > 0", j.get("expert_s", 0) > 0, True)
+    os.remove(out)
+
+
 def main():
     chk = common.Checker("logits_moe")
     rng = np.random.default_rng(18)
@@ -236,6 +257,8 @@ def main():
         chk.equal("qwen3_moe: per-expert, fused and switch_mlp layouts give identical logits",
                   all(np.array_equal(d[0]["logits"], x["logits"]) for x in d[1:]), True)
         check_refusals(chk, paths["qwen3_moe"], fused)
+    if "qwen3_moe" in paths:
+        check_profile(chk, paths["qwen3_moe"])
     for name, bits, gs in QUANT_CASES:
         if name in paths:
             check_quantized(chk, rng, name, paths[name], bits, gs)
