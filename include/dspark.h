@@ -86,6 +86,11 @@ typedef struct {
     size_t weight_bytes;  // bytes of all weights that one decoded token reads
     int bos_id, eos_id;   // -1 when unknown
     int unk_id;           // the tokenizer's unknown-token id (never produced by encoding), or -1
+    // Mixture of experts (all 0 for dense targets): layers with routed experts, experts per layer,
+    // experts each row routes to, and the bytes of one expert (its three matrices). weight_bytes
+    // counts top_k_experts of them per MoE layer.
+    int moe_layers, n_experts, top_k_experts;
+    size_t expert_bytes;
 } ds_model_info;
 
 typedef struct {
@@ -116,6 +121,12 @@ ds_status ds_kv_truncate(ds_kv *kv, int len);
 
 ds_status ds_workspace_init(const ds_model *m, ds_workspace **out);
 void ds_workspace_free(ds_workspace *ws);
+// MoE targets: the mean number of distinct experts a window of w consecutive rows (w = 1..n, as fed
+// to forwards through this workspace) routes to, per MoE layer, from decayed routing statistics;
+// out[w - 1], 0 where nothing is known yet. Returns how many windows it filled (0 for dense targets).
+int ds_workspace_expert_windows(const ds_workspace *ws, float *out, int n);
+// MoE targets: distinct experts per MoE layer pass in the last forward (mean over its MoE layers; 0 dense).
+double ds_workspace_last_experts(const ds_workspace *ws);
 
 // The new rows of one sequence in a forward pass. Rows are appended to `kv` at positions
 // kv_len .. kv_len + n_tokens - 1 and attend causally to everything before them.
@@ -351,9 +362,19 @@ typedef enum {
 // The target's verification steps per second at B tokens in one batched forward (B = 1..bmax),
 // measured on this machine (ds_profile_costs); sps[0] is unused. Past bmax, SPS(B) is taken as
 // bmax·SPS(bmax)/B.
+// Mixture-of-experts targets (moe_layers > 0) verify at a cost that depends on how many distinct
+// experts the batch routes to (each is read once): sps[B] is the rate at the profile's routing,
+// prof_experts[B] distinct experts per MoE layer pass there, expert_s the seconds one expert pass
+// costs, and obs_experts[w] the distinct experts of w consecutive decoded rows (routing statistics
+// gathered while decoding); ds_cost_sps corrects sps[B] by the difference (see schedule.h).
+#define DS_COST_WINDOWS 16
 typedef struct {
     int bmax;
     double sps[513];
+    int moe_layers, n_experts;
+    double expert_s;
+    float prof_experts[513];
+    float obs_experts[DS_COST_WINDOWS + 1]; // [w], w = 1..DS_COST_WINDOWS; 0 = unknown
 } ds_cost_table;
 
 // Measure SPS(B) for B = 1..bmax: each forward carries B new rows spread over ceil(B/8) sequences

@@ -63,6 +63,17 @@ void ds_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+// tanh(u) = 1 - 2 / (1 + e^2u), vectorizable.
+DS_MULTIVERSION
+void ds_geglu(float *a, const float *b, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) {
+        const float x = a[i], u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        const float t = 1.0f - 2.0f / (1.0f + ds_expf(2.0f * u));
+        a[i] = 0.5f * x * (1.0f + t) * b[i];
+    }
+}
+
 DS_MULTIVERSION
 void ds_swiglu(float *a, const float *b, int n) {
 #pragma omp simd

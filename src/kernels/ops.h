@@ -22,6 +22,8 @@ void ds_softmax(float *x, int n);
 
 // a (n) = silu(a) * b  (SwiGLU's gate)
 void ds_swiglu(float *a, const float *b, int n);
+// a (n) = gelu_tanh(a) * b  (GeGLU's gate, tanh-approximate GELU)
+void ds_geglu(float *a, const float *b, int n);
 
 // y (n) += x (n)
 void ds_add(float *y, const float *x, int n);

@@ -7,7 +7,9 @@
 //   Qwen2ForCausalLM                        "qwen2": q/k/v biases
 //   Qwen3ForCausalLM                        "qwen3": per-head q/k RMSNorm
 //   Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text part)   "gemma3"
-//   Gemma4ForCausalLM, Gemma4ForConditionalGeneration (text part)   "gemma4" (dense)
+//   Gemma4ForCausalLM, Gemma4ForConditionalGeneration (text part)   "gemma4" (dense, E-series, 26B-A4B MoE)
+//   Qwen2MoeForCausalLM                     "qwen2_moe": q/k/v biases, routed experts + a gated shared expert
+//   Qwen3MoeForCausalLM                     "qwen3_moe": per-head q/k RMSNorm, routed experts
 // Tensors "<prefix>embed_tokens.weight", "<prefix>layers.N.self_attn.q_proj.weight", ...,
 // "<prefix>norm.weight", "lm_head.weight" (absent when tied); prefix "model." ("model.language_model."
 // or "language_model.model." for *ForConditionalGeneration). HF Q/K rows use the "halves" RoPE pairing.
@@ -30,7 +32,18 @@
 // the last num_kv_shared_layers layers have no k/v projections (nor k_norm) and attend over the cache
 // of the last unshared layer of their type; with use_double_wide_mlp their MLP is twice as wide.
 // *ForConditionalGeneration: only the text model is loaded (vision / audio tower weights are never read).
-// Refused with a message naming the field: mixture of experts, per-layer input embeddings and KV
+// Mixture of experts (modeling_qwen2_moe / modeling_qwen3_moe / modeling_gemma4): num_experts,
+// num_experts_per_tok (Gemma 4: top_k_experts), moe_intermediate_size, norm_topk_prob (Gemma 4:
+// always), decoder_sparse_step / mlp_only_layers (Qwen: layer i is sparse iff i is not listed and
+// (i+1) % step == 0; the others keep a dense MLP of intermediate_size). Qwen2-MoE adds
+// mlp.shared_expert (shared_expert_intermediate_size) scaled by sigmoid(mlp.shared_expert_gate · x).
+// Gemma 4 enable_moe_block: every layer has its dense MLP plus router (proj, scale, per_expert_scale),
+// experts and pre_feedforward_layernorm_2 / post_feedforward_layernorm_1 / _2. Expert tensors in
+// any of the layouts checkpoints ship: per expert (mlp.experts.E.gate_proj.weight, ...: Hugging Face
+// checkpoints), fused 3-D (experts.gate_up_proj [E, 2·I, H] gate rows first, experts.down_proj
+// [E, H, I]: transformers >= 5, Gemma 4), stacked 3-D (mlp.switch_mlp.gate_proj.weight [E, I, H]:
+// mlx-lm); MLX affine in each (3-D ones quantized along the last axis).
+// Refused with a message naming the field: mixture of experts outside these, per-layer input embeddings and KV
 // sharing outside Gemma 4, attention logit softcapping, mlp_bias, unknown RoPE types.
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -49,6 +62,7 @@
 #include "quant/qconfig.h"
 
 enum { FAM_LLAMA, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA3, FAM_GEMMA4 };
+enum { MOE_NONE, MOE_QWEN, MOE_GEMMA4 };
 enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3, ROPE_PROPORTIONAL };
 
 typedef struct {
@@ -71,6 +85,9 @@ typedef struct {
     int ple_dim, ple_vocab;     // Gemma 4 per-layer embeddings (hidden_size_per_layer_input; 0 = none)
     int n_kv_shared;            // Gemma 4: the last n_kv_shared layers reuse an earlier layer's KV cache
     int double_wide;            // Gemma 4 use_double_wide_mlp: KV-shared layers have 2 x intermediate_size
+    int moe;                    // MOE_NONE, MOE_QWEN (Qwen2/3-MoE) or MOE_GEMMA4 (enable_moe_block)
+    int n_experts, top_k, moe_ffn, norm_topk, shared_ffn; // shared_ffn: Qwen2-MoE shared expert width
+    unsigned char *sparse;      // (n_layers) 1 = the layer has routed experts
 } hf_config;
 
 static void st_backing_free(void *p) { ds_st_close(p); }
@@ -98,12 +115,14 @@ static int truthy(const cJSON *v) {
 
 // One line naming the first field of `c` that asks for something we do not implement (for family
 // `fam`: Gemma 4 has per-layer embeddings and KV sharing).
-static ds_status refuse_unsupported(const cJSON *c, const char *path, int fam) {
-    static const struct { const char *field, *what; int gemma4; } fields[] = { // gemma4: Gemma 4 has it
-        {"num_experts", "mixture of experts"},
+static ds_status refuse_unsupported(const cJSON *c, const char *path, int fam, int moe_arch) {
+    static const struct { const char *field, *what; int gemma4, moe; } fields[] = { // gemma4 / moe: they have it
+        {"num_experts", "mixture of experts", 1, 1},
         {"num_local_experts", "mixture of experts"},
         {"n_routed_experts", "mixture of experts"},
-        {"enable_moe_block", "mixture of experts"},
+        {"enable_moe_block", "mixture of experts", 1},
+        {"top_k_experts", "mixture of experts", 1},
+        {"shared_expert_intermediate_size", "a shared expert for this architecture"},
         {"hidden_size_per_layer_input", "per-layer input embeddings", 1},
         {"num_kv_shared_layers", "KV sharing across layers", 1},
         {"attn_logit_softcapping", "attention logit softcapping"},
@@ -111,7 +130,9 @@ static ds_status refuse_unsupported(const cJSON *c, const char *path, int fam) {
         {"use_sliding_window", "sliding-window attention for this architecture"},
     };
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-        if (!(fam == FAM_GEMMA4 && fields[i].gemma4) && truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i].field)))
+        if (!(fam == FAM_GEMMA4 && fields[i].gemma4) && !(moe_arch && fields[i].moe) &&
+            !(moe_arch && fam == FAM_QWEN2 && strcmp(fields[i].field, "shared_expert_intermediate_size") == 0) &&
+            truthy(cJSON_GetObjectItemCaseSensitive(c, fields[i].field)))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; %s is not supported", path, fields[i].field,
                            fields[i].what);
     const cJSON *bidi = cJSON_GetObjectItemCaseSensitive(c, "use_bidirectional_attention");
@@ -119,7 +140,8 @@ static ds_status refuse_unsupported(const cJSON *c, const char *path, int fam) {
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: 'use_bidirectional_attention' is set; only causal text attention is supported",
                        path);
     for (const cJSON *it = c->child; it; it = it->next)
-        if (it->string && strncmp(it->string, "moe_", 4) == 0 && truthy(it))
+        if (it->string && strncmp(it->string, "moe_", 4) == 0 && truthy(it) &&
+            !((moe_arch || fam == FAM_GEMMA4) && strcmp(it->string, "moe_intermediate_size") == 0))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is set; mixture of experts is not supported", path, it->string);
     return DS_OK;
 }
@@ -305,6 +327,41 @@ static ds_status read_rope(const cJSON *c, const char *path, int fam, hf_config 
     return DS_OK;
 }
 
+// The mixture-of-experts fields (h->moe set): experts, top k, widths, which layers are sparse.
+static ds_status read_moe(const cJSON *c, const char *path, int n_layers, hf_config *h) {
+    const int q = h->moe == MOE_QWEN;
+    ds_status st;
+    int step = 1;
+    if ((st = ds_json_int(c, path, "num_experts", -1, 4096, &h->n_experts)) ||
+        (st = ds_json_int(c, path, q ? "num_experts_per_tok" : "top_k_experts", -1, 4096, &h->top_k)) ||
+        (st = ds_json_int(c, path, "moe_intermediate_size", -1, 1 << 20, &h->moe_ffn)))
+        return st;
+    if (q && ((st = ds_json_bool(c, path, "norm_topk_prob", 0, &h->norm_topk)) ||
+              (st = ds_json_int(c, path, "decoder_sparse_step", 1, 4096, &step))))
+        return st;
+    if (!q) h->norm_topk = 1; // Gemma4TextRouter always renormalizes
+    if (h->fam == FAM_QWEN2 && (st = ds_json_int(c, path, "shared_expert_intermediate_size", 0, 1 << 20, &h->shared_ffn)))
+        return st;
+    if (h->n_experts < 1 || h->top_k < 1 || h->top_k > h->n_experts || h->moe_ffn < 1)
+        return ds_fail(DS_ERR_FORMAT, "%s: num_experts %d, %s %d, moe_intermediate_size %d: need 1 <= top k <= experts",
+                       path, h->n_experts, q ? "num_experts_per_tok" : "top_k_experts", h->top_k, h->moe_ffn);
+    if (step < 1) return ds_fail(DS_ERR_FORMAT, "%s: decoder_sparse_step must be positive", path);
+    if (!(h->sparse = calloc((size_t)n_layers, 1))) return DS_ERR_NOMEM;
+    for (int i = 0; i < n_layers; i++) h->sparse[i] = q ? (i + 1) % step == 0 : 1;
+    const cJSON *only = q ? cJSON_GetObjectItemCaseSensitive(c, "mlp_only_layers") : NULL;
+    if (only && !cJSON_IsNull(only)) {
+        if (!cJSON_IsArray(only)) return ds_fail(DS_ERR_FORMAT, "%s: mlp_only_layers must be a list of layer indices", path);
+        for (const cJSON *e = only->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != (int)e->valuedouble || e->valuedouble < 0 ||
+                e->valuedouble >= n_layers)
+                return ds_fail(DS_ERR_FORMAT, "%s: mlp_only_layers holds %g, not a layer index below %d", path,
+                               cJSON_IsNumber(e) ? e->valuedouble : -1.0, n_layers);
+            h->sparse[(int)e->valuedouble] = 0;
+        }
+    }
+    return DS_OK;
+}
+
 static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -316,8 +373,10 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     const char *arch = cJSON_IsString(a0) ? a0->valuestring : "";
-    static const struct { const char *hf, *name; int fam, multimodal; } known[] = {
+    static const struct { const char *hf, *name; int fam, multimodal, moe; } known[] = {
         {"LlamaForCausalLM", "llama", FAM_LLAMA, 0},
+        {"Qwen2MoeForCausalLM", "qwen2_moe", FAM_QWEN2, 0, 1},
+        {"Qwen3MoeForCausalLM", "qwen3_moe", FAM_QWEN3, 0, 1},
         {"MistralForCausalLM", "llama", FAM_LLAMA, 0},
         {"Qwen2ForCausalLM", "qwen2", FAM_QWEN2, 0},
         {"Qwen3ForCausalLM", "qwen3", FAM_QWEN3, 0},
@@ -331,8 +390,8 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
         if (strcmp(arch, known[i].hf) == 0) k = (int)i;
     if (k < 0) {
         st = ds_fail(DS_ERR_UNSUPPORTED,
-                     "%s: architecture '%s' is not supported (Llama, Mistral, Qwen2, Qwen3, Gemma3, Gemma4 "
-                     "*ForCausalLM and Gemma3/Gemma4ForConditionalGeneration are)",
+                     "%s: architecture '%s' is not supported (Llama, Mistral, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, "
+                     "Gemma3, Gemma4 *ForCausalLM and Gemma3/Gemma4ForConditionalGeneration are)",
                      path, arch);
         goto done;
     }
@@ -346,9 +405,9 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
             st = ds_fail(DS_ERR_FORMAT, "%s: %s without a text_config object", path, arch);
             goto done;
         }
-        if ((st = refuse_unsupported(cfg, path, fam))) goto done;
+        if ((st = refuse_unsupported(cfg, path, fam, 0))) goto done;
     }
-    if ((st = refuse_unsupported(c, path, fam))) goto done;
+    if ((st = refuse_unsupported(c, path, fam, known[k].moe))) goto done;
     const int gemma = fam == FAM_GEMMA3 || fam == FAM_GEMMA4;
     const int g3 = fam == FAM_GEMMA3;
     // Activation.
@@ -433,6 +492,9 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
         goto done;
     }
     if ((st = read_layer_types(c, path, in->n_layers, fam, h)) || (st = read_rope(c, path, fam, h))) goto done;
+    if (fam == FAM_GEMMA4 && (st = ds_json_bool(c, path, "enable_moe_block", 0, &h->moe))) goto done;
+    h->moe = known[k].moe ? MOE_QWEN : h->moe ? MOE_GEMMA4 : MOE_NONE;
+    if (h->moe && (st = read_moe(c, path, in->n_layers, h))) goto done;
     for (int l = in->n_layers - h->n_kv_shared; l < in->n_layers; l++) { // every shared layer needs a source
         int src = -1;
         for (int j = 0; j < in->n_layers - h->n_kv_shared; j++)
@@ -483,6 +545,84 @@ static void add_one(float *w, int n) {
     for (int i = 0; i < n; i++) w[i] += 1.0f;
 }
 
+// The experts' matrices of one layer (module path `mp`, e.g. "model.layers.3.mlp.experts") in whichever
+// layout the checkpoint uses: fused 3-D gate_up_proj / down_proj, mlx-lm's stacked switch_mlp
+// (`sp`), or one module per expert. gate/up/down (n) each.
+static ds_status take_experts(const ds_safetensors *sf, const char *dir, const char *mp, const char *sp, int n, int I,
+                              int H, const ds_quant_config *qc, ds_weight *gate, ds_weight *up, ds_weight *down) {
+    char name[256];
+    int found = 0;
+    ds_status st;
+    snprintf(name, sizeof name, "%s.gate_up_proj", mp);
+    if ((st = ds_st_experts_q(sf, dir, name, n, 2 * I, 0, I, H, qc, gate, &found))) return st;
+    if (found) {
+        if ((st = ds_st_experts_q(sf, dir, name, n, 2 * I, I, I, H, qc, up, &found))) return st;
+        snprintf(name, sizeof name, "%s.down_proj", mp);
+        if ((st = ds_st_experts_q(sf, dir, name, n, H, 0, H, I, qc, down, &found))) return st;
+        return found ? DS_OK : ds_fail(DS_ERR_FORMAT, "%s: missing tensor '%s' (beside %s.gate_up_proj)", dir, name, mp);
+    }
+    if (sp) {
+        static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+        ds_weight *dst[] = {gate, up, down};
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "%s.%s.weight", sp, proj[k]);
+            if ((st = ds_st_experts_q(sf, dir, name, n, k == 2 ? H : I, 0, k == 2 ? H : I, k == 2 ? I : H, qc, dst[k],
+                                      &found)))
+                return st;
+            if (!found && k) return ds_fail(DS_ERR_FORMAT, "%s: missing tensor '%s'", dir, name);
+            if (!found) break;
+        }
+        if (found) return DS_OK;
+    }
+    for (int e = 0; e < n; e++) {
+        snprintf(name, sizeof name, "%s.%d.gate_proj.weight", mp, e);
+        if ((st = take_weight(sf, dir, name, &gate[e], 0, qc))) return st;
+        snprintf(name, sizeof name, "%s.%d.up_proj.weight", mp, e);
+        if ((st = take_weight(sf, dir, name, &up[e], 0, qc))) return st;
+        snprintf(name, sizeof name, "%s.%d.down_proj.weight", mp, e);
+        if ((st = take_weight(sf, dir, name, &down[e], 0, qc))) return st;
+    }
+    return DS_OK;
+}
+
+// Router, experts and (Gemma 4) the extra norms of MoE layer l into E; `ex` holds 3 x n_experts weights.
+static ds_status load_moe_layer(ds_model *m, const ds_safetensors *sf, const char *dir, const char *pre, int l,
+                                const hf_config *h, const ds_quant_config *qc, ds_moe *E, ds_weight *ex) {
+    const int D = m->info.dim, n = h->n_experts;
+    char name[200], mp[160], sp[160];
+    ds_status st;
+    E->n_experts = n;
+    E->top_k = h->top_k;
+    E->ffn_dim = h->moe_ffn;
+    E->norm_topk = h->norm_topk;
+    E->gate = ex, E->up = ex + n, E->down = ex + 2 * n;
+    if (h->moe == MOE_QWEN) {
+        snprintf(name, sizeof name, "%slayers.%d.mlp.gate.weight", pre, l);
+        if ((st = take_weight(sf, dir, name, &E->router, 0, qc))) return st;
+        if (h->shared_ffn) {
+            snprintf(name, sizeof name, "%slayers.%d.mlp.shared_expert_gate.weight", pre, l);
+            if ((st = take_weight(sf, dir, name, &E->shared_gate, 0, qc))) return st;
+        }
+        snprintf(mp, sizeof mp, "%slayers.%d.mlp.experts", pre, l);
+        snprintf(sp, sizeof sp, "%slayers.%d.mlp.switch_mlp", pre, l);
+        return take_experts(sf, dir, mp, sp, n, h->moe_ffn, D, qc, E->gate, E->up, E->down);
+    }
+    snprintf(name, sizeof name, "%slayers.%d.router.proj.weight", pre, l);
+    if ((st = take_weight(sf, dir, name, &E->router, 0, qc))) return st;
+#define V(field, suffix, len)                                                \
+    snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix);           \
+    if ((st = take_vector(m, sf, dir, name, len, &E->field))) return st;
+    V(router_scale, "router.scale", D)
+    V(expert_scale, "router.per_expert_scale", n)
+    V(pre_norm, "pre_feedforward_layernorm_2.weight", D)
+    V(dense_post_norm, "post_feedforward_layernorm_1.weight", D)
+    V(post_norm, "post_feedforward_layernorm_2.weight", D)
+#undef V
+    snprintf(mp, sizeof mp, "%slayers.%d.experts", pre, l);
+    snprintf(sp, sizeof sp, "%slayers.%d.experts.switch_glu", pre, l);
+    return take_experts(sf, dir, mp, sp, n, h->moe_ffn, D, qc, E->gate, E->up, E->down);
+}
+
 ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     *out = NULL;
     ds_model *m = ds_calloc(1, sizeof *m);
@@ -512,12 +652,22 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     const size_t mhd = (size_t)(in->head_dim > h.global_head_dim ? in->head_dim : h.global_head_dim);
     const size_t mkv = (size_t)(in->n_kv_heads > h.global_kv_heads ? in->n_kv_heads : h.global_kv_heads);
     m->owned_cap = (size_t)in->n_layers * (7 * (size_t)in->dim + 3 * mhd + (size_t)in->n_heads * mhd + 2 * mkv * mhd + 2) +
-                   in->dim + 2 * mhd + (size_t)h.ple_dim + 16;
+                   in->dim + 2 * mhd + (size_t)h.ple_dim + 16 +
+                   (h.moe ? (size_t)in->n_layers * (4 * (size_t)in->dim + (size_t)h.n_experts) : 0);
     m->owned = ds_malloc(m->owned_cap * sizeof(float));
     m->layers = ds_calloc((size_t)in->n_layers, sizeof *m->layers);
     if (!m->owned || !m->layers) {
         st = DS_ERR_NOMEM;
         goto fail;
+    }
+    if (h.moe) {
+        for (int l = 0; l < in->n_layers; l++) m->n_moe += h.sparse[l];
+        m->moe = ds_calloc((size_t)m->n_moe + 1, sizeof *m->moe);
+        m->experts = ds_calloc((size_t)(m->n_moe + 1) * 3 * h.n_experts, sizeof *m->experts);
+        if (!m->moe || !m->experts) {
+            st = DS_ERR_NOMEM;
+            goto fail;
+        }
     }
     char name[160];
     snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
@@ -572,6 +722,7 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
         if ((st = take_vector(m, sf, dir, name, h.ple_dim, &m->ple_proj_norm))) goto fail;
     }
     m->final_softcap = (float)h.final_softcap;
+    int n_moe = 0;
     for (int l = 0; l < in->n_layers; l++) {
         ds_layer *L = &m->layers[l];
         const int sl = h.sliding[l];
@@ -601,7 +752,20 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
             W(wk, "self_attn.k_proj", 0)
             W(wv, "self_attn.v_proj", h.k_eq_v && !sl) // K = V layers have no v_proj
         }
-        W(w_gate, "mlp.gate_proj", 0) W(w_up, "mlp.up_proj", 0) W(w_down, "mlp.down_proj", 0)
+        if (h.moe && h.sparse[l]) {
+            if ((st = load_moe_layer(m, sf, dir, pre, l, &h, &qc, &m->moe[n_moe], m->experts + (size_t)n_moe * 3 * h.n_experts)))
+                goto fail;
+            L->moe = &m->moe[n_moe++];
+        }
+        if (h.moe == MOE_QWEN && h.sparse[l]) { // Qwen2-MoE: the shared expert is the layer's dense MLP
+            if (h.shared_ffn) {
+                L->ffn_dim = h.shared_ffn;
+                W(w_gate, "mlp.shared_expert.gate_proj", 0) W(w_up, "mlp.shared_expert.up_proj", 0)
+                W(w_down, "mlp.shared_expert.down_proj", 0)
+            }
+        } else {
+            W(w_gate, "mlp.gate_proj", 0) W(w_up, "mlp.up_proj", 0) W(w_down, "mlp.down_proj", 0)
+        }
         V(attn_norm, "input_layernorm.weight", in->dim)
         if (gemma) {
             V(attn_post_norm, "post_attention_layernorm.weight", in->dim)
@@ -653,7 +817,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     snprintf(tokjson, sizeof tokjson, "%s/tokenizer.gguf", dir); // a GGUF conversion's (dspark quantize --target)
     if (!m->tok && access(tokjson, R_OK) == 0 && (st = ds_model_load_gguf_tokenizer(m, tokjson))) goto fail;
     free(h.sliding);
+    free(h.sparse);
     h.sliding = NULL;
+    h.sparse = NULL;
     if ((st = ds_model_finish(m, dir))) goto fail;
     ds_quant_config_free(&qc);
     *out = m;
@@ -661,6 +827,7 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
 fail:
     ds_quant_config_free(&qc);
     free(h.sliding);
+    free(h.sparse);
     ds_model_free(m);
     return st;
 }

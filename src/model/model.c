@@ -10,8 +10,12 @@
 // Gemma 4 E-series add per-layer embeddings (after the MLP residual add of layer l, before s:
 // x += N(Wple_proj · (gelu_tanh(Wple_gate · x) ⊙ ple_l)), ple_l from a token table and a projection of
 // the embedding, see ds_model) and KV sharing (a shared layer attends over an earlier layer's cache).
+// Mixture-of-experts layers (model/moe.c) replace or join the MLP: Qwen3-MoE x = h + E(m); Qwen2-MoE
+// x = h + E(m) + sigmoid(Wsg·m)·MLP(m) (the shared expert); Gemma 4 26B-A4B
+// x = h + P'(P1(MLP(m)) + P2(E(N2(h)))) with the router reading h.
 #include "base/threads.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 #include <math.h>
 #include <omp.h>
@@ -47,6 +51,8 @@ void ds_model_free(ds_model *m) {
     if (m->tok) ds_tokenizer_free(m->tok);
     if (m->backing_free) m->backing_free(m->backing);
     free(m->layers);
+    free(m->moe);
+    free(m->experts);
     free(m->owned);
     free(m->path);
     free(m);
@@ -117,6 +123,7 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     m->inv_freq = m->rope[0].inv_freq;
     size_t bytes = ds_weight_bytes(&m->output);
     m->max_head_dim = m->max_q_dim = m->max_kv_dim = m->max_ffn_dim = 0;
+    m->max_experts = m->max_top_k = m->max_expert_dim = 0;
     if (m->ple_dim) { // per-layer embeddings: the table is (tokens, layers x ple_dim), one row read per token
         const int pw = in->n_layers * m->ple_dim;
         if (m->ple_embd.cols != pw || m->ple_embd.rows < in->vocab_size)
@@ -166,9 +173,42 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
             CHECK(wv, kvd, in->dim)
         }
         CHECK(wo, in->dim, qd)
-        CHECK(w_gate, L->ffn_dim, in->dim)
-        CHECK(w_up, L->ffn_dim, in->dim)
-        CHECK(w_down, in->dim, L->ffn_dim)
+        if (!L->moe || L->w_gate.data) { // (an MoE layer may have no dense MLP)
+            CHECK(w_gate, L->ffn_dim, in->dim)
+            CHECK(w_up, L->ffn_dim, in->dim)
+            CHECK(w_down, in->dim, L->ffn_dim)
+        }
+        if (L->moe) {
+            const ds_moe *E = L->moe;
+            if (E->n_experts < 1 || E->n_experts > 4096 || E->top_k < 1 || E->top_k > E->n_experts ||
+                E->ffn_dim < 1 || E->ffn_dim > (1 << 20))
+                return ds_fail(DS_ERR_FORMAT, "%s: layer %d: implausible experts (%d experts, top %d, width %d)", path, l,
+                               E->n_experts, E->top_k, E->ffn_dim);
+            snprintf(what, sizeof what, "layer %d router", l);
+            if ((st = check_weight(path, what, &E->router, E->n_experts, in->dim))) return st;
+            if (E->shared_gate.data) {
+                snprintf(what, sizeof what, "layer %d shared_expert_gate", l);
+                if ((st = check_weight(path, what, &E->shared_gate, 1, in->dim))) return st;
+                bytes += ds_weight_bytes(&E->shared_gate);
+            }
+            size_t expert_bytes = 0;
+            for (int e = 0; e < E->n_experts; e++) {
+                snprintf(what, sizeof what, "layer %d expert %d gate_proj", l, e);
+                if ((st = check_weight(path, what, &E->gate[e], E->ffn_dim, in->dim))) return st;
+                snprintf(what, sizeof what, "layer %d expert %d up_proj", l, e);
+                if ((st = check_weight(path, what, &E->up[e], E->ffn_dim, in->dim))) return st;
+                snprintf(what, sizeof what, "layer %d expert %d down_proj", l, e);
+                if ((st = check_weight(path, what, &E->down[e], in->dim, E->ffn_dim))) return st;
+                const size_t b = ds_weight_bytes(&E->gate[e]) + ds_weight_bytes(&E->up[e]) + ds_weight_bytes(&E->down[e]);
+                expert_bytes = b > expert_bytes ? b : expert_bytes;
+            }
+            // a decoded token reads the router and top_k experts
+            bytes += ds_weight_bytes(&E->router) + (size_t)E->top_k * expert_bytes;
+            if (expert_bytes > in->expert_bytes) in->expert_bytes = expert_bytes;
+            if (E->n_experts > m->max_experts) m->max_experts = E->n_experts;
+            if (E->top_k > m->max_top_k) m->max_top_k = E->top_k;
+            if (E->ffn_dim > m->max_expert_dim) m->max_expert_dim = E->ffn_dim;
+        }
         if (m->ple_dim) {
             CHECK(ple_gate, m->ple_dim, in->dim)
             CHECK(ple_proj, in->dim, m->ple_dim)
@@ -180,6 +220,9 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
         bytes += (size_t)2 * in->dim * 4;
     }
     in->weight_bytes = bytes + (size_t)in->dim * 4 * 2; // + one embedding row and the final norm
+    in->moe_layers = m->n_moe;
+    in->n_experts = m->max_experts;
+    in->top_k_experts = m->max_top_k;
     in->weight_type = m->layers[0].wq.type;
     if (in->eos_id >= 0) { // the EOS id is always the first stop id
         int32_t rest[DS_MAX_STOP];
@@ -294,6 +337,8 @@ struct ds_workspace {
     size_t scratch_per_thread;
     float *scratch;  // (n_thr, scratch_per_thread) matmul tile widening
     float *ple_row;  // (n_layers * ple_dim) one token's row of the per-layer table, as f32
+    float *ffn;      // (cap_rows, dim) the dense MLP's output beside the experts (MoE models only)
+    ds_moe_ws *moe;  // the experts' scratch (MoE models only)
 };
 
 ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
@@ -318,6 +363,14 @@ ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
             size_t n = ws_list[i]->data ? ds_matmul_scratch_floats(ws_list[i]) : 0;
             s = n > s ? n : s;
         }
+        if (L->moe) { // every expert matrix of a layer has the same shape and type
+            const ds_weight *el[] = {&L->moe->router, &L->moe->shared_gate, &L->moe->gate[0], &L->moe->up[0],
+                                     &L->moe->down[0]};
+            for (size_t i = 0; i < sizeof el / sizeof el[0]; i++) {
+                size_t n = el[i]->data ? ds_matmul_scratch_floats(el[i]) : 0;
+                s = n > s ? n : s;
+            }
+        }
     }
     ws->scratch_per_thread = s;
     *out = ws;
@@ -326,7 +379,7 @@ ds_status ds_workspace_init(const ds_model *m, ds_workspace **out) {
 
 static void ws_release(ds_workspace *ws) {
     float **bufs[] = {&ws->x, &ws->xb, &ws->q, &ws->k, &ws->v, &ws->att, &ws->hb, &ws->hb2, &ws->rcos, &ws->rsin,
-                      &ws->logit_in, &ws->logits, &ws->ple};
+                      &ws->logit_in, &ws->logits, &ws->ple, &ws->ffn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -343,6 +396,7 @@ void ds_workspace_free(ds_workspace *ws) {
     free(ws->scores);
     free(ws->scratch);
     free(ws->ple_row);
+    ds_moe_ws_free(ws->moe);
     free(ws);
 }
 
@@ -370,6 +424,11 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         ws->logits = malloc(r * in->vocab_size * 4);
         ws->row_seq = malloc(r * sizeof(int));
         ws->row_pos = malloc(r * sizeof(int));
+        ws->ffn = m->n_moe ? malloc(r * in->dim * 4) : NULL;
+        if ((m->n_moe && !ws->ffn) || (m->n_moe && ds_moe_ws_reserve(&ws->moe, m, rows))) {
+            ws_release(ws);
+            return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
+        }
         if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->att || !ws->hb || !ws->hb2 || !ws->rcos ||
             !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos || (m->ple_dim && !ws->ple)) {
             ws_release(ws);
@@ -459,16 +518,6 @@ static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs,
     }
 }
 
-// a (n) = gelu_tanh(a) * b  (GeGLU's gate; tanh(u) = 1 - 2 / (1 + e^2u), vectorizable)
-DS_MULTIVERSION static void geglu(float *a, const float *b, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) {
-        const float x = a[i], u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-        const float t = 1.0f - 2.0f / (1.0f + ds_expf(2.0f * u));
-        a[i] = 0.5f * x * (1.0f + t) * b[i];
-    }
-}
-
 // x (n) = c · tanh(x / c)
 static void softcap(float *x, size_t n, float c) {
     for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
@@ -494,6 +543,53 @@ static void ple_inputs(const ds_model *m, ds_workspace *ws, const ds_forward_seq
         }
 }
 
+// out (R, dim) = Wdown · (act(Wgate · in) ⊙ Wup · in); out may be in.
+static void dense_mlp(const ds_model *m, ds_workspace *ws, const ds_layer *L, const float *in, float *out, int R) {
+    ds_matmul(ws->hb, in, &L->w_gate, R, ws->scratch);
+    ds_matmul(ws->hb2, in, &L->w_up, R, ws->scratch);
+    if (m->act == DS_ACT_GELU_TANH) ds_geglu(ws->hb, ws->hb2, R * L->ffn_dim);
+    else ds_swiglu(ws->hb, ws->hb2, R * L->ffn_dim);
+    ds_matmul(out, ws->hb, &L->w_down, R, ws->scratch);
+}
+
+// An MoE layer's FFN output into ws->xb (which holds m = ffn_norm(h) on entry; ws->x holds h).
+static void moe_block(const ds_model *m, ds_workspace *ws, const ds_layer *L, int R) {
+    const ds_moe *E = L->moe;
+    const int dim = m->info.dim;
+    const float eps = m->info.norm_eps;
+    if (L->w_gate.data) { // the dense MLP beside the experts (Qwen2-MoE shared expert, Gemma 4)
+        dense_mlp(m, ws, L, ws->xb, ws->ffn, R);
+        if (E->shared_gate.data) {
+            ds_matmul(ws->hb, ws->xb, &E->shared_gate, R, ws->scratch); // (R, 1)
+            for (int r = 0; r < R; r++) scale_rows(ws->ffn + (size_t)r * dim, 1.0f / (1.0f + expf(-ws->hb[r])), dim);
+        }
+        if (E->dense_post_norm)
+            for (int r = 0; r < R; r++)
+                ds_rmsnorm(ws->ffn + (size_t)r * dim, ws->ffn + (size_t)r * dim, E->dense_post_norm, dim, eps);
+    }
+    const float *route = ws->xb, *in = ws->xb;
+    if (E->pre_norm) { // Gemma 4: the router reads h, the experts N2(h) (ws->logit_in is free until the logits)
+        for (int r = 0; r < R; r++)
+            ds_rmsnorm(ws->logit_in + (size_t)r * dim, ws->x + (size_t)r * dim, E->pre_norm, dim, eps);
+        route = ws->x;
+        in = ws->logit_in;
+    }
+    ds_moe_forward(m, E, ws->moe, route, in, ws->xb, R, ws->scratch);
+    if (E->post_norm)
+        for (int r = 0; r < R; r++) ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, E->post_norm, dim, eps);
+    if (L->w_gate.data) ds_add(ws->xb, ws->ffn, R * dim);
+}
+
+int ds_workspace_expert_windows(const ds_workspace *ws, float *out, int n) {
+    return ws->moe ? ds_moe_ws_windows(ws->moe, out, n) : 0;
+}
+
+double ds_workspace_last_experts(const ds_workspace *ws) {
+    ds_moe_stats s;
+    ds_moe_ws_stats(ws->moe, &s);
+    return s.passes ? (double)s.distinct / (double)s.passes : 0;
+}
+
 ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int n_seqs) {
     const ds_model_info *in = &m->info;
     if (!ws || ws->m != m) return ds_fail(DS_ERR_INVALID, "workspace belongs to another model");
@@ -508,6 +604,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         max_ctx = end > max_ctx ? end : max_ctx;
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
+    ds_moe_ws_reset_stats(ws->moe); // (routing statistics of this forward)
 
     const int dim = in->dim, nh = in->n_heads, mhalf = m->max_head_dim / 2, nr = m->n_rope;
     // Rows: positions, owners, RoPE angles (per RoPE set), embeddings.
@@ -526,7 +623,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
 
     for (int l = 0; l < in->n_layers; l++) {
         const ds_layer *L = &m->layers[l];
-        const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd, ffn = L->ffn_dim;
+        const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
         const int own_kv = !L->kv_shared;
         // Attention block.
         for (int r = 0; r < R; r++)
@@ -570,14 +667,11 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             if (L->attn_post_norm) ds_rmsnorm(o, o, L->attn_post_norm, dim, in->norm_eps);
         }
         ds_add(ws->x, ws->xb, R * dim);
-        // MLP block (SwiGLU or GeGLU).
+        // MLP block (SwiGLU or GeGLU), routed experts, or both.
         for (int r = 0; r < R; r++)
             ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->ffn_norm, dim, in->norm_eps);
-        ds_matmul(ws->hb, ws->xb, &L->w_gate, R, ws->scratch);
-        ds_matmul(ws->hb2, ws->xb, &L->w_up, R, ws->scratch);
-        if (m->act == DS_ACT_GELU_TANH) geglu(ws->hb, ws->hb2, R * ffn);
-        else ds_swiglu(ws->hb, ws->hb2, R * ffn);
-        ds_matmul(ws->xb, ws->hb, &L->w_down, R, ws->scratch);
+        if (L->moe) moe_block(m, ws, L, R);
+        else dense_mlp(m, ws, L, ws->xb, ws->xb, R);
         if (L->ffn_post_norm)
             for (int r = 0; r < R; r++)
                 ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ffn_post_norm, dim, in->norm_eps);
@@ -586,7 +680,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             const int P = m->ple_dim;
             ds_matmul(ws->hb, ws->x, &L->ple_gate, R, ws->scratch);
             for (int r = 0; r < R; r++)
-                geglu(ws->hb + (size_t)r * P, ws->ple + ((size_t)r * in->n_layers + l) * P, P);
+                ds_geglu(ws->hb + (size_t)r * P, ws->ple + ((size_t)r * in->n_layers + l) * P, P);
             ds_matmul(ws->xb, ws->hb, &L->ple_proj, R, ws->scratch);
             for (int r = 0; r < R; r++)
                 ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ple_post_norm, dim, in->norm_eps);

@@ -15,6 +15,24 @@ typedef struct {
     int half;        // head_dim / 2 of the layers using it
 } ds_rope_freqs;
 
+// Routed experts of one layer (Qwen2-MoE, Qwen3-MoE, Gemma 4 26B-A4B): the router picks top_k of
+// n_experts per row; the layer's FFN output is Σ_j w_j · expert_j(x) (accumulated in the row's own
+// rank order j = 0..top_k-1). Expert matrices are views into the mapped checkpoint (per-expert
+// tensors or slices of stacked 3-D ones); only the experts a batch routes to are read.
+typedef struct {
+    int n_experts, top_k, ffn_dim; // ffn_dim: moe_intermediate_size
+    int norm_topk;                 // renormalize the top-k probabilities to sum 1
+    ds_weight router;              // (n_experts, dim)
+    float *router_scale;           // (dim) Gemma 4: the router reads RMSNorm(x) (no weight) ⊙ scale · dim^-0.5; or NULL
+    float *expert_scale;           // (n_experts) Gemma 4 per_expert_scale multiplies the routing weights; or NULL
+    ds_weight *gate, *up, *down;   // (n_experts) each (ffn_dim, dim), (ffn_dim, dim), (dim, ffn_dim)
+    ds_weight shared_gate;         // (1, dim) Qwen2-MoE shared_expert_gate: the dense MLP (the shared expert) is
+                                   // scaled by sigmoid(shared_gate · x); data NULL: unscaled (Gemma 4) or none
+    float *pre_norm;               // (dim) Gemma 4 pre_feedforward_layernorm_2: experts read RMSNorm(residual), or NULL
+    float *dense_post_norm;        // (dim) Gemma 4 post_feedforward_layernorm_1 on the dense MLP's output, or NULL
+    float *post_norm;              // (dim) Gemma 4 post_feedforward_layernorm_2 on the experts' output, or NULL
+} ds_moe;
+
 #define DS_MAX_ROPE 2
 #define DS_MAX_STOP 16
 
@@ -32,9 +50,10 @@ typedef struct {
     int v_norm;            // per-head weightless RMSNorm on v (Gemma 4)
     float *attn_post_norm; // (dim) RMSNorm of the attention output before the residual add (Gemma), or NULL
     float *ffn_norm;       // (dim)                          pre-MLP RMSNorm weight
-    ds_weight w_gate;      // (ffn_dim, dim)
+    ds_weight w_gate;      // (ffn_dim, dim); data NULL on an MoE layer without a dense MLP (Qwen3-MoE)
     ds_weight w_up;        // (ffn_dim, dim)
     ds_weight w_down;      // (dim, ffn_dim)
+    const ds_moe *moe;     // routed experts (into ds_model.moe), or NULL: a dense layer
     float *ffn_post_norm;  // (dim) RMSNorm of the MLP output before the residual add (Gemma), or NULL
     // Per-layer embeddings (Gemma 4 E-series; data NULL elsewhere): after the MLP residual add,
     // x += ple_post_norm(ple_proj · (gelu_tanh(ple_gate · x) ⊙ per-layer input of this layer)).
@@ -73,11 +92,15 @@ struct ds_model {
     float ple_embed_scale;   // sqrt(ple_dim) in the table's dtype
     ds_weight ple_model_proj; // (n_layers * ple_dim, dim)
     float *ple_proj_norm;    // (ple_dim)
+    ds_moe *moe;             // (n_moe) the MoE layers' experts (layers point into it), or NULL
+    int n_moe;
+    ds_weight *experts;      // (n_moe, 3, n_experts) the expert matrices those point into
     ds_act act;
     float final_softcap; // logits = c·tanh(logits / c) (Gemma), 0 = none
     int32_t stop_ids[DS_MAX_STOP]; // ids that end generation (eos_id first)
     int n_stop;
     int max_head_dim, max_q_dim, max_kv_dim, max_ffn_dim; // over layers (workspace and scratch sizing)
+    int max_experts, max_top_k, max_expert_dim;          // over MoE layers (0 without)
     ds_tokenizer *tok;   // NULL when the checkpoint has no tokenizer we support
     float *owned;        // every f32 vector converted at load (norms), one allocation
     size_t owned_used, owned_cap;

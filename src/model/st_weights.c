@@ -110,6 +110,74 @@ ds_status ds_st_weight_q(const ds_safetensors *st, const char *where, const char
     return DS_OK;
 }
 
+ds_status ds_st_experts_q(const ds_safetensors *st, const char *where, const char *name, int n, int total_rows,
+                          int row0, int rows, int cols, const ds_quant_config *q, ds_weight *w, int *found) {
+    const ds_st_tensor *t = ds_st_find(st, name);
+    *found = t != NULL;
+    if (!t) return DS_OK;
+    char module[256], sn[300], bn[300], got[64];
+    if (!ds_st_module_of(name, module, sizeof module)) snprintf(module, sizeof module, "%s", name);
+    snprintf(sn, sizeof sn, "%s.scales", module);
+    snprintf(bn, sizeof bn, "%s.biases", module);
+    const ds_st_tensor *sc = ds_st_find(st, sn), *bi = ds_st_find(st, bn);
+    shape_text(t, got, sizeof got);
+    if (t->n_dims != 3 || t->shape[0] != n || t->shape[1] != total_rows)
+        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%d, %d, ...] (experts, rows, columns)",
+                       where, name, got, n, total_rows);
+    const int64_t per = (int64_t)total_rows; // rows per expert
+    if (!sc) {
+        if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 or MLX affine supported)",
+                           where, name, ds_dtype_name(t->dtype));
+        if (t->shape[2] != cols)
+            return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%d, %d, %d]", where, name, got, n,
+                           total_rows, cols);
+        const size_t es = ds_dtype_size(t->dtype);
+        for (int e = 0; e < n; e++) {
+            memset(&w[e], 0, sizeof w[e]);
+            w[e].type = t->dtype;
+            w[e].rows = rows;
+            w[e].cols = cols;
+            w[e].data = (const char *)t->data + ((size_t)(e * per + row0) * (size_t)cols) * es;
+        }
+        return DS_OK;
+    }
+    int eb = 0, eg = 0;
+    if (!q || !q->present)
+        return ds_fail(DS_ERR_FORMAT, "%s: '%s' is quantized (has '%s') but config.json has no quantization block", where,
+                       name, sn);
+    if (!ds_quant_config_module(q, module, &eb, &eg))
+        return ds_fail(DS_ERR_FORMAT, "%s: config.json marks '%s' as not quantized but the file has '%s'", where, module,
+                       sn);
+    if (!bi) return ds_fail(DS_ERR_FORMAT, "%s: quantized '%s' has scales but no '%s'", where, name, bn);
+    if (t->dtype != DS_U32)
+        return ds_fail(DS_ERR_FORMAT, "%s: quantized '%s' must be U32 (packed words), not %s", where, name,
+                       ds_dtype_name(t->dtype));
+    if ((sc->dtype != DS_F32 && sc->dtype != DS_F16 && sc->dtype != DS_BF16) || bi->dtype != sc->dtype)
+        return ds_fail(DS_ERR_FORMAT, "%s: '%s' / '%s' must share one of F32, F16, BF16", where, sn, bn);
+    const int64_t P = (int64_t)cols * eb / 32, G = cols / eg;
+    if (cols % eg || sc->n_dims != 3 || bi->n_dims != 3 || t->shape[2] != P || sc->shape[0] != n ||
+        sc->shape[1] != total_rows || sc->shape[2] != G || bi->shape[0] != n || bi->shape[1] != total_rows ||
+        bi->shape[2] != G)
+        return ds_fail(DS_ERR_FORMAT,
+                       "%s: quantized '%s' has packed shape [%s]: not %d-bit with group size %d over %d columns as "
+                       "config.json says (or its scales / biases disagree)", where, name, got, eb, eg, cols);
+    const size_t ss = ds_dtype_size(sc->dtype);
+    for (int e = 0; e < n; e++) {
+        const size_t r0 = (size_t)(e * per + row0);
+        memset(&w[e], 0, sizeof w[e]);
+        w[e].type = eb == 4 ? DS_AFFINE4 : DS_AFFINE8;
+        w[e].rows = rows;
+        w[e].cols = cols;
+        w[e].data = (const char *)t->data + r0 * (size_t)P * 4;
+        w[e].group_size = eg;
+        w[e].scale_type = sc->dtype;
+        w[e].scales = (const char *)sc->data + r0 * (size_t)G * ss;
+        w[e].biases = (const char *)bi->data + r0 * (size_t)G * ss;
+    }
+    return DS_OK;
+}
+
 ds_status ds_st_vector(const ds_safetensors *st, const char *where, const char *name, int n, float *out) {
     const ds_st_tensor *t = ds_st_find(st, name);
     if (!t) return ds_fail(DS_ERR_FORMAT, "%s: missing tensor '%s'", where, name);

@@ -15,6 +15,13 @@ ds_status ds_st_weight(const ds_safetensors *st, const char *where, const char *
 typedef struct ds_quant_config ds_quant_config;
 ds_status ds_st_weight_q(const ds_safetensors *st, const char *where, const char *name, int rows, int cols,
                          int optional, const ds_quant_config *q, ds_weight *w);
+// Experts stacked in one 3-D tensor `name` of shape (n, total_rows, cols) (F32/F16/BF16; or MLX
+// affine: U32 (n, total_rows, cols·bits/32) with "<module>.scales" / ".biases" (n, total_rows,
+// cols/group_size), module = name without ".weight", or name itself for a bare parameter such as
+// "experts.gate_up_proj"): w[e] (n of them) = rows row0 .. row0+rows-1 of expert e, as views into
+// the mapping. Returns 0 (*found) when the tensor is absent.
+ds_status ds_st_experts_q(const ds_safetensors *st, const char *where, const char *name, int n, int total_rows,
+                          int row0, int rows, int cols, const ds_quant_config *q, ds_weight *w, int *found);
 // "<module>.weight" -> module (returns 0 when the name does not end in ".weight" or is too long).
 int ds_st_module_of(const char *name, char *module, size_t cap);
 // A 1-D F32/F16/BF16 vector of length n, widened to f32 into out (n floats).

@@ -156,6 +156,12 @@ static ds_status open_st_dir(source *s, const char *src, const ds_quantize_param
                        path, a);
     if (p->target && is_drafter_arch(a))
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: this is a DeepSpec drafter (%s); quantize it with --drafter", path, a);
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(s->config, "text_config");
+    if (p->target && (!strcmp(a, "Qwen2MoeForCausalLM") || !strcmp(a, "Qwen3MoeForCausalLM") ||
+                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s->config, "enable_moe_block")) ||
+                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "enable_moe_block"))))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is a mixture-of-experts target; quantize --target does not "
+                       "handle its experts yet (run it in bf16, or from an mlx-lm quantized checkpoint)", path, a);
     if (p->target && !is_target_arch(a))
         return ds_fail(DS_ERR_UNSUPPORTED,
                        "%s: architecture '%s' is not a target dspark runs (Llama, Mistral, Qwen2, Qwen3, Gemma3, "

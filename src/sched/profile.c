@@ -48,6 +48,8 @@ ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, in
     }
     memset(out, 0, sizeof *out);
     out->bmax = bmax;
+    out->moe_layers = in->moe_layers;
+    out->n_experts = in->n_experts;
     int last = 0;
     for (int B = 1; !st && B <= bmax; B++) {
         // Quick mode measures where the cost curve bends: powers of two, and both sides of every
@@ -68,6 +70,7 @@ ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, in
             const double t0 = now_s();
             st = ds_model_forward(m, ws, f, ns);
             if (r > 0) t[r - 1] = now_s() - t0; // the first run warms up
+            if (!st) out->prof_experts[B] = (float)ds_workspace_last_experts(ws); // (the same every repeat)
             for (int s = 0; s < ns; s++) ds_kv_truncate(kv[s], ctx);
         }
         if (st) break;
@@ -77,9 +80,13 @@ ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, in
         for (int b = last + 1; last && b < B; b++) {
             const double w = (double)(b - last) / (B - last);
             out->sps[b] = 1.0 / ((1 - w) / out->sps[last] + w / out->sps[B]);
+            out->prof_experts[b] = (float)((1 - w) * out->prof_experts[last] + w * out->prof_experts[B]);
         }
         last = B;
     }
+    // One expert pass of one layer: its share of a decode step's bytes (decoding is memory-bound).
+    if (!st && in->moe_layers && in->weight_bytes)
+        out->expert_s = (double)in->expert_bytes / (double)in->weight_bytes / out->sps[1];
     for (int s = 0; kv && s < n_seq; s++) ds_kv_free(kv[s]);
     ds_workspace_free(ws);
     free(kv), free(f), free(tok), free(logits), free(t);
@@ -93,6 +100,13 @@ ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int
     cJSON_AddStringToObject(j, "unit", "verification steps per second at B tokens per forward");
     cJSON *a = cJSON_AddArrayToObject(j, "sps");
     for (int b = 1; b <= t->bmax; b++) cJSON_AddItemToArray(a, cJSON_CreateNumber(t->sps[b]));
+    if (t->moe_layers) { // the routing the table was measured at (see ds_cost_table)
+        cJSON_AddNumberToObject(j, "moe_layers", t->moe_layers);
+        cJSON_AddNumberToObject(j, "n_experts", t->n_experts);
+        cJSON_AddNumberToObject(j, "expert_s", t->expert_s);
+        cJSON *e = cJSON_AddArrayToObject(j, "experts");
+        for (int b = 1; b <= t->bmax; b++) cJSON_AddItemToArray(e, cJSON_CreateNumber(t->prof_experts[b]));
+    }
     ds_status st = ds_json_save(j, path);
     cJSON_Delete(j);
     return st;
@@ -114,6 +128,31 @@ ds_status ds_cost_table_load(const char *path, ds_cost_table *out) {
             return ds_fail(DS_ERR_FORMAT, "%s: SPS values must be positive numbers", path);
         }
         out->sps[++out->bmax] = e->valuedouble;
+    }
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(j, "experts");
+    if (ex) { // an MoE target's profile
+        double ml = 0, ne = 0;
+        ds_status s2;
+        if ((s2 = ds_json_num(j, path, "moe_layers", -1, &ml)) || (s2 = ds_json_num(j, path, "n_experts", -1, &ne)) ||
+            (s2 = ds_json_num(j, path, "expert_s", -1, &out->expert_s))) {
+            cJSON_Delete(j);
+            return s2;
+        }
+        if (!cJSON_IsArray(ex) || cJSON_GetArraySize(ex) != out->bmax || !(ml >= 1 && ml <= 4096) ||
+            !(ne >= 1 && ne <= 4096) || !(out->expert_s > 0) || !isfinite(out->expert_s)) {
+            cJSON_Delete(j);
+            return ds_fail(DS_ERR_FORMAT, "%s: \"experts\" must list one count per \"sps\" entry, with positive "
+                           "moe_layers, n_experts and expert_s", path);
+        }
+        out->moe_layers = (int)ml, out->n_experts = (int)ne;
+        int b = 0;
+        cJSON_ArrayForEach(e, ex) {
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > ne) {
+                cJSON_Delete(j);
+                return ds_fail(DS_ERR_FORMAT, "%s: \"experts\" values must be between 0 and n_experts", path);
+            }
+            out->prof_experts[++b] = (float)e->valuedouble;
+        }
     }
     cJSON_Delete(j);
     return DS_OK;

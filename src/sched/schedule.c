@@ -1,16 +1,35 @@
 #include "sched/schedule.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+double ds_cost_experts(const ds_cost_table *t, int B) {
+    if (!t->moe_layers || t->n_experts < 1 || B < 1) return 0;
+    const int ns = (B + 7) / 8, w = (B + ns - 1) / ns;
+    const double d1 = w <= DS_COST_WINDOWS ? t->obs_experts[w] : 0, E = t->n_experts;
+    if (!(d1 > 0)) return 0;
+    return E * (1.0 - pow(1.0 - (d1 < E ? d1 : E) / E, ns));
+}
+
+// Seconds to add to the profiled step time at B for the routing expected now (0 when unknown).
+static double expert_correction(const ds_cost_table *t, int B) {
+    if (!t->moe_layers || B > t->bmax || !(t->prof_experts[B] > 0) || !(t->expert_s > 0)) return 0;
+    const double d = ds_cost_experts(t, B);
+    return d > 0 ? t->moe_layers * t->expert_s * (d - t->prof_experts[B]) : 0;
+}
+
 double ds_cost_sps(const ds_cost_table *t, int B) {
     if (B < 1) B = 1;
-    if (B <= t->bmax) return t->sps[B];
-    return t->sps[t->bmax] * t->bmax / B;
+    if (B > t->bmax) return ds_cost_sps(t, t->bmax) * t->bmax / B;
+    const double step = 1.0 / t->sps[B], c = expert_correction(t, B);
+    return 1.0 / (step + c > 0.25 * step ? step + c : 0.25 * step); // (never below a quarter of the profile)
 }
 
 void ds_cost_observe(ds_cost_table *t, int B, double seconds) {
     if (B < 1 || B > t->bmax || !(seconds > 0) || !(t->sps[B] > 0)) return;
+    seconds -= expert_correction(t, B);
+    if (!(seconds > 0)) return;
     t->sps[B] = 1.0 / (0.8 / t->sps[B] + 0.2 * seconds);
 }
 

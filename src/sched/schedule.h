@@ -8,11 +8,22 @@
 #include "dspark.h"
 
 // SPS(B), extrapolated past bmax as bmax·SPS(bmax)/B (throughput-bound: tokens/s stays constant).
+// MoE targets: the step time 1/sps[B] was measured at the profile's routing (prof_experts[B]
+// distinct experts per MoE layer pass); with routing statistics from decoding it becomes
+//   1/SPS(B) = 1/sps[B] + moe_layers · expert_s · (D(B) − prof_experts[B]),
+// D(B) = ds_cost_experts(t, B) the distinct experts expected in a verification batch of B rows.
 double ds_cost_sps(const ds_cost_table *t, int B);
+// Expected distinct experts per MoE layer pass for B rows spread as the profile spreads them
+// (ns = ceil(B / 8) sequences of w = ceil(B / ns) consecutive rows): with D1(w) = obs_experts[w]
+// (w consecutive decoded rows) and E experts, D(B) = E·(1 − (1 − D1(w)/E)^ns) (the sequences route
+// independently). 0 when unknown (no statistics yet, or a dense target).
+double ds_cost_experts(const ds_cost_table *t, int B);
 // A forward of B rows took `seconds`: move SPS(B) towards it (an average of step times, 1/5 weight
 // for the new one). The engine refines its start-up profile with every round it runs, so the
 // scheduler follows the machine as it is now (other load, longer contexts, a profile that missed a
 // step of the cost curve). Past rounds only: the output distribution is untouched.
+// (MoE: the observation is brought back to the profile's routing with the same correction first, so
+// sps[B] stays at prof_experts[B] and the correction is applied once, when read.)
 void ds_cost_observe(ds_cost_table *t, int B, double seconds);
 
 // Algorithm 1 with the early stop. R requests; request r has K[r] drafted slots with calibrated

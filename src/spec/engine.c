@@ -474,6 +474,8 @@ ds_status ds_engine_step(ds_engine *e) {
     for (int i = 0; i < e->n_seqs; i++) R += e->seqs[i].used && !e->seqs[i].finished && !prefilling(&e->seqs[i]);
     const int auto_sched =
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
+    // MoE targets: the routing of every row fed so far prices verification (ds_cost_sps; past rows only).
+    if (auto_sched) ds_workspace_expert_windows(e->ws, e->costs.obs_experts + 1, DS_COST_WINDOWS);
     const int K_cap =
         auto_sched ? ds_gate_depth(&e->gate, &e->costs, R, ds_schedule_max_admissions(&e->costs, R, e->K)) : e->K;
     for (int i = 0; i < e->n_seqs; i++) {

@@ -36,6 +36,21 @@ Key facts (per transformers):
   compute no keys / values; they use shared_kv_states[layer_type], the keys / values (after k_norm,
   v_norm, RoPE) that the last unshared layer of the same type stored, with their own mask.
 
+- Mixture of experts. Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock (modeling_qwen2_moe,
+  modeling_qwen3_moe): router_logits = mlp.gate(x); p = softmax(router_logits) in float; the top
+  num_experts_per_tok of p; divided by their sum iff norm_topk_prob; out = Σ over the hit experts of
+  index_add(expert(x[rows]) * w[rows]), expert = down(silu(gate(x)) * up(x)) of width
+  moe_intermediate_size. Layer i is sparse iff i not in mlp_only_layers and (i + 1) %
+  decoder_sparse_step == 0, else a dense MLP of intermediate_size. Qwen2-MoE adds
+  sigmoid(shared_expert_gate(x)) * shared_expert(x). Gemma4TextDecoderLayer with enable_moe_block:
+  h1 = post_feedforward_layernorm_1(mlp(pre_feedforward_layernorm(r))); the router
+  (Gemma4TextRouter) reads the residual r: weightless RMSNorm(r) * router.scale * hidden^-0.5 ->
+  router.proj -> softmax -> top top_k_experts -> / sum -> * per_expert_scale[index]; h2 =
+  post_feedforward_layernorm_2(experts(pre_feedforward_layernorm_2(r))), experts with gelu_tanh;
+  x = r + post_feedforward_layernorm(h1 + h2). Expert weights are read from whichever layout the
+  checkpoint has (per expert, fused gate_up_proj [E, 2I, H] with gate rows first / down_proj, or
+  stacked switch_mlp / switch_glu), as transformers' weight conversion does.
+
 Entry point: `load(directory)` -> model; `forward(model, tokens, taps)` -> ForwardResult
 (logits, taps {layer: (n, dim)}, hidden after the final norm).
 """
@@ -253,6 +268,73 @@ def mlp(m, i, x):
     return linear(m, p + "down_proj", a * u)
 
 
+def expert_weights(m, i):
+    """[(gate, up, down)] of layer i's experts, from whichever layout the checkpoint has."""
+    t = m.t
+    base = f"{m.prefix}layers.{i}." + ("experts" if family(m) == "gemma4" else "mlp.experts")
+    stack = f"{m.prefix}layers.{i}." + ("experts.switch_glu" if family(m) == "gemma4" else "mlp.switch_mlp")
+    if base + ".gate_up_proj" in t:
+        gu, dn = t[base + ".gate_up_proj"], t[base + ".down_proj"]
+        gate, up = gu.chunk(2, dim=1)
+        return [(gate[e], up[e], dn[e]) for e in range(gu.shape[0])]
+    if stack + ".gate_proj.weight" in t:
+        g, u, d = (t[f"{stack}.{k}.weight"] for k in ("gate_proj", "up_proj", "down_proj"))
+        return [(g[e], u[e], d[e]) for e in range(g.shape[0])]
+    return [(t[f"{base}.{e}.gate_proj.weight"], t[f"{base}.{e}.up_proj.weight"], t[f"{base}.{e}.down_proj.weight"])
+            for e in range(m.c["num_experts"])]
+
+
+def is_sparse(m, i):
+    c = m.c
+    if family(m) == "gemma4":
+        return bool(c.get("enable_moe_block"))
+    if not c.get("num_experts"):
+        return False
+    return i not in (c.get("mlp_only_layers") or []) and (i + 1) % c.get("decoder_sparse_step", 1) == 0
+
+
+def experts_forward(m, i, x, top_k_index, top_k_weights):
+    """MixtralExperts-style: loop over the hit experts, index_add the weighted outputs."""
+    act = (lambda g: torch.nn.functional.gelu(g, approximate="tanh")) if family(m) == "gemma4" \
+        else torch.nn.functional.silu
+    experts = expert_weights(m, i)
+    final = torch.zeros_like(x)
+    mask = torch.nn.functional.one_hot(top_k_index, num_classes=len(experts)).permute(2, 1, 0)
+    for e in range(len(experts)):
+        pos, rows = torch.where(mask[e])
+        if len(rows) == 0:
+            continue
+        g, u, d = experts[e]
+        h = act(x[rows] @ g.T) * (x[rows] @ u.T)
+        final.index_add_(0, rows, (h @ d.T) * top_k_weights[rows, pos, None])
+    return final
+
+
+def qwen_sparse_block(m, i, x):
+    c, t = m.c, m.t
+    p = f"{m.prefix}layers.{i}.mlp."
+    probs = torch.softmax(x @ t[p + "gate.weight"].T, dim=1)
+    w, idx = torch.topk(probs, c["num_experts_per_tok"], dim=-1)
+    if c.get("norm_topk_prob", False):
+        w = w / w.sum(dim=-1, keepdim=True)
+    out = experts_forward(m, i, x, idx, w)
+    if c.get("shared_expert_intermediate_size"):
+        s = linear(m, p + "shared_expert.down_proj", torch.nn.functional.silu(linear(m, p + "shared_expert.gate_proj", x))
+                   * linear(m, p + "shared_expert.up_proj", x))
+        out = out + torch.sigmoid(linear(m, p + "shared_expert_gate", x)) * s
+    return out
+
+
+def gemma4_router(m, i, r):
+    c, t = m.c, m.t
+    p = f"{m.prefix}layers.{i}.router."
+    h = norm(m, r, None) * t[p + "scale"] * c["hidden_size"] ** -0.5
+    probs = torch.softmax(h @ t[p + "proj.weight"].T, dim=-1)
+    w, idx = torch.topk(probs, c["top_k_experts"], dim=-1)
+    w = w / w.sum(dim=-1, keepdim=True)
+    return w * t[p + "per_expert_scale"][idx], idx
+
+
 def _in_dtype(m, s):
     """A Python float scale as Gemma's scaled embeddings use it: cast to the weight dtype."""
     if m.dtype == "bfloat16":
@@ -293,9 +375,13 @@ def forward(m, tokens, taps=()):
             h = norm(m, attention(m, i, types[i], norm(m, x, t[p + "input_layernorm.weight"]), pos, shared_kv),
                      t[p + "post_attention_layernorm.weight"])
             x = x + h
-            h = norm(m, mlp(m, i, norm(m, x, t[p + "pre_feedforward_layernorm.weight"])),
-                     t[p + "post_feedforward_layernorm.weight"])
-            x = x + h
+            h = mlp(m, i, norm(m, x, t[p + "pre_feedforward_layernorm.weight"]))
+            if f == "gemma4" and is_sparse(m, i):
+                h1 = norm(m, h, t[p + "post_feedforward_layernorm_1.weight"])
+                w, idx = gemma4_router(m, i, x)
+                h2 = experts_forward(m, i, norm(m, x, t[p + "pre_feedforward_layernorm_2.weight"]), idx, w)
+                h = h1 + norm(m, h2, t[p + "post_feedforward_layernorm_2.weight"])
+            x = x + norm(m, h, t[p + "post_feedforward_layernorm.weight"])
             if ple is not None:
                 g = torch.nn.functional.gelu(x @ t[p + "per_layer_input_gate.weight"].T, approximate="tanh")
                 h = (g * ple[:, i, :]) @ t[p + "per_layer_projection.weight"].T
@@ -304,7 +390,8 @@ def forward(m, tokens, taps=()):
                 x = x * t[p + "layer_scalar"]
         else:
             x = x + attention(m, i, types[i], norm(m, x, t[p + "input_layernorm.weight"]), pos, shared_kv)
-            x = x + mlp(m, i, norm(m, x, t[p + "post_attention_layernorm.weight"]))
+            n = norm(m, x, t[p + "post_attention_layernorm.weight"])
+            x = x + (qwen_sparse_block(m, i, n) if is_sparse(m, i) else mlp(m, i, n))
         if i in taps:
             out_taps[i] = x.clone()
     hidden = norm(m, x, t[pre + "norm.weight"])

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Write random tiny Hugging Face checkpoints of each supported architecture.
 
-    make_hf_models.py OUT_DIR --arch llama3|qwen2|qwen3|gemma3|gemma3_mm|gemma4|gemma4e|gemma4e_mm [--dtype f32|bf16]
-        [--seed 1] [--dim 64 --layers 4 --heads 4 --kv-heads 2 --ffn 96 --vocab 300 --head-dim 16]
+    make_hf_models.py OUT_DIR --arch llama3|qwen2|qwen3|gemma3|gemma3_mm|gemma4|gemma4e|gemma4e_mm|qwen3_moe|
+        qwen2_moe|gemma4_moe [--dtype f32|bf16] [--seed 1] [--dim 64 --layers 4 --heads 4 --kv-heads 2 --ffn 96
+        --vocab 300 --head-dim 16] [--experts 8 --top-k 2 --moe-ffn 32] [--layout per_expert|fused|switch]
 
 config.json follows transformers' field names for the architecture (see hf_ref.py for what each
 field means); tensor values come from make_hf_llama.random_tensor (seeded by the tensor name), so
@@ -25,6 +26,17 @@ RoPE), gemma4e_mm (the same inside Gemma4ForConditionalGeneration, with audio an
 and embedder tensors that must be dropped). Use at least 6 layers for gemma4e (with fewer, a shared
 full layer has no source: the loader refuses it).
 
+Mixture of experts (8 experts, top 2, expert width 32 unless told): qwen3_moe (Qwen3MoeForCausalLM:
+q/k norms, norm_topk_prob true, mlp_only_layers [1]: layer 1 keeps a dense MLP), qwen2_moe
+(Qwen2MoeForCausalLM: q/k/v biases, tied, norm_topk_prob false, decoder_sparse_step 2: layers 1, 3, ..
+are sparse, a shared expert of width 48 with its sigmoid gate), gemma4_moe (the gemma4 text model
+with enable_moe_block: a dense MLP plus router (proj, scale, per_expert_scale), experts and the three
+extra norms on every layer). The experts' layout (--layout): per_expert (mlp.experts.E.gate_proj.weight,
+...; Hugging Face checkpoints), fused (experts.gate_up_proj [E, 2I, H] gate rows first,
+experts.down_proj [E, H, I]: transformers 5, Gemma 4) or switch (mlx-lm's stacked
+switch_mlp / switch_glu .gate_proj.weight [E, I, H]); the values are the same in every layout (each
+expert's matrix is drawn under its per-expert name), so the layouts hold one model.
+
 With --tokenizer (option tokenizer=True), the directory also gets a tiny Gemma-style tokenizer
 (write_gemma_tokenizer: SentencePiece-style BPE with byte fallback, <bos> 1, <eos> 2,
 <end_of_turn> 3, <start_of_turn> 4, a Gemma chat template) so that text commands run on it; it
@@ -43,8 +55,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_hf_llama import DTYPES, random_tensor, split_shards, write_safetensors  # noqa: E402
 
-ARCHS = ("llama3", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4", "gemma4e", "gemma4e_mm")
+ARCHS = ("llama3", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4", "gemma4e", "gemma4e_mm", "qwen3_moe",
+         "qwen2_moe", "gemma4_moe")
 PLE_DIM = 8
+N_EXPERTS, TOP_K, MOE_FFN, SHARED_FFN = 8, 2, 32, 48
+LAYOUTS = ("per_expert", "fused", "switch")
 
 
 def _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype):
@@ -110,16 +125,63 @@ def _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype):
         return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text,
                 "vision_config": {"hidden_size": 8, "model_type": "gemma4_vision"},
                 "audio_config": {"hidden_size": 8, "model_type": "gemma4_audio"}, "eos_token_id": [2, 7]}
+    if arch == "qwen3_moe":
+        c = _config("qwen3", dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype)
+        return {**c, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": N_EXPERTS,
+                "num_experts_per_tok": TOP_K, "moe_intermediate_size": MOE_FFN, "norm_topk_prob": True,
+                "decoder_sparse_step": 1, "mlp_only_layers": [1], "router_aux_loss_coef": 0.001,
+                "output_router_logits": False}
+    if arch == "qwen2_moe":
+        c = _config("qwen2", dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype)
+        return {**c, "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": N_EXPERTS,
+                "num_experts_per_tok": TOP_K, "moe_intermediate_size": MOE_FFN, "norm_topk_prob": False,
+                "shared_expert_intermediate_size": SHARED_FFN, "decoder_sparse_step": 2, "mlp_only_layers": []}
+    if arch == "gemma4_moe":
+        c = _config("gemma4", dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype)
+        return {**c, "enable_moe_block": True, "num_experts": N_EXPERTS, "top_k_experts": TOP_K,
+                "moe_intermediate_size": MOE_FFN}
     raise ValueError(f"unknown arch {arch}")
 
 
-def _plan(arch, cfg):
+def sparse_layers(c):
+    """Which layers have routed experts (transformers' Qwen*MoeDecoderLayer / Gemma 4 rule)."""
+    n = c["num_hidden_layers"]
+    if c.get("enable_moe_block"):
+        return [True] * n
+    if not c.get("num_experts"):
+        return [False] * n
+    step, only = c.get("decoder_sparse_step", 1), c.get("mlp_only_layers") or []
+    return [i not in only and (i + 1) % step == 0 for i in range(n)]
+
+
+def _expert_plan(mp, sp, n, I, H, layout):
+    """The experts of one layer: per-expert module path mp ("...mlp.experts"), stacked path sp."""
+    names = [{k: f"{mp}.{e}.{k}.weight" for k in ("gate_proj", "up_proj", "down_proj")} for e in range(n)]
+    if layout == "per_expert":
+        out = []
+        for e in range(n):
+            out += [(names[e]["gate_proj"], (I, H), "linear"), (names[e]["up_proj"], (I, H), "linear"),
+                    (names[e]["down_proj"], (H, I), "linear")]
+        return out
+    if layout == "fused":
+        return [(mp + ".gate_up_proj", (n, 2 * I, H), ("stack", [[(names[e]["gate_proj"], (I, H)),
+                                                                  (names[e]["up_proj"], (I, H))] for e in range(n)])),
+                (mp + ".down_proj", (n, H, I), ("stack", [[(names[e]["down_proj"], (H, I))] for e in range(n)]))]
+    if layout == "switch":
+        return [(f"{sp}.{k}.weight", (n, H, I) if k == "down_proj" else (n, I, H),
+                 ("stack", [[(names[e][k], (H, I) if k == "down_proj" else (I, H))] for e in range(n)]))
+                for k in ("gate_proj", "up_proj", "down_proj")]
+    raise ValueError(layout)
+
+
+def _plan(arch, cfg, layout="per_expert"):
     """(name, shape, kind) of every tensor."""
     c = cfg.get("text_config", cfg)
     dim, ffn, vocab = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or dim // heads
     gemma = arch.startswith("gemma")
+    base = {"qwen3_moe": "qwen3", "qwen2_moe": "qwen2"}.get(arch, arch)
     e_series = arch.startswith("gemma4e")
     pre = "model.language_model." if arch.endswith("_mm") else "model."
     norm = "gnorm" if arch.startswith("gemma3") else "norm"  # Gemma 3 stores w of x·(1 + w)
@@ -148,13 +210,13 @@ def _plan(arch, cfg):
         if has_v and not shared:
             plan.append((p + "self_attn.v_proj.weight", (lkv * lhd, dim), "linear"))
         plan.append((p + "self_attn.o_proj.weight", (dim, heads * lhd), "linear"))
-        if arch in ("llama3", "qwen2"):
+        if base in ("llama3", "qwen2"):
             plan += [(p + "self_attn.q_proj.bias", (heads * lhd,), "bias"),
                      (p + "self_attn.k_proj.bias", (lkv * lhd,), "bias"),
                      (p + "self_attn.v_proj.bias", (lkv * lhd,), "bias")]
         if arch == "llama3":
             plan.append((p + "self_attn.o_proj.bias", (dim,), "bias"))
-        if arch == "qwen3" or gemma:
+        if base == "qwen3" or gemma:
             plan.append((p + "self_attn.q_norm.weight", (lhd,), norm))
             if not shared:
                 plan.append((p + "self_attn.k_norm.weight", (lhd,), norm))
@@ -168,9 +230,30 @@ def _plan(arch, cfg):
             plan += [(p + "per_layer_input_gate.weight", (P, dim), "gate"),
                      (p + "per_layer_projection.weight", (dim, P), "linear"),
                      (p + "post_per_layer_input_norm.weight", (dim,), norm)]
-        plan += [(p + "mlp.gate_proj.weight", (lffn, dim), "linear"),
-                 (p + "mlp.up_proj.weight", (lffn, dim), "linear"),
-                 (p + "mlp.down_proj.weight", (dim, lffn), "linear")]
+        sparse = sparse_layers(c)[i]
+        if sparse and not arch.startswith("gemma4"):  # Qwen MoE: router, experts (and Qwen2's shared expert)
+            E, I = c["num_experts"], c["moe_intermediate_size"]
+            plan.append((p + "mlp.gate.weight", (E, dim), "linear"))
+            plan += _expert_plan(p + "mlp.experts", p + "mlp.switch_mlp", E, I, dim, layout)
+            S = c.get("shared_expert_intermediate_size") or 0
+            if S:
+                plan += [(p + "mlp.shared_expert.gate_proj.weight", (S, dim), "linear"),
+                         (p + "mlp.shared_expert.up_proj.weight", (S, dim), "linear"),
+                         (p + "mlp.shared_expert.down_proj.weight", (dim, S), "linear"),
+                         (p + "mlp.shared_expert_gate.weight", (1, dim), "linear")]
+        else:
+            plan += [(p + "mlp.gate_proj.weight", (lffn, dim), "linear"),
+                     (p + "mlp.up_proj.weight", (lffn, dim), "linear"),
+                     (p + "mlp.down_proj.weight", (dim, lffn), "linear")]
+        if sparse and arch.startswith("gemma4"):  # Gemma 4 26B-A4B: router + experts beside the MLP
+            E, I = c["num_experts"], c["moe_intermediate_size"]
+            plan += [(p + "router.proj.weight", (E, dim), "linear"), (p + "router.scale", (dim,), "norm"),
+                     (p + "router.per_expert_scale", (E,), "scalar"),
+                     (p + "pre_feedforward_layernorm_2.weight", (dim,), norm),
+                     (p + "post_feedforward_layernorm_1.weight", (dim,), norm),
+                     (p + "post_feedforward_layernorm_2.weight", (dim,), norm)]
+            plan += _expert_plan(p + "experts", p + "experts.switch_glu", E, I, dim,
+                                 "fused" if layout == "per_expert" else layout)
     plan.append((pre + "norm.weight", (dim,), norm))
     if not c.get("tie_word_embeddings", cfg.get("tie_word_embeddings", gemma)):
         plan.append(("lm_head.weight", (vocab, dim), "linear"))
@@ -189,6 +272,9 @@ def _plan(arch, cfg):
 
 
 def _values(seed, name, shape, kind):
+    if isinstance(kind, tuple):  # ("stack", per expert [(per-expert name, shape), ...] concatenated along rows)
+        return np.stack([np.concatenate([random_tensor(seed, n, s, "linear") for n, s in parts])
+                         for parts in kind[1]]).astype(np.float32)
     if kind in ("norm", "embed", "linear"):
         return random_tensor(seed, name, shape, kind)
     z = random_tensor(seed, name, shape, "embed")
@@ -245,7 +331,7 @@ def write_gemma_tokenizer(out_dir, vocab):
 
 
 def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, ffn=96, vocab=300, head_dim=16,
-                  dtype="f32", shards=1, config_overrides=None, tokenizer=False):
+                  dtype="f32", shards=1, config_overrides=None, tokenizer=False, layout="per_expert"):
     os.makedirs(out_dir, exist_ok=True)
     for fn in os.listdir(out_dir):
         if fn.endswith(".safetensors") or fn.endswith(".json"):
@@ -257,7 +343,7 @@ def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, 
         json.dump(cfg, f, indent=2)
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 1, "eos_token_id": [2, 3]}, f, indent=2)
-    plan = _plan(arch, cfg)
+    plan = _plan(arch, cfg, layout)
     # make_hf_llama's writer draws values through random_tensor(kind); route our kinds through it.
     import make_hf_llama
     orig = make_hf_llama.random_tensor
@@ -281,6 +367,17 @@ def make_hf_model(out_dir, arch, seed=1, dim=64, layers=4, heads=4, kv_heads=2, 
     return out_dir
 
 
+def moe_overrides(a):
+    o = {}
+    if a.experts:
+        o["num_experts"] = a.experts
+    if a.top_k:
+        o["top_k_experts" if a.arch == "gemma4_moe" else "num_experts_per_tok"] = a.top_k
+    if a.moe_ffn:
+        o["moe_intermediate_size"] = a.moe_ffn
+    return o or None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
@@ -296,10 +393,14 @@ def main(argv=None):
     ap.add_argument("--head-dim", type=int, default=16)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--tokenizer", action="store_true", help="also write a tiny Gemma-style tokenizer")
+    ap.add_argument("--layout", choices=LAYOUTS, default="per_expert", help="the experts' tensor layout")
+    ap.add_argument("--experts", type=int, help="num_experts of an MoE arch")
+    ap.add_argument("--top-k", type=int, help="experts per token of an MoE arch")
+    ap.add_argument("--moe-ffn", type=int, help="moe_intermediate_size of an MoE arch")
     a = ap.parse_args(argv)
     make_hf_model(a.out_dir, a.arch, seed=a.seed, dim=a.dim, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
                   ffn=a.ffn, vocab=a.vocab, head_dim=a.head_dim, dtype=a.dtype, shards=a.shards,
-                  tokenizer=a.tokenizer)
+                  tokenizer=a.tokenizer, layout=a.layout, config_overrides=moe_overrides(a))
     print(a.out_dir)
     return 0
 

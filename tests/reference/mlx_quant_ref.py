@@ -109,3 +109,20 @@ def as_f32(dtype, a):
     if dtype == "BF16":
         return from_bf16_bits(a)
     return a.astype(F)
+
+
+def write_safetensors(path, tensors):
+    """{name: (dtype string, numpy array as stored; BF16 as uint16 bit patterns)} -> one .safetensors file."""
+    header, off, blobs = {}, 0, []
+    for name in sorted(tensors):
+        dt, a = tensors[name]
+        b = np.ascontiguousarray(a, dtype=_DT[dt][0]).tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)

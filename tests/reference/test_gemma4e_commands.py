@@ -42,8 +42,8 @@ def gen(model, prompt, *extra):
     return common.generate_json(model, prompt, 24, ["-t", "1", *extra])
 
 
-def serve_check(chk, model, drafter, prompt):
-    log = os.path.join(TMP, "serve.log")
+def serve_check(chk, model, drafter, prompt, tmp=TMP):
+    log = os.path.join(tmp, "serve.log")
     with open(log, "w") as err:
         p = subprocess.Popen([common.tool("dspark"), "serve", "-m", model, "-d", drafter, "--port", "0", "-t", "1"],
                              stdout=subprocess.DEVNULL, stderr=err)
@@ -81,6 +81,46 @@ def serve_check(chk, model, drafter, prompt):
         p.wait(timeout=30)
 
 
+def check_commands(chk, tmp, model, want_arch, want_taps, quantize=True):
+    """init-drafter, generate, datagen + train, calibrate, eval, quantize --target (when `quantize`) and
+    serve on `model` (a target with the tiny Gemma-style tokenizer), working under `tmp`."""
+    prompts = os.path.join(tmp, "prompts.txt")
+    with open(prompts, "w") as f:
+        f.write("\n".join(PROMPTS) + "\n")
+    fresh = os.path.join(tmp, "fresh")
+    dspark("init-drafter", "-m", model, "-o", fresh, "--layers", "2", "--block", "4", "--markov-rank", "16")
+    cfg = json.load(open(os.path.join(fresh, "config.json")))
+    chk.equal(f"init-drafter: {want_arch}", cfg["architectures"], [want_arch])
+    chk.equal("init-drafter: default taps (the uniform spread over 1..L-2)", cfg["target_layer_ids"], want_taps)
+    for p in PROMPTS[:3]:
+        plain = gen(model, p, "--spec", "none")
+        chk.equal(f"generate {p!r}: fresh drafter == plain", gen(model, p, "-d", fresh)["tokens"], plain["tokens"])
+    data = os.path.join(tmp, "data.bin")
+    dspark("datagen", "-m", model, "--prompts", prompts, "-n", "8", "--max-tokens", "32", "--seed", "1", "-t", "2",
+           "-o", data)
+    trained = os.path.join(tmp, "trained")
+    dspark("train", "-m", model, "--data", data, "--init", fresh, "--steps", "8", "--anchors", "8", "--batch", "4",
+           "--lr", "3e-3", "-t", "2", "-o", trained)
+    for p in PROMPTS[:3]:
+        plain = gen(model, p, "--spec", "none")
+        chk.equal(f"generate {p!r}: trained drafter == plain", gen(model, p, "-d", trained)["tokens"],
+                  plain["tokens"])
+    dspark("calibrate", "-m", model, "-d", trained, "--prompts", prompts, "--max-tokens", "24", "-t", "2")
+    cal = json.load(open(os.path.join(trained, "calibration.json")))
+    chk.equal("calibrate: one temperature per block slot", len(cal["temperatures"]), 4)
+    ev = json.loads(dspark("eval", "-m", model, "-d", trained, "--prompts", prompts, "--max-tokens", "24",
+                           "-t", "2", "--json").strip().splitlines()[-1])
+    chk.equal("eval: a speedup and tau reported", all(k in json.dumps(ev) for k in ("speedup", "tau")), True)
+    if quantize:
+        q8 = os.path.join(tmp, "q8")
+        dspark("quantize", model, q8, "--target", "--bits", "8", "--group-size", "64")
+        out = gen(q8, PROMPTS[0], "-d", trained)
+        chk.equal("quantize --target: the 8-bit target generates 24 tokens losslessly with the drafter",
+                  (out["generated_tokens"], out["tokens"]), (24, gen(q8, PROMPTS[0], "--spec", "none")["tokens"]))
+    serve_check(chk, model, trained, PROMPTS[4], tmp)
+    return trained
+
+
 def main():
     chk = common.Checker("gemma4e_commands")
     shutil.rmtree(TMP, ignore_errors=True)
@@ -88,39 +128,7 @@ def main():
     try:
         model = make_hf_models.make_hf_model(os.path.join(TMP, "target"), "gemma4e", seed=51, layers=6,
                                              tokenizer=True)
-        prompts = os.path.join(TMP, "prompts.txt")
-        with open(prompts, "w") as f:
-            f.write("\n".join(PROMPTS) + "\n")
-        fresh = os.path.join(TMP, "fresh")
-        dspark("init-drafter", "-m", model, "-o", fresh, "--layers", "2", "--block", "4", "--markov-rank", "16")
-        cfg = json.load(open(os.path.join(fresh, "config.json")))
-        chk.equal("init-drafter: Gemma4DSparkModel", cfg["architectures"], ["Gemma4DSparkModel"])
-        chk.equal("init-drafter: default taps (the uniform spread over 1..L-2)", cfg["target_layer_ids"], [1, 2, 3, 4])
-        for p in PROMPTS[:3]:
-            plain = gen(model, p, "--spec", "none")
-            chk.equal(f"generate {p!r}: fresh drafter == plain", gen(model, p, "-d", fresh)["tokens"], plain["tokens"])
-        data = os.path.join(TMP, "data.bin")
-        dspark("datagen", "-m", model, "--prompts", prompts, "-n", "8", "--max-tokens", "32", "--seed", "1", "-t", "2",
-               "-o", data)
-        trained = os.path.join(TMP, "trained")
-        dspark("train", "-m", model, "--data", data, "--init", fresh, "--steps", "8", "--anchors", "8", "--batch", "4",
-               "--lr", "3e-3", "-t", "2", "-o", trained)
-        for p in PROMPTS[:3]:
-            plain = gen(model, p, "--spec", "none")
-            chk.equal(f"generate {p!r}: trained drafter == plain", gen(model, p, "-d", trained)["tokens"],
-                      plain["tokens"])
-        dspark("calibrate", "-m", model, "-d", trained, "--prompts", prompts, "--max-tokens", "24", "-t", "2")
-        cal = json.load(open(os.path.join(trained, "calibration.json")))
-        chk.equal("calibrate: one temperature per block slot", len(cal["temperatures"]), 4)
-        ev = json.loads(dspark("eval", "-m", model, "-d", trained, "--prompts", prompts, "--max-tokens", "24",
-                               "-t", "2", "--json").strip().splitlines()[-1])
-        chk.equal("eval: a speedup and tau reported", all(k in json.dumps(ev) for k in ("speedup", "tau")), True)
-        q8 = os.path.join(TMP, "q8")
-        dspark("quantize", model, q8, "--target", "--bits", "8", "--group-size", "64")
-        out = gen(q8, PROMPTS[0], "-d", trained)
-        chk.equal("quantize --target: the 8-bit target generates 24 tokens losslessly with the drafter",
-                  (out["generated_tokens"], out["tokens"]), (24, gen(q8, PROMPTS[0], "--spec", "none")["tokens"]))
-        serve_check(chk, model, trained, PROMPTS[4])
+        check_commands(chk, TMP, model, "Gemma4DSparkModel", [1, 2, 3, 4])
     finally:
         if chk.failures == 0:
             shutil.rmtree(TMP, ignore_errors=True)

@@ -115,7 +115,8 @@ def main():
         ({"num_kv_shared_layers": 2}, "num_kv_shared_layers"),
         ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "yarn"),
-        ({"architectures": ["Qwen3MoeForCausalLM"]}, "Qwen3MoeForCausalLM"),
+        ({"architectures": ["MixtralForCausalLM"]}, "MixtralForCausalLM"),  # an MoE architecture we lack
+        ({"architectures": ["Qwen3MoeForCausalLM"]}, "num_experts"),  # Qwen3-MoE without its experts
         ({"hidden_act": "gelu"}, "hidden_act"),
     ]
     for i, (over, field) in enumerate(bad):

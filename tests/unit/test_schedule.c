@@ -3,7 +3,9 @@
 // interleaved by a_{r,j}, prefixes, requests without drafts), an independent reference
 // implementation on random cases, and the counterexample of dspark-method.md as a statistical
 // test: with the early stop the first emitted token is exactly target-distributed; the
-// retrospective search (no early stop) emits (0.85, 0.15) instead of (0.7, 0.3).
+// retrospective search (no early stop) emits (0.85, 0.15) instead of (0.7, 0.3). The MoE cost
+// model: expected distinct experts from decoding windows, the step-time correction, observations
+// brought back to the profile's routing, and the window counter.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +15,7 @@
 #include <cmocka.h>
 
 #include "dspark.h"
+#include "model/moe.h"
 #include "sched/schedule.h"
 #include "spec/verify.h"
 
@@ -429,6 +432,59 @@ static void test_counterexample_joint_chi_square(void **state) {
     if (!(chi2 > 100 * crit)) fail_msg("retrospective: chi-square %.2f is not far above %.1f", chi2, crit);
 }
 
+// ---- mixture-of-experts cost model --------------------------------------------------------------
+
+// 2 MoE layers of 8 experts; SPS 100 at every B (10 ms steps), profiled with 6 distinct experts per
+// layer at B = 4 and 8 at B = 12; one expert pass costs 1 ms.
+static ds_cost_table moe_table(void) {
+    ds_cost_table t = flat_table(16);
+    for (int b = 1; b <= 16; b++) t.sps[b] = 100.0;
+    t.moe_layers = 2, t.n_experts = 8, t.expert_s = 0.001;
+    t.prof_experts[4] = 6, t.prof_experts[12] = 8;
+    return t;
+}
+
+static void test_moe_expected_experts(void **state) {
+    (void)state;
+    ds_cost_table t = moe_table();
+    assert_true(ds_cost_experts(&t, 4) == 0); // nothing observed yet
+    t.obs_experts[4] = 5, t.obs_experts[6] = 4;
+    assert_float_equal(ds_cost_experts(&t, 4), 5.0, 1e-12);              // one sequence, window of 4
+    assert_float_equal(ds_cost_experts(&t, 12), 8.0 * (1 - 0.5 * 0.5), 1e-9); // two sequences of 6 rows
+    t.moe_layers = 0;
+    assert_true(ds_cost_experts(&t, 4) == 0); // dense target
+}
+
+static void test_moe_sps_correction(void **state) {
+    (void)state;
+    ds_cost_table t = moe_table();
+    assert_float_equal(ds_cost_sps(&t, 4), 100.0, 1e-9); // no routing statistics: the profile as measured
+    t.obs_experts[4] = 5;                                // decoding routes 4 rows to 5 experts, not 6
+    assert_float_equal(ds_cost_sps(&t, 4), 1.0 / (0.010 - 2 * 0.001), 1e-6);
+    t.obs_experts[4] = 8;                                // ... or to 8: verification costs more
+    assert_float_equal(ds_cost_sps(&t, 4), 1.0 / (0.010 + 2 * 0.002), 1e-6);
+    assert_float_equal(ds_cost_sps(&t, 3), 100.0, 1e-9); // no profiled count at B = 3: unchanged
+    // An observation that agrees with the model leaves the profiled entry where it was.
+    ds_cost_observe(&t, 4, 0.014);
+    assert_float_equal(t.sps[4], 100.0, 1e-9);
+    ds_cost_observe(&t, 4, 0.024); // 10 ms slower than predicted: the profiled step moves by 1/5 of it
+    assert_float_equal(1.0 / t.sps[4], 0.010 + 0.2 * 0.010, 1e-9);
+}
+
+static void test_moe_window_distinct(void **state) {
+    (void)state;
+    int ring[DS_MOE_WINDOW * 2], mark[8] = {0};
+    const int rows[20][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}, {4, 5}, {5, 6}, {6, 7}, {7, 4}, {0, 1}, {1, 2},
+                             {2, 3}, {3, 0}, {4, 5}, {5, 6}, {6, 7}, {7, 4}, {0, 1}, {0, 1}, {0, 1}, {0, 1}};
+    for (int i = 0; i < 20; i++) memcpy(ring + (i % DS_MOE_WINDOW) * 2, rows[i], sizeof rows[i]);
+    int stamp = 0;
+    assert_int_equal(ds_moe_window_distinct(ring, 20, 2, 1, mark, ++stamp), 2);
+    assert_int_equal(ds_moe_window_distinct(ring, 20, 2, 4, mark, ++stamp), 2);  // four rows of {0, 1}
+    assert_int_equal(ds_moe_window_distinct(ring, 20, 2, 6, mark, ++stamp), 5);  // + {6, 7}, {7, 4}
+    assert_int_equal(ds_moe_window_distinct(ring, 20, 2, 16, mark, ++stamp), 8); // the ring's oldest row is 4
+    assert_int_equal(ds_moe_window_distinct(ring, 8, 2, 3, mark, ++stamp), 4);   // rows 5..7: {5,6,7,4}
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flat_table_admits_every_positive),
@@ -440,6 +496,9 @@ int main(void) {
         cmocka_unit_test(test_counterexample_auto_is_exact),
         cmocka_unit_test(test_counterexample_retrospective_is_biased),
         cmocka_unit_test(test_counterexample_joint_chi_square),
+        cmocka_unit_test(test_moe_expected_experts),
+        cmocka_unit_test(test_moe_sps_correction),
+        cmocka_unit_test(test_moe_window_distinct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
