@@ -4,7 +4,6 @@
 
 #include <cblas.h>
 #include <immintrin.h>
-#include <omp.h>
 #include <string.h>
 
 #include "kernels/half.h"
@@ -227,10 +226,15 @@ static int gemm_min_rows(ds_dtype t) {
     if (t == DS_AFFINE4) return 64;
     return t == DS_F32 ? 10 : 24;
 }
-// Below this many multiply-adds a product runs on the calling thread (fork/join costs more).
+// Below this many multiply-adds a product runs on the calling thread in one call (a parallel loop
+// costs more).
 #define DS_PARALLEL_MIN_MACS (1 << 18)
+// Multiply-adds per item of the parallel loop (kernel / sgemm): small enough that a preempted thread
+// holds up little, large enough that claiming an item costs nothing next to it.
+#define DS_ITEM_MACS (1 << 18)
+#define DS_GEMM_ITEM_MACS (1 << 20)
 
-// Rows [r0, r1) of the output through OpenBLAS (single-threaded: OpenMP owns the threads).
+// Rows [r0, r1) of the output through OpenBLAS (single-threaded: the pool owns the threads).
 static void gemm_slice(float *y, const float *x, const ds_weight *w, int n, int r0, int r1, float *scratch) {
     const int rows = w->rows, cols = w->cols;
     if (w->type == DS_F32) {
@@ -247,27 +251,42 @@ static void gemm_slice(float *y, const float *x, const ds_weight *w, int n, int 
     }
 }
 
+// One item of ds_matmul's parallel loop: output rows [item·chunk, (item+1)·chunk).
+typedef struct {
+    float *y;
+    const float *x;
+    const ds_weight *w;
+    float *scratch;
+    int n, gemm, chunk;
+} matmul_job;
+
+static void matmul_item(void *ctx, int item, int worker) {
+    const matmul_job *j = ctx;
+    const int rows = j->w->rows, r0 = item * j->chunk, r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+    if (j->gemm) gemm_slice(j->y, j->x, j->w, j->n, r0, r1, j->scratch + (size_t)worker * ds_matmul_scratch_floats(j->w));
+    else rows_dispatch(j->y, rows, j->x, j->n, j->w, r0, r1);
+}
+
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int rows = w->rows;
     const int gemm = n >= gemm_min_rows(w->type) && w->type != DS_Q8_0;
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
-    if (macs < DS_PARALLEL_MIN_MACS || ds_threads() == 1) {
-        if (gemm) gemm_slice(y, x, w, n, 0, rows, scratch);
-        else rows_dispatch(y, rows, x, n, w, 0, rows);
+    if (macs < DS_PARALLEL_MIN_MACS && !gemm) {
+        rows_dispatch(y, rows, x, n, w, 0, rows);
         return;
     }
-#pragma omp parallel num_threads(ds_threads())
-    {
-        // Contiguous slices of output rows, 16-aligned so threads never share a cache line of y.
-        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int per = ((rows + nt - 1) / nt + 15) & ~15;
-        const int r0 = t * per, r1 = r0 + per < rows ? r0 + per : rows;
-        if (r0 < r1) {
-            if (gemm) gemm_slice(y, x, w, n, r0, r1, scratch + (size_t)t * ds_matmul_scratch_floats(w));
-            else rows_dispatch(y, rows, x, n, w, r0, r1);
-        }
-    }
+    // Items of whole 16-row groups (threads never share a cache line of y), sized from the shape
+    // alone: the same items, computed by the same code, whatever the thread count. An sgemm item is
+    // at most one widened tile; a small sgemm is one item (still through the pool, which keeps
+    // OpenBLAS single-threaded on whatever thread calls).
+    const size_t row_macs = (size_t)w->cols * (size_t)n, target = gemm ? DS_GEMM_ITEM_MACS : DS_ITEM_MACS;
+    size_t chunk = ((target + row_macs - 1) / row_macs + 15) & ~(size_t)15;
+    if (gemm && chunk > ((size_t)gemm_tile_rows(w) & ~(size_t)15)) chunk = (size_t)gemm_tile_rows(w) & ~(size_t)15;
+    if (chunk < 16) chunk = 16;
+    if (chunk > (size_t)rows || macs < DS_PARALLEL_MIN_MACS) chunk = (size_t)rows;
+    matmul_job j = {y, x, w, scratch, n, gemm, (int)chunk};
+    ds_parallel_for((int)(((size_t)rows + chunk - 1) / chunk), matmul_item, &j);
 }
 
 const char *ds_openblas_core_hint(void) {
