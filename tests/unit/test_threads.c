@@ -381,6 +381,25 @@ static void test_forward_same_on_any_thread_count(void **state) {
     ds_set_threads(0);
 }
 
+// Tiny products never pay for the pool: decoding stories260K (every product below the parallel
+// threshold) on 2 threads starts no thread at all, while its 300-row prefill does use them.
+static void test_tiny_products_stay_inline(void **state) {
+    ds_model *m;
+    assert_int_equal(stories_load(&m), 0);
+    const int V = ds_model_get_info(m)->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)300 * V);
+    ds_threads_shutdown();
+    forward_logits(m, 2, logits, 8, 50);
+    assert_int_equal(ds_threads_started(), 0);
+    if (ds_threads_max() >= 2) {
+        forward_logits(m, 2, logits, 300, 0);
+        assert_int_equal(ds_threads_started(), 1);
+    }
+    free(logits);
+    ds_model_free(m);
+    ds_set_threads(0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_item_once),
@@ -394,6 +413,7 @@ int main(void) {
         cmocka_unit_test(test_pool_threads_block_signals),
         cmocka_unit_test(test_openblas_stays_single_threaded),
         cmocka_unit_test(test_forward_same_on_any_thread_count),
+        cmocka_unit_test(test_tiny_products_stay_inline),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ds_threads_shutdown();
