@@ -28,43 +28,14 @@ int main(int argc, char **argv) {
     double base = 0;
     for (const char *p = threads; p && *p;) {
         const int t = atoi(p);
-        char out[64];
-        snprintf(out, sizeof out, "/tmp/dspark_bench_train.%d.%d", (int)getpid(), t);
-        ds_train_opts o = ds_train_defaults();
-        o.target = argv[1];
-        o.data = argv[2];
-        o.out = out;
-        o.steps = steps;
-        o.batch = 8;
-        o.anchors = 64;
-        o.threads = t;
-        o.quiet = 1;
-        o.shape.n_layers = layers;
-        const double t0 = bench_now();
-        if (ds_train_run(&o)) {
-            fprintf(stderr, "bench_train: %s\n", ds_last_error());
-            return 1;
-        }
-        const double dt = bench_now() - t0;
-        // Blocks trained: read back from the metrics log.
-        char path[128], line[512];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", out);
-        FILE *f = fopen(path, "r");
         double blocks = 0;
-        while (f && fgets(line, sizeof line, f)) {
-            const char *b = strstr(line, "\"blocks\":");
-            if (b) blocks += atof(b + 9);
-        }
-        if (f) fclose(f);
-        const double bps = blocks / dt;
+        const double bps = bench_train_blocks_per_s(argv[1], argv[2], t, steps, layers, &blocks);
+        if (!bps) return 1;
         if (!base) base = bps;
         printf("{\"bench\": \"train\", \"threads\": %d, \"drafter_layers\": %d, \"steps\": %d, \"blocks\": %.0f, "
                "\"blocks_per_s\": %.1f, \"scaling_vs_first\": %.2f}\n",
                t, layers, steps, blocks, bps, bps / base);
         fflush(stdout);
-        char cmd[160];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", out);
-        if (system(cmd) != 0) fprintf(stderr, "bench_train: could not remove %s\n", out);
         p = strchr(p, ',');
         if (p) p++;
     }

@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "train/trainer.h"
 
 // Monotonic seconds.
 static inline double bench_now(void) {
@@ -333,6 +334,47 @@ static inline double bench_decode_tps(ds_model *m, int n, int repeats) {
     free(logits);
     free(rates);
     return med;
+}
+
+// ---- training throughput ------------------------------------------------------------------------
+
+// Anchor blocks per second of `steps` steps (8 sequences, 64 anchors each) training a fresh drafter
+// of `layers` layers for `target` on `data` with `threads` threads (read back from the run's metrics
+// log; the run's folder is removed afterwards). *blocks gets the count; 0 on failure (message out).
+static inline double bench_train_blocks_per_s(const char *target, const char *data, int threads, int steps, int layers,
+                                              double *blocks) {
+    char out[64];
+    snprintf(out, sizeof out, "/tmp/dspark_bench_train.%d.%d", (int)getpid(), threads);
+    ds_train_opts o = ds_train_defaults();
+    o.target = target;
+    o.data = data;
+    o.out = out;
+    o.steps = steps;
+    o.batch = 8;
+    o.anchors = 64;
+    o.threads = threads;
+    o.quiet = 1;
+    o.shape.n_layers = layers;
+    const double t0 = bench_now();
+    if (ds_train_run(&o)) {
+        fprintf(stderr, "bench: training failed: %s\n", ds_last_error());
+        return 0;
+    }
+    const double dt = bench_now() - t0;
+    char path[128], line[512];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    FILE *f = fopen(path, "r");
+    double n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *b = strstr(line, "\"blocks\":");
+        if (b) n += atof(b + 9);
+    }
+    if (f) fclose(f);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", out);
+    if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", out);
+    if (blocks) *blocks = n;
+    return n / dt;
 }
 
 #endif

@@ -107,8 +107,9 @@ const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
 // Whether generating `id` ends a sequence: the EOS id, and any further stop ids the checkpoint
 // declares (Hugging Face generation_config.json "eos_token_id" may list several).
 int ds_model_is_stop(const ds_model *m, int32_t id);
-// Set the number of threads used by forward passes (OpenMP and OpenBLAS), process-wide (whichever
-// thread runs them). 0 = all cores.
+// Set the number of threads used by forward passes and training (the library's thread pool, with
+// OpenBLAS single-threaded inside it), process-wide (whichever thread runs them). 0 = all cores.
+// On a busy machine the pool falls back to the calling thread by itself when threads lose time.
 void ds_set_threads(int n_threads);
 
 // KV cache of one sequence. Grows as rows are appended (amortized doubling) up to max_ctx.

@@ -10,7 +10,6 @@
 // The block's K/V are written after the context rows and dropped again (the cache length is not
 // advanced), so the draft side never needs rollback.
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +42,7 @@ static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
                                  &d->layers[0].w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
             if (ws[i]->data && ds_matmul_scratch_floats(ws[i]) > sc) sc = ds_matmul_scratch_floats(ws[i]);
-        if (!(b->scratch = malloc(sizeof(float) * (sc ? sc : 1) * (size_t)omp_get_num_procs())))
+        if (!(b->scratch = malloc(sizeof(float) * (sc ? sc : 1) * (size_t)ds_threads_max())))
             return ds_fail(DS_ERR_NOMEM, "out of memory for draft scratch");
     }
     b->cap_rows = rows;
@@ -128,7 +127,7 @@ static ds_status reserve(ds_draft_state *s, int need) {
     }
     if (!s->scores || nthr > s->scores_thr) {
         free(s->scores);
-        s->scores_thr = nthr > omp_get_num_procs() ? nthr : omp_get_num_procs();
+        s->scores_thr = nthr > ds_threads_max() ? nthr : ds_threads_max();
         if (!(s->scores = malloc(sizeof(float) * (size_t)s->cap * s->scores_thr)))
             return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
     }
@@ -209,13 +208,35 @@ static void gelu_tanh_mul(float *a, const float *b, int n) {
     }
 }
 
+typedef struct {
+    const ds_drafter *d;
+    ds_draft_bufs *b;
+    ds_draft_state *const *st;
+    int M, B, l;
+} block_attn_job;
+
+// Jobs (block row, head) [2·item, 2·item + 2) of block_layer's attention.
+static void block_attn_item(void *ctx, int item, int worker) {
+    const block_attn_job *a = ctx;
+    const ds_drafter *d = a->d;
+    const int qd = d->nq * d->hd, group = d->nq / d->nkv, B = a->B;
+    for (int job = item * 2; job < a->M * d->nq && job < item * 2 + 2; job++) {
+        const int i = job / d->nq, h = job % d->nq;
+        const ds_draft_state *s = a->st[i / B];
+        const size_t line = (size_t)(h / group) * d->hd * s->cap;
+        ds_attend(a->b->att + (size_t)i * qd + (size_t)h * d->hd, a->b->q + (size_t)i * qd + (size_t)h * d->hd,
+                  s->k[a->l] + line, s->v[a->l] + line, s->len + B, s->cap, d->hd, d->attn_scale,
+                  s->scores + (size_t)worker * s->cap);
+    }
+}
+
 // One draft layer over the blocks of R sequences: rows r·B .. r·B+B−1 of b->x belong to st[r].
 // Matrix products run over all R·B rows at once (one pass over the layer's weights); each
 // sequence's rows attend to its own context and its own block.
 static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st, const int *pos, int R,
                         int B, int l) {
     const ds_draft_layer *y = &d->layers[l];
-    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, group = d->nq / d->nkv, M = R * B;
+    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, M = R * B;
     rmsnorm_rows(b->xn, b->x, y->input_norm, M, H, d->eps);
     ds_matmul(b->q, b->xn, &y->wq, M, b->scratch);
     add_bias(b->q, y->bq, M, qd);
@@ -229,15 +250,11 @@ static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *c
     for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->len, r * B, B);
     long work = 0;
     for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->len + B) * d->hd;
-#pragma omp parallel for schedule(dynamic, 2) if (work > (1L << 16)) num_threads(ds_threads())
-    for (int job = 0; job < M * d->nq; job++) {
-        const int i = job / d->nq, h = job % d->nq;
-        const ds_draft_state *s = st[i / B];
-        const size_t line = (size_t)(h / group) * d->hd * s->cap;
-        ds_attend(b->att + (size_t)i * qd + (size_t)h * d->hd, b->q + (size_t)i * qd + (size_t)h * d->hd,
-                  s->k[l] + line, s->v[l] + line, s->len + B, s->cap, d->hd, d->attn_scale,
-                  s->scores + (size_t)omp_get_thread_num() * s->cap);
-    }
+    block_attn_job a = {d, b, st, M, B, l};
+    const int items = (M * d->nq + 1) / 2;
+    if (work > (1L << 16)) ds_parallel_for(items, block_attn_item, &a);
+    else
+        for (int i = 0; i < items; i++) block_attn_item(&a, i, 0);
     ds_matmul(b->xn, b->att, &y->wo, M, b->scratch);
     add_bias(b->xn, y->bo, M, H);
     if (d->style == DS_STYLE_QWEN3) {

@@ -4,7 +4,6 @@
 
 #include <cblas.h>
 #include <immintrin.h>
-#include <omp.h>
 #include <string.h>
 
 #include "kernels/half.h"
@@ -108,17 +107,20 @@ static void rows_q8_0(float *y, int ldy, const float *x, int nb, const ds_block_
 }
 
 // ---- Dispatch ------------------------------------------------------------------------------------
-typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int, float *);
+typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int, const float *);
+typedef const float *(*pack_fn)(float *, const float *, int, int);
 typedef void (*qrows_fn)(float *, int, const float *, int, const ds_weight *, int, int);
 typedef struct {
     const char *name;
     rows_fn f32, bf16, f16;
     qrows_fn affine; // MLX affine 4/8-bit (kernels/qmatmul.c)
+    pack_fn pack;    // the BF16 kernel's input layout (matmul_isa.inc packall_bf16)
 } isa_table;
 
 #define ISA_ENTRY(name)                                                                                      \
     {                                                                                                        \
-#name, (rows_fn)rows_f32_##name, (rows_fn)rows_bf16_##name, (rows_fn)rows_f16_##name, ds_qrows_##name \
+#name, (rows_fn)rows_f32_##name, (rows_fn)rows_bf16_##name, (rows_fn)rows_f16_##name, ds_qrows_##name,  \
+            packall_bf16_##name                                                                              \
     }
 static const isa_table g_isas[] = {ISA_ENTRY(avx512), ISA_ENTRY(avx2), ISA_ENTRY(scalar)};
 static const isa_table *g_isa;
@@ -177,8 +179,9 @@ size_t ds_weight_data_bytes(const ds_weight *w) {
     return ds_weight_bytes(w);
 }
 
-// xp: room for 8 x cols floats (BF16: the packed input rows).
-static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1, float *xp) {
+// xp: BF16, the input packed by the ISA's pack (or NULL: the kernel packs segment by segment).
+static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1,
+                          const float *xp) {
     const isa_table *t = isa_get();
     switch (w->type) {
     case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
@@ -230,11 +233,14 @@ static int gemm_tile_rows(const ds_weight *w) {
     return t < w->rows ? t : w->rows;
 }
 
-// Per thread: a widened sgemm tile, or (BF16) the multi-row kernel's 8 packed input rows, 64-byte
+// Input rows the BF16 kernel path packs once per product (it runs below 24 rows by default).
+#define DS_PACK_ROWS 24
+
+// Per thread: a widened sgemm tile, or (BF16) at least DS_PACK_ROWS packed input rows, 64-byte
 // aligned.
 size_t ds_matmul_scratch_floats(const ds_weight *w) {
     if (w->type == DS_F32) return 0;
-    const size_t tile = (size_t)gemm_tile_rows(w) * (size_t)w->cols, pack = 8 * (size_t)w->cols + 16;
+    const size_t tile = (size_t)gemm_tile_rows(w) * (size_t)w->cols, pack = DS_PACK_ROWS * (size_t)w->cols + 16;
     return w->type == DS_BF16 && pack > tile ? pack : tile;
 }
 
@@ -254,10 +260,15 @@ static int gemm_min_rows(ds_dtype t) {
     if (t == DS_AFFINE4) return 64;
     return t == DS_F32 ? 10 : 24;
 }
-// Below this many multiply-adds a product runs on the calling thread (fork/join costs more).
+// Below this many multiply-adds a product runs on the calling thread in one call (a parallel loop
+// costs more).
 #define DS_PARALLEL_MIN_MACS (1 << 18)
+// Multiply-adds per item of the parallel loop (kernel / sgemm): small enough that a preempted thread
+// holds up little, large enough that claiming an item costs nothing next to it.
+#define DS_ITEM_MACS (1 << 18)
+#define DS_GEMM_ITEM_MACS (1 << 20)
 
-// Rows [r0, r1) of the output through OpenBLAS (single-threaded: OpenMP owns the threads).
+// Rows [r0, r1) of the output through OpenBLAS (single-threaded: the pool owns the threads).
 static void gemm_slice(float *y, const float *x, const ds_weight *w, int n, int r0, int r1, float *scratch) {
     const int rows = w->rows, cols = w->cols;
     if (w->type == DS_F32) {
@@ -274,28 +285,50 @@ static void gemm_slice(float *y, const float *x, const ds_weight *w, int n, int 
     }
 }
 
+// One item of ds_matmul's parallel loop: output rows [item·chunk, (item+1)·chunk).
+typedef struct {
+    float *y;
+    const float *x;
+    const ds_weight *w;
+    float *scratch;
+    const float *xp; // BF16 kernel: the packed input, or NULL
+    int n, gemm, chunk;
+} matmul_job;
+
+static void matmul_item(void *ctx, int item, int worker) {
+    const matmul_job *j = ctx;
+    const int rows = j->w->rows, r0 = item * j->chunk, r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+    float *mine = j->scratch ? j->scratch + (size_t)worker * ds_matmul_scratch_floats(j->w) : NULL; // F32: none
+    if (j->gemm) gemm_slice(j->y, j->x, j->w, j->n, r0, r1, mine);
+    else rows_dispatch(j->y, rows, j->x, j->n, j->w, r0, r1, j->xp);
+}
+
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int rows = w->rows;
     const int gemm = n >= gemm_min_rows(w->type) && w->type != DS_Q8_0;
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
-    if (macs < DS_PARALLEL_MIN_MACS || ds_threads() == 1) {
-        if (gemm) gemm_slice(y, x, w, n, 0, rows, scratch);
-        else rows_dispatch(y, rows, x, n, w, 0, rows, scratch);
+    // BF16 through our kernel: the input packed once for all items (matmul_isa.inc), into the
+    // scratch (which the kernel path does not otherwise use); without room, the kernel packs per
+    // segment itself, to the same numbers.
+    const float *xp = NULL;
+    if (!gemm && w->type == DS_BF16 && scratch && (size_t)n * (size_t)w->cols + 16 <= ds_matmul_scratch_floats(w))
+        xp = isa_get()->pack(scratch, x, n, w->cols);
+    if (macs < DS_PARALLEL_MIN_MACS && !gemm) {
+        rows_dispatch(y, rows, x, n, w, 0, rows, xp);
         return;
     }
-#pragma omp parallel num_threads(ds_threads())
-    {
-        // Contiguous slices of output rows, 16-aligned so threads never share a cache line of y.
-        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int per = ((rows + nt - 1) / nt + 15) & ~15;
-        const int r0 = t * per, r1 = r0 + per < rows ? r0 + per : rows;
-        if (r0 < r1) {
-            float *mine = scratch ? scratch + (size_t)t * ds_matmul_scratch_floats(w) : NULL;
-            if (gemm) gemm_slice(y, x, w, n, r0, r1, mine);
-            else rows_dispatch(y, rows, x, n, w, r0, r1, mine);
-        }
-    }
+    // Items of whole 16-row groups (threads never share a cache line of y), sized from the shape
+    // alone: the same items, computed by the same code, whatever the thread count. An sgemm item is
+    // at most one widened tile; a small sgemm is one item (still through the pool, which keeps
+    // OpenBLAS single-threaded on whatever thread calls).
+    const size_t row_macs = (size_t)w->cols * (size_t)n, target = gemm ? DS_GEMM_ITEM_MACS : DS_ITEM_MACS;
+    size_t chunk = ((target + row_macs - 1) / row_macs + 15) & ~(size_t)15;
+    if (gemm && chunk > ((size_t)gemm_tile_rows(w) & ~(size_t)15)) chunk = (size_t)gemm_tile_rows(w) & ~(size_t)15;
+    if (chunk < 16) chunk = 16;
+    if (chunk > (size_t)rows || macs < DS_PARALLEL_MIN_MACS) chunk = (size_t)rows;
+    matmul_job j = {y, x, w, scratch, xp, n, gemm, (int)chunk};
+    ds_parallel_for((int)(((size_t)rows + chunk - 1) / chunk), matmul_item, &j);
 }
 
 const char *ds_openblas_core_hint(void) {

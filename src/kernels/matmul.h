@@ -35,8 +35,9 @@ size_t ds_weight_data_bytes(const ds_weight *w);
 // y (n, w->rows) = x (n, w->cols) · Wᵀ. Few rows run a hand-vectorized kernel that reads each
 // weight row once for all rows (memory-bound decode/verify); many rows go to OpenBLAS sgemm (BF16/F16
 // weights are widened tile by tile into `scratch`, which must hold ds_matmul_scratch_floats(w) floats
-// per OpenMP thread). Threads: OpenMP over slices of output rows, each slice one kernel or sgemm call
-// (OpenBLAS itself runs single-threaded, so there is one thread pool, not two competing ones).
+// per thread, ds_threads() of them). Threads: the pool (base/threads.h) over items of output rows
+// sized from the shape alone, each item one kernel or sgemm call (OpenBLAS itself runs
+// single-threaded, so there is one thread pool, not two competing ones).
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch);
 size_t ds_matmul_scratch_floats(const ds_weight *w);
 

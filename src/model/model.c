@@ -18,7 +18,6 @@
 #include "model/moe.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,28 +493,45 @@ static void copy_taps(const ds_model *m, ds_forward_seq *seqs, int n_seqs, const
     }
 }
 
-// Causal GQA attention of every new row against its sequence's cache (which already holds the
-// new rows' K and V); a sliding-window layer sees only the last `window` positions.
-// att (R, n_heads * layer head_dim).
-static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int R, int layer) {
-    const ds_model_info *in = &m->info;
-    const ds_layer *L = &m->layers[layer];
+typedef struct {
+    const ds_model *m;
+    ds_workspace *ws;
+    const ds_forward_seq *seqs;
+    int R, layer;
+} attention_job;
+
+// Jobs (row, head) [4·item, 4·item + 4) of attention().
+static void attention_item(void *ctx, int item, int worker) {
+    const attention_job *a = ctx;
+    const ds_model_info *in = &a->m->info;
+    const ds_layer *L = &a->m->layers[a->layer];
+    ds_workspace *ws = a->ws;
     const int hd = L->head_dim, nh = in->n_heads, group = in->n_heads / L->n_kv_heads, win = L->window;
-    const float scale = L->attn_scale;
-    const long total = (long)R * nh;
-    long work = 0;
-    for (int r = 0; r < R; r++) work += (long)(ws->row_pos[r] + 1) * nh * hd;
-#pragma omp parallel for schedule(dynamic, 4) if (work > (1L << 16)) num_threads(ds_threads())
-    for (long job = 0; job < total; job++) {
+    const long total = (long)a->R * nh;
+    for (long job = (long)item * 4; job < total && job < (long)item * 4 + 4; job++) {
         const int r = (int)(job / nh), h = (int)(job % nh);
-        const ds_kv *kv = seqs[ws->row_seq[r]].kv;
+        const ds_kv *kv = a->seqs[ws->row_seq[r]].kv;
         const int end = ws->row_pos[r] + 1, start = win && end > win ? end - win : 0;
         const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
         const float *K = kv->k[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
         const float *V = kv->v[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
-        float *sc = ws->scores + (size_t)omp_get_thread_num() * ws->cap_ctx;
-        ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, scale, sc);
+        float *sc = ws->scores + (size_t)worker * ws->cap_ctx;
+        ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, L->attn_scale, sc);
     }
+}
+
+// Causal GQA attention of every new row against its sequence's cache (which already holds the
+// new rows' K and V); a sliding-window layer sees only the last `window` positions.
+// att (R, n_heads * layer head_dim).
+static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int R, int layer) {
+    const int nh = m->info.n_heads, hd = m->layers[layer].head_dim;
+    long work = 0;
+    for (int r = 0; r < R; r++) work += (long)(ws->row_pos[r] + 1) * nh * hd;
+    attention_job a = {m, ws, seqs, R, layer};
+    const int items = (int)(((long)R * nh + 3) / 4);
+    if (work > (1L << 16)) ds_parallel_for(items, attention_item, &a);
+    else
+        for (int i = 0; i < items; i++) attention_item(&a, i, 0);
 }
 
 // x (n) = c · tanh(x / c)

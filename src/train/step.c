@@ -16,7 +16,6 @@
 // Backward: the same steps in reverse; every gradient accumulates with +=.
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,28 +200,59 @@ static void lin(float *Y, const float *X, const float *W, const float *b, int n,
         for (int i = 0; i < n; i++) ds_add(Y + (size_t)i * out, b, out);
 }
 
+// Multiply-adds per item of the parallel sgemm loops below (a shape-only split: results never
+// depend on the thread count), and the size below which they run as one call.
+#define DS_LIN_ITEM_MACS (1u << 20)
+#define DS_LIN_PARALLEL_MACS (1u << 18)
+
+typedef struct {
+    float *dst;
+    const float *a, *b;
+    int m, n, k, rows; // rows of dst per item
+    int transb;        // C = A·Bᵀ (B (n, k)) instead of A·B (B (k, n))
+    float beta;
+} lin_job;
+
+// C rows [item·rows, ..) = A rows · op(B) + beta·C: C (m, n), A (m, k).
+static void rows_item(void *ctx, int item, int worker) {
+    const lin_job *j = ctx;
+    const int r0 = item * j->rows, r1 = r0 + j->rows < j->m ? r0 + j->rows : j->m;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, j->transb ? CblasTrans : CblasNoTrans, r1 - r0, j->n, j->k, 1.0f,
+                j->a + (size_t)r0 * j->k, j->k, j->b, j->transb ? j->k : j->n, j->beta, j->dst + (size_t)r0 * j->n, j->n);
+}
+
+// dW rows [item·rows, ..) += (dY columns)ᵀ · X: dW (m = out, n = in), dY (k = rows, out), X (k, in).
+static void dw_item(void *ctx, int item, int worker) {
+    const lin_job *j = ctx;
+    const int r0 = item * j->rows, r1 = r0 + j->rows < j->m ? r0 + j->rows : j->m;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, j->n, j->k, 1.0f, j->a + r0, j->m, j->b, j->n, 1.0f,
+                j->dst + (size_t)r0 * j->n, j->n);
+}
+
+// Rows per item when `total` rows of `row_macs` multiply-adds each are split (all of them in one
+// item when the product is small).
+static int lin_rows(int total, size_t row_macs) {
+    if ((size_t)total * row_macs <= DS_LIN_PARALLEL_MACS) return total > 0 ? total : 1;
+    const size_t r = (DS_LIN_ITEM_MACS + row_macs - 1) / row_macs;
+    return r < (size_t)total ? (int)r : total;
+}
+
+// C (m, n) = A (m, k) · op(B) + beta·C, rows of C split over threads (every sgemm of training runs
+// through the pool, which keeps OpenBLAS single-threaded).
+static void sgemm_rows(float *C, const float *A, const float *B, int m, int n, int k, int transb, float beta) {
+    lin_job j = {C, A, B, m, n, k, lin_rows(m, (size_t)n * k), transb, beta};
+    ds_parallel_for((m + j.rows - 1) / j.rows, rows_item, &j);
+}
+
 // dX (n, in) += dY (n, out) · W (out, in); rows split over threads.
 static void lin_dx(float *dX, const float *dY, const float *W, int n, int out, int in) {
-#pragma omp parallel if ((size_t)n * out * in > (1u << 18)) num_threads(ds_threads())
-    {
-        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int per = (n + nt - 1) / nt, r0 = t * per, r1 = r0 + per < n ? r0 + per : n;
-        if (r0 < r1)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, in, out, 1.0f, dY + (size_t)r0 * out, out,
-                        W, in, 1.0f, dX + (size_t)r0 * in, in);
-    }
+    sgemm_rows(dX, dY, W, n, in, out, 0, 1.0f);
 }
 
 // dW (out, in) += dYᵀ (out, n) · X (n, in); db (out) += Σ_rows dY. Output rows split over threads.
 static void lin_dw(float *dW, float *db, const float *dY, const float *X, int n, int out, int in) {
-#pragma omp parallel if ((size_t)n * out * in > (1u << 18)) num_threads(ds_threads())
-    {
-        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int per = (out + nt - 1) / nt, r0 = t * per, r1 = r0 + per < out ? r0 + per : out;
-        if (r0 < r1)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dY + r0, out, X, in, 1.0f,
-                        dW + (size_t)r0 * in, in);
-    }
+    lin_job j = {dW, dY, X, out, in, n, lin_rows(out, (size_t)n * in), 0, 1.0f};
+    ds_parallel_for((out + j.rows - 1) / j.rows, dw_item, &j);
     if (db)
         for (int i = 0; i < n; i++) ds_add(db, dY + (size_t)i * out, out);
 }
@@ -312,30 +342,91 @@ static size_t probs_offset(const ds_tsample *s, int a, int nq, int B) {
     return off;
 }
 
-// O (M, qd) for every anchor block: queries Q, keys [Kc rows < p ; block K], values likewise.
-static void attn_fwd(const ds_drafter *d, const ds_tsample *s, layer_acts *a, int B, float scale) {
-    const int nq = d->nq, hd = d->hd, qd = nq * hd, kvd = d->nkv * hd, group = nq / d->nkv;
-#pragma omp parallel for schedule(dynamic) num_threads(ds_threads())
-    for (int job = 0; job < s->n_anchors * nq; job++) {
-        const int an = job / nq, h = job % nq, kh = h / group, p = s->anchors[an], n_ctx = p + B;
-        float *P = a->probs + probs_offset(s, an, nq, B) + (size_t)h * B * n_ctx;
-        for (int i = 0; i < B; i++) {
-            const int row = an * B + i;
-            const float *q = a->q + (size_t)row * qd + (size_t)h * hd;
-            float *pi = P + (size_t)i * n_ctx;
-            for (int j = 0; j < n_ctx; j++) {
-                const float *k = j < p ? a->kc + (size_t)j * kvd + kh * hd : a->k + (size_t)(an * B + j - p) * kvd + kh * hd;
-                pi[j] = scale * ds_dot(q, k, hd);
-            }
-            ds_softmax(pi, n_ctx);
-            float *o = a->o + (size_t)row * qd + (size_t)h * hd;
-            memset(o, 0, sizeof(float) * hd);
-            for (int j = 0; j < n_ctx; j++) {
-                const float *v = j < p ? a->vc + (size_t)j * kvd + kh * hd : a->v + (size_t)(an * B + j - p) * kvd + kh * hd;
-                ds_axpy(o, pi[j], v, hd);
-            }
+typedef struct {
+    const ds_drafter *d;
+    const ds_tsample *s;
+    const layer_acts *a;
+    const float *dO;
+    float *dQ, *dK, *dV, *dkc, *dvc;
+    int B, max_ctx;
+    float scale;
+} attn_job;
+
+// Job (anchor, head) `job` of attn_fwd.
+static void attn_fwd_item(void *ctx, int job, int worker) {
+    const attn_job *t = ctx;
+    const ds_drafter *d = t->d;
+    const ds_tsample *s = t->s;
+    const layer_acts *a = t->a;
+    const int nq = d->nq, hd = d->hd, qd = nq * hd, kvd = d->nkv * hd, group = nq / d->nkv, B = t->B;
+    const float scale = t->scale;
+    const int an = job / nq, h = job % nq, kh = h / group, p = s->anchors[an], n_ctx = p + B;
+    float *P = a->probs + probs_offset(s, an, nq, B) + (size_t)h * B * n_ctx;
+    for (int i = 0; i < B; i++) {
+        const int row = an * B + i;
+        const float *q = a->q + (size_t)row * qd + (size_t)h * hd;
+        float *pi = P + (size_t)i * n_ctx;
+        for (int j = 0; j < n_ctx; j++) {
+            const float *k = j < p ? a->kc + (size_t)j * kvd + kh * hd : a->k + (size_t)(an * B + j - p) * kvd + kh * hd;
+            pi[j] = scale * ds_dot(q, k, hd);
+        }
+        ds_softmax(pi, n_ctx);
+        float *o = a->o + (size_t)row * qd + (size_t)h * hd;
+        memset(o, 0, sizeof(float) * hd);
+        for (int j = 0; j < n_ctx; j++) {
+            const float *v = j < p ? a->vc + (size_t)j * kvd + kh * hd : a->v + (size_t)(an * B + j - p) * kvd + kh * hd;
+            ds_axpy(o, pi[j], v, hd);
         }
     }
+}
+
+// O (M, qd) for every anchor block: queries Q, keys [Kc rows < p ; block K], values likewise.
+static void attn_fwd(const ds_drafter *d, const ds_tsample *s, layer_acts *a, int B, float scale) {
+    attn_job t = {.d = d, .s = s, .a = a, .B = B, .scale = scale};
+    ds_parallel_for(s->n_anchors * d->nq, attn_fwd_item, &t);
+}
+
+// Kv head `kh` of attn_bwd (all its query heads and anchors, in a fixed order).
+static void attn_bwd_item(void *ctx, int kh, int worker) {
+    const attn_job *t = ctx;
+    const ds_drafter *d = t->d;
+    const ds_tsample *s = t->s;
+    const layer_acts *a = t->a;
+    const int nq = d->nq, hd = d->hd, qd = nq * hd, kvd = d->nkv * hd, group = nq / d->nkv, B = t->B;
+    const float scale = t->scale, *dO = t->dO;
+    float *dQ = t->dQ, *dK = t->dK, *dV = t->dV, *dkc = t->dkc, *dvc = t->dvc;
+    float *dp = malloc(sizeof(float) * (size_t)t->max_ctx);
+    for (int an = 0; an < s->n_anchors; an++)
+        for (int h = kh * group; h < (kh + 1) * group; h++) {
+            const int p = s->anchors[an], n_ctx = p + B;
+            const float *P = a->probs + probs_offset(s, an, nq, B) + (size_t)h * B * n_ctx;
+            for (int i = 0; i < B; i++) {
+                const int row = an * B + i;
+                const float *pi = P + (size_t)i * n_ctx, *doi = dO + (size_t)row * qd + (size_t)h * hd;
+                const float *q = a->q + (size_t)row * qd + (size_t)h * hd;
+                float *dq = dQ + (size_t)row * qd + (size_t)h * hd;
+                double sum = 0;
+                for (int j = 0; j < n_ctx; j++) {
+                    const float *v = j < p ? a->vc + (size_t)j * kvd + kh * hd
+                                           : a->v + (size_t)(an * B + j - p) * kvd + kh * hd;
+                    dp[j] = ds_dot(doi, v, hd);
+                    sum += (double)pi[j] * dp[j];
+                }
+                memset(dq, 0, sizeof(float) * hd);
+                for (int j = 0; j < n_ctx; j++) {
+                    const float ds = pi[j] * (dp[j] - (float)sum) * scale;
+                    const int blk = j >= p;
+                    const size_t krow = blk ? (size_t)(an * B + j - p) : (size_t)j;
+                    const float *k = (blk ? a->k : a->kc) + krow * kvd + kh * hd;
+                    float *dk = (blk ? dK : dkc) + krow * kvd + kh * hd;
+                    float *dv = (blk ? dV : dvc) + krow * kvd + kh * hd;
+                    ds_axpy(dq, ds, k, hd);
+                    ds_axpy(dk, ds, q, hd);
+                    ds_axpy(dv, pi[j], doi, hd);
+                }
+            }
+        }
+    free(dp);
 }
 
 // Backward: from dO (M, qd) to dQ (M, qd) (=), dK/dV of block rows (M, kvd) (+=) and of context
@@ -344,46 +435,10 @@ static void attn_fwd(const ds_drafter *d, const ds_tsample *s, layer_acts *a, in
 // Threads own kv heads, so the shared context gradients never race.
 static void attn_bwd(const ds_drafter *d, const ds_tsample *s, const layer_acts *a, int B, float scale,
                      const float *dO, float *dQ, float *dK, float *dV, float *dkc, float *dvc) {
-    const int nq = d->nq, hd = d->hd, qd = nq * hd, kvd = d->nkv * hd, group = nq / d->nkv;
     int max_ctx = 0;
     for (int an = 0; an < s->n_anchors; an++) max_ctx = s->anchors[an] + B > max_ctx ? s->anchors[an] + B : max_ctx;
-#pragma omp parallel num_threads(ds_threads())
-    {
-        float *dp = malloc(sizeof(float) * (size_t)max_ctx);
-#pragma omp for schedule(static)
-        for (int kh = 0; kh < d->nkv; kh++)
-            for (int an = 0; an < s->n_anchors; an++)
-                for (int h = kh * group; h < (kh + 1) * group; h++) {
-                    const int p = s->anchors[an], n_ctx = p + B;
-                    const float *P = a->probs + probs_offset(s, an, nq, B) + (size_t)h * B * n_ctx;
-                    for (int i = 0; i < B; i++) {
-                        const int row = an * B + i;
-                        const float *pi = P + (size_t)i * n_ctx, *doi = dO + (size_t)row * qd + (size_t)h * hd;
-                        const float *q = a->q + (size_t)row * qd + (size_t)h * hd;
-                        float *dq = dQ + (size_t)row * qd + (size_t)h * hd;
-                        double sum = 0;
-                        for (int j = 0; j < n_ctx; j++) {
-                            const float *v = j < p ? a->vc + (size_t)j * kvd + kh * hd
-                                                   : a->v + (size_t)(an * B + j - p) * kvd + kh * hd;
-                            dp[j] = ds_dot(doi, v, hd);
-                            sum += (double)pi[j] * dp[j];
-                        }
-                        memset(dq, 0, sizeof(float) * hd);
-                        for (int j = 0; j < n_ctx; j++) {
-                            const float ds = pi[j] * (dp[j] - (float)sum) * scale;
-                            const int blk = j >= p;
-                            const size_t krow = blk ? (size_t)(an * B + j - p) : (size_t)j;
-                            const float *k = (blk ? a->k : a->kc) + krow * kvd + kh * hd;
-                            float *dk = (blk ? dK : dkc) + krow * kvd + kh * hd;
-                            float *dv = (blk ? dV : dvc) + krow * kvd + kh * hd;
-                            ds_axpy(dq, ds, k, hd);
-                            ds_axpy(dk, ds, q, hd);
-                            ds_axpy(dv, pi[j], doi, hd);
-                        }
-                    }
-                }
-        free(dp);
-    }
+    attn_job t = {d, s, a, dO, dQ, dK, dV, dkc, dvc, B, max_ctx, scale};
+    ds_parallel_for(d->nkv, attn_bwd_item, &t);
 }
 
 // ---- one layer -----------------------------------------------------------------------------------
@@ -563,7 +618,7 @@ static void heads_fwd(const ds_tmodel *tm, ds_tws *ws, int M, int B) {
             }
         }
         // z += vh · W2ᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, V, r, 1.0f, ws->vh, r, p->w2, r, 1.0f, ws->z, V);
+        sgemm_rows(ws->z, ws->vh, p->w2, M, V, r, 1, 1.0f);
     }
     if (p->conf_w)
         for (int i = 0; i < M; i++) {
@@ -648,7 +703,7 @@ static void heads_bwd(const ds_tmodel *tm, ds_tws *ws, ds_tview *g, int M, int B
     if (r > 0) {
         float *dvh = ws->dtmp, *de = ws->de;
         // z = U + vh·W2ᵀ: dvh = dz·W2; dW2 += dzᵀ·vh
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, r, V, 1.0f, ws->z, V, p->w2, r, 0.0f, dvh, r);
+        sgemm_rows(dvh, ws->z, p->w2, M, r, V, 0, 0.0f);
         lin_dw(g->w2, NULL, ws->z, ws->vh, M, V, r);
         memset(de, 0, sizeof(float) * (size_t)M * r);
         if (d->markov == DS_MARKOV_VANILLA) {

@@ -57,17 +57,33 @@ static double lr_at(const ds_train_opts *o, int t) {
     return o->lr * 0.5 * (1.0 + cos(M_PI * prog));
 }
 
-// AdamW (β1 0.9, β2 0.999, ε 1e-8, decoupled weight decay) at 1-based step t.
-static void adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double wd, int t) {
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+    double lr, wd, c1, c2;
+} adamw_job;
+
+#define DS_ADAMW_ITEM 16384 // parameters per item of the parallel loop
+
+static void adamw_item(void *ctx, int item, int worker) {
+    const adamw_job *j = ctx;
     const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-    const double c1 = 1.0 - pow(b1, t), c2 = 1.0 - pow(b2, t);
-#pragma omp parallel for schedule(static) num_threads(ds_threads())
-    for (size_t i = 0; i < n; i++) {
+    float *p = j->p, *m = j->m, *v = j->v;
+    const float *g = j->g;
+    const size_t end = (size_t)item * DS_ADAMW_ITEM + DS_ADAMW_ITEM < j->n ? (size_t)item * DS_ADAMW_ITEM + DS_ADAMW_ITEM : j->n;
+    for (size_t i = (size_t)item * DS_ADAMW_ITEM; i < end; i++) {
         m[i] = (float)(b1 * m[i] + (1 - b1) * g[i]);
         v[i] = (float)(b2 * v[i] + (1 - b2) * (double)g[i] * g[i]);
-        const double mh = m[i] / c1, vh = v[i] / c2;
-        p[i] -= (float)(lr * (mh / (sqrt(vh) + eps) + wd * p[i]));
+        const double mh = m[i] / j->c1, vh = v[i] / j->c2;
+        p[i] -= (float)(j->lr * (mh / (sqrt(vh) + eps) + j->wd * p[i]));
     }
+}
+
+// AdamW (β1 0.9, β2 0.999, ε 1e-8, decoupled weight decay) at 1-based step t.
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, double lr, double wd, int t) {
+    adamw_job j = {p, m, v, g, n, lr, wd, 1.0 - pow(0.9, t), 1.0 - pow(0.999, t)};
+    ds_parallel_for((int)((n + DS_ADAMW_ITEM - 1) / DS_ADAMW_ITEM), adamw_item, &j);
 }
 
 // The `b`-th sequence of step `step` (global index over ranks): epoch-wise permutations of the data
