@@ -1,8 +1,11 @@
 #include "io/atomic.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/status.h"
@@ -56,4 +59,21 @@ ds_status ds_atomic_write_text(const char *path, const char *text) {
     if (st) return st;
     fputs(text, af.f);
     return ds_atomic_commit(&af);
+}
+
+void ds_remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[4400];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            struct stat sb;
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) ds_remove_tree(p);
+            else unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
 }

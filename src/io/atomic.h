@@ -20,5 +20,8 @@ ds_status ds_atomic_commit(ds_atomic_file *af);
 void ds_atomic_abort(ds_atomic_file *af);
 // Write `text` as the whole content of `path`, atomically.
 ds_status ds_atomic_write_text(const char *path, const char *text);
+// Remove a temporary directory a writer created, with everything in it (best effort; for the
+// "<dir>.tmp.<pid>" directories that are renamed into place only when complete).
+void ds_remove_tree(const char *dir);
 
 #endif
