@@ -25,20 +25,13 @@
 #include "dspark.h"
 #include "train/data.h"
 
-#define N_POL 11 // none, fixed1..7, threshold, auto, none_control
+#define N_POL BENCH_N_POLICIES
 #define MAX_CONC 64
 #define MAX_REPS 32
 
 static void die(const char *what) {
     fprintf(stderr, "bench_e2e: %s: %s\n", what, ds_last_error());
     exit(1);
-}
-
-static const char *policy_name(int p, char *buf) {
-    if (p == 0) return "none";
-    if (p == 10) return "none_control";
-    if (p <= 7) return snprintf(buf, 16, "fixed%d", p), buf;
-    return p == 8 ? "threshold" : "auto";
 }
 
 typedef struct {
@@ -207,7 +200,7 @@ int main(int argc, char **argv) {
                        "\"tau\": %.3f, \"mean_ell\": %.3f, \"draft_share\": %.3f, \"tok_per_s\": %.2f, "
                        "\"tok_per_s_min\": %.2f, \"tok_per_s_max\": %.2f, \"speedup_vs_none\": %.3f, "
                        "\"speedup_min\": %.3f, \"speedup_max\": %.3f, \"repeats\": %d",
-                       temp, R, policy_name(p, buf), r->tokens, r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0,
+                       temp, R, bench_policy_name(p, buf), r->tokens, r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0,
                        r->rounds ? (double)r->drafted / r->rounds : 0, r->draft_s / r->wall_s, med[p], lo, hi, rmed[p],
                        rlo, rhi, reps);
                 if (temp == 0) printf(", \"lossless\": %s", lossless[p] ? "true" : "false");
