@@ -3,14 +3,15 @@
 // `dspark eval --concurrency R` and `dspark serve` drive it, timed by the wall clock.
 //
 //   bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]
-//             [--repeats N] [--threads T] [--threshold C]
+//             [--repeats N] [--threads T] [--threshold C] [--requests N]
 //
 // Policies: none (plain decoding, the baseline), fixed1..7 (draft L slots, verify all), threshold
 // (DeepSpec's static rule at --threshold, default 0.5), auto (Algorithm 1 over a cost table
 // profiled in this run, and the engine's drafting gate), and none_control (none again, last: its
-// ratio to none is the run-to-run noise). For each temperature and concurrency R, one run = R
-// requests that join together (prompts cycled from --prompts, request j seeded j), each generating
-// -n tokens (default 32), timed from the first round to the last (prefill included). The policies
+// ratio to none is the run-to-run noise). For each temperature and concurrency R, one run =
+// max(R, --requests) requests (default 4; prompts cycled from --prompts, request j seeded j) with R
+// in flight (one joins as soon as one finishes), each generating -n tokens (default 32), timed from
+// the first round to the last (prefill included). The policies
 // run interleaved within each of --repeats (default 3) repeats; each line reports the median, min
 // and max tok/s over the repeats and the speedup against none as the median (min, max) of the
 // per-repeat ratios (both measured in the same repeat). At temperature 0 every policy's tokens are
@@ -40,34 +41,43 @@ typedef struct {
     double draft_s, wall_s;
 } run_result;
 
-// R requests at once through one engine; request j's tokens go to out + j·n (n_out[j] of them).
+// n_req requests through one engine, R in flight (a request joins as soon as one finishes);
+// request j (prompt j mod P, seed j) writes its tokens to out + j·n (n_out[j] of them).
 static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_params *sp, int32_t *const *ptoks,
-                       const int *plen, int n_prompts, int R, int n, float temp, int32_t *out, int *n_out,
+                       const int *plen, int n_prompts, int R, int n_req, int n, float temp, int32_t *out, int *n_out,
                        run_result *res) {
     ds_engine *e;
     if (ds_engine_init(m, sp->kind == DS_SPEC_DSPARK ? d : NULL, sp, &e)) die("engine");
     ds_sampler_params smp = ds_sampler_default();
     smp.temperature = temp;
-    int id[MAX_CONC];
+    int id[MAX_CONC], req[MAX_CONC], active[MAX_CONC] = {0}, next = 0, n_active = 0;
     memset(res, 0, sizeof *res);
     const double t0 = bench_now();
-    for (int j = 0; j < R; j++) {
-        if (ds_engine_add(e, ptoks[j % n_prompts], plen[j % n_prompts], n, &smp, (uint64_t)j, &id[j])) die("add");
-        n_out[j] = 0;
-    }
-    while (ds_engine_active(e)) {
+    for (;;) {
+        for (int k = 0; k < R && next < n_req; k++) {
+            if (active[k]) continue;
+            const int j = next++;
+            if (ds_engine_add(e, ptoks[j % n_prompts], plen[j % n_prompts], n, &smp, (uint64_t)j, &id[k])) die("add");
+            req[k] = j, n_out[j] = 0, active[k] = 1, n_active++;
+        }
+        if (!n_active) break;
         if (ds_engine_step(e)) die("step");
-        for (int j = 0; j < R; j++) n_out[j] += ds_engine_take(e, id[j], out + (size_t)j * n + n_out[j], n - n_out[j]);
+        for (int k = 0; k < R; k++) {
+            if (!active[k]) continue;
+            const int j = req[k];
+            n_out[j] += ds_engine_take(e, id[k], out + (size_t)j * n + n_out[j], n - n_out[j]);
+            if (!ds_engine_finished(e, id[k])) continue;
+            const ds_seq_stats *s = ds_engine_stats(e, id[k]);
+            res->tokens += n_out[j];
+            res->rounds += s->rounds;
+            res->accepted += s->accepted;
+            res->drafted += s->drafted;
+            res->draft_s += s->draft_s;
+            ds_engine_remove(e, id[k]);
+            active[k] = 0, n_active--;
+        }
     }
     res->wall_s = bench_now() - t0;
-    for (int j = 0; j < R; j++) {
-        const ds_seq_stats *s = ds_engine_stats(e, id[j]);
-        res->tokens += n_out[j];
-        res->rounds += s->rounds;
-        res->accepted += s->accepted;
-        res->drafted += s->drafted;
-        res->draft_s += s->draft_s;
-    }
     res->tok_s = res->tokens / res->wall_s;
     ds_engine_free(e);
 }
@@ -94,11 +104,11 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     if (argc < 3) {
         fprintf(stderr, "usage: bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]\n"
-                        "                 [--repeats N] [--threads T] [--threshold C]\n");
+                        "                 [--repeats N] [--threads T] [--threshold C] [--requests N]\n");
         return 2;
     }
     const char *prompts_path = "docs/prompts/stories-heldout.txt";
-    int conc[16] = {1, 4, 16}, n_conc = 3, temps[4] = {0, 1}, n_temps = 2, n = 32, reps = 3, threads = 1;
+    int conc[16] = {1, 4, 16}, n_conc = 3, temps[4] = {0, 1}, n_temps = 2, n = 32, reps = 3, threads = 1, n_req0 = 4;
     float threshold = 0.5f;
     for (int i = 3; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
@@ -109,12 +119,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--repeats")) reps = atoi(v);
         else if (!strcmp(o, "--threads")) threads = atoi(v);
         else if (!strcmp(o, "--threshold")) threshold = (float)atof(v);
+        else if (!strcmp(o, "--requests")) n_req0 = atoi(v);
         else {
             fprintf(stderr, "bench_e2e: unknown option %s\n", o);
             return 2;
         }
     }
-    if (reps < 1 || reps > MAX_REPS || n < 1 || n_conc < 1 || n_temps < 1) {
+    if (reps < 1 || reps > MAX_REPS || n < 1 || n_conc < 1 || n_temps < 1 || n_req0 < 1 || n_req0 > 4096) {
         fprintf(stderr, "bench_e2e: need 1..%d repeats, -n >= 1, --conc and --temps lists\n", MAX_REPS);
         return 2;
     }
@@ -162,12 +173,13 @@ int main(int argc, char **argv) {
            costs.bmax >= 8 ? costs.sps[1] / costs.sps[8] : 0, costs.bmax >= 16 ? costs.sps[1] / costs.sps[16] : 0);
     fflush(stdout);
 
-    int32_t *out_none = malloc(sizeof(int32_t) * (size_t)rmax * n), *out_pol = malloc(sizeof(int32_t) * (size_t)rmax * n);
-    int *n_none = calloc((size_t)rmax, sizeof(int)), *n_pol = calloc((size_t)rmax, sizeof(int));
+    const int max_req = rmax > n_req0 ? rmax : n_req0;
+    int32_t *out_none = malloc(sizeof(int32_t) * (size_t)max_req * n), *out_pol = malloc(sizeof(int32_t) * (size_t)max_req * n);
+    int *n_none = calloc((size_t)max_req, sizeof(int)), *n_pol = calloc((size_t)max_req, sizeof(int));
     for (int ti = 0; ti < n_temps; ti++) {
         const float temp = (float)temps[ti];
         for (int c = 0; c < n_conc; c++) {
-            const int R = conc[c];
+            const int R = conc[c], n_req = R > n_req0 ? R : n_req0;
             static double rate[N_POL][MAX_REPS], ratio[N_POL][MAX_REPS];
             static run_result last[N_POL];
             int lossless[N_POL];
@@ -179,10 +191,10 @@ int main(int argc, char **argv) {
                     if (p >= 1 && p <= 7) sp.draft_max = p;
                     if (p == 8) sp.schedule = DS_SCHEDULE_THRESHOLD, sp.conf_threshold = threshold;
                     if (p == 9) sp.schedule = DS_SCHEDULE_AUTO, sp.costs = &costs;
-                    run_engine(m, d, &sp, ptoks, plen, pset->n, R, n, temp, p ? out_pol : out_none, p ? n_pol : n_none,
+                    run_engine(m, d, &sp, ptoks, plen, pset->n, R, n_req, n, temp, p ? out_pol : out_none, p ? n_pol : n_none,
                                &last[p]);
                     rate[p][rep] = last[p].tok_s;
-                    for (int j = 0; p && temp == 0 && j < R; j++)
+                    for (int j = 0; p && temp == 0 && j < n_req; j++)
                         if (n_pol[j] != n_none[j] || memcmp(out_pol + (size_t)j * n, out_none + (size_t)j * n,
                                                             sizeof(int32_t) * (size_t)n_pol[j]))
                             lossless[p] = 0;
@@ -196,11 +208,11 @@ int main(int argc, char **argv) {
                 med[p] = median_of(rate[p], reps, &lo, &hi);
                 rmed[p] = median_of(ratio[p], reps, &rlo, &rhi);
                 const run_result *r = &last[p];
-                printf("{\"bench\": \"e2e\", \"temp\": %g, \"concurrency\": %d, \"policy\": \"%s\", \"tokens\": %ld, "
+                printf("{\"bench\": \"e2e\", \"temp\": %g, \"concurrency\": %d, \"requests\": %d, \"policy\": \"%s\", \"tokens\": %ld, "
                        "\"tau\": %.3f, \"mean_ell\": %.3f, \"draft_share\": %.3f, \"tok_per_s\": %.2f, "
                        "\"tok_per_s_min\": %.2f, \"tok_per_s_max\": %.2f, \"speedup_vs_none\": %.3f, "
                        "\"speedup_min\": %.3f, \"speedup_max\": %.3f, \"repeats\": %d",
-                       temp, R, bench_policy_name(p, buf), r->tokens, r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0,
+                       temp, R, n_req, bench_policy_name(p, buf), r->tokens, r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0,
                        r->rounds ? (double)r->drafted / r->rounds : 0, r->draft_s / r->wall_s, med[p], lo, hi, rmed[p],
                        rlo, rhi, reps);
                 if (temp == 0) printf(", \"lossless\": %s", lossless[p] ? "true" : "false");
