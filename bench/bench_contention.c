@@ -2,7 +2,7 @@
 // blocks/s) at each thread count, on an idle machine and next to `--hogs` busy-looping processes
 // that the bench starts and stops itself (pinned nowhere), interleaved repeat by repeat.
 //
-//   bench_contention (--model PATH | --synthetic DIR [--preset qwen3-0.6b] [shape options])
+//   bench_contention (--model PATH | --synthetic DIR [--preset qwen3-0.6b|qwen3-4b] [shape options])
 //                    [--threads 1,2] [--hogs 1] [-n DECODE_TOKENS] [--prompt PREFILL_TOKENS]
 //                    [--repeats R] [--train DATA [--train-steps S]]
 //
@@ -81,13 +81,8 @@ int main(int argc, char **argv) {
     int n = 64, prompt = 128, repeats = 5, hogs = 1, train_steps = 10;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
-        if (bench_shape_option(o, v, &s)) continue;
-        if (!strcmp(o, "--model")) model = v;
-        else if (!strcmp(o, "--synthetic")) synth = v;
-        else if (!strcmp(o, "--dtype")) s.dtype = !strcmp(v, "bf16") ? DS_BF16 : DS_F32;
-        else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-0.6b"))
-            s = (bench_shape){1024, 28, 3072, 16, 8, 151936, DS_BF16, 128, 1, NULL};
-        else if (!strcmp(o, "--threads")) threads = v;
+        if (bench_model_option(o, v, &s, &model, &synth)) continue;
+        if (!strcmp(o, "--threads")) threads = v;
         else if (!strcmp(o, "--hogs")) hogs = atoi(v);
         else if (!strcmp(o, "-n")) n = atoi(v);
         else if (!strcmp(o, "--prompt")) prompt = atoi(v);

@@ -76,18 +76,8 @@ int main(int argc, char **argv) {
     int n = 64, repeats = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
-        if (bench_shape_option(o, v, &s)) continue;
-        if (!strcmp(o, "--model")) model = v;
-        else if (!strcmp(o, "--synthetic")) synth = v;
-        else if (!strcmp(o, "--dtype")) s.dtype = !strcmp(v, "bf16") ? DS_BF16 : DS_F32;
-        else if (!strcmp(o, "--head-dim")) s.head_dim = atoi(v);
-        else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-0.6b"))
-            s = (bench_shape){1024, 28, 3072, 16, 8, 151936, DS_BF16, 128, 1, NULL};
-        else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-4b"))
-            s = (bench_shape){2560, 36, 9728, 32, 8, 151936, DS_BF16, 128, 1, NULL};
-        else if (!strcmp(o, "--preset") && !strcmp(v, "gemma4-e4b"))
-            s = (bench_shape){2560, 42, 10240, 8, 2, 262144, DS_BF16, 256, 0, NULL, 256};
-        else if (!strcmp(o, "--threads")) threads = v;
+        if (bench_model_option(o, v, &s, &model, &synth)) continue;
+        if (!strcmp(o, "--threads")) threads = v;
         else if (!strcmp(o, "-n")) n = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
         else {

@@ -136,6 +136,26 @@ static inline int bench_shape_option(const char *o, const char *v, bench_shape *
     return 1;
 }
 
+// The model options of the decode benches: --model PATH, --synthetic DIR, --dtype f32|bf16,
+// --head-dim, --preset qwen3-0.6b|qwen3-4b (Qwen3 shapes, bf16: see bench_decode.c) and the shape
+// options above. Returns 1 when `o` is one of them (value `v` taken), else 0.
+static inline int bench_model_option(const char *o, const char *v, bench_shape *s, const char **model,
+                                     const char **synth) {
+    if (bench_shape_option(o, v, s)) return 1;
+    if (!strcmp(o, "--model")) *model = v;
+    else if (!strcmp(o, "--synthetic")) *synth = v;
+    else if (!strcmp(o, "--dtype")) s->dtype = !strcmp(v, "bf16") ? DS_BF16 : DS_F32;
+    else if (!strcmp(o, "--head-dim")) s->head_dim = atoi(v);
+    else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-0.6b"))
+        *s = (bench_shape){1024, 28, 3072, 16, 8, 151936, DS_BF16, 128, 1, NULL};
+    else if (!strcmp(o, "--preset") && !strcmp(v, "qwen3-4b"))
+        *s = (bench_shape){2560, 36, 9728, 32, 8, 151936, DS_BF16, 128, 1, NULL};
+    else if (!strcmp(o, "--preset") && !strcmp(v, "gemma4-e4b"))
+        *s = (bench_shape){2560, 42, 10240, 8, 2, 262144, DS_BF16, 256, 0, NULL, 256};
+    else return 0;
+    return 1;
+}
+
 // (rows, cols) uniform in [-scale, scale) from bench_frand, as f32 or bf16; NULL when out of memory.
 static inline void *bench_random_matrix(int rows, int cols, ds_dtype t, float scale) {
     const size_t n = (size_t)rows * cols;
