@@ -351,7 +351,7 @@ static void check_rich(uint32_t version, int extra_tail) {
     assert_int_equal(kv->arr_type, DS_GGUF_STRING);
     assert_int_equal(kv->arr_n, 4);
     assert_non_null(kv->arr_strs);
-    const char *want_s[] = {"a", "bc", "", "d\xc3\xa9" "f"};
+    const char *want_s[] = {"a", "bc", "", ("d\xc3\xa9" "f")};
     for (int k = 0; k < 4; k++) {
         assert_int_equal(kv->arr_strs[k].len, strlen(want_s[k]));
         assert_memory_equal(kv->arr_strs[k].ptr, want_s[k], strlen(want_s[k]));
