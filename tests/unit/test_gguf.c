@@ -12,6 +12,7 @@
 #include "tmpdir.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -970,8 +971,28 @@ static void test_missing_file(void **state) {
     assert_non_null(strstr(ds_last_error(), g_tmp_base));
 }
 
+// A float array read as integers (token_type written as F32, found by fuzz_gguf): truncated and
+// saturated, never an out-of-range conversion (undefined behaviour; the sanitizer build checks).
+static void test_float_array_as_int(void **state) {
+    const float f[] = {1e30f, -1e30f, NAN, -3.7f, 2.5f};
+    const double d[] = {1e300, -9.3e18, NAN};
+    ds_gguf_kv kv = {.type = DS_GGUF_ARRAY, .arr_type = DS_GGUF_F32, .arr_n = 5, .arr_data = (const uint8_t *)f};
+    assert_true(ds_gguf_arr_i64(&kv, 0) == INT64_MAX);
+    assert_true(ds_gguf_arr_i64(&kv, 1) == INT64_MIN);
+    assert_true(ds_gguf_arr_i64(&kv, 2) == 0);
+    assert_true(ds_gguf_arr_i64(&kv, 3) == -3);
+    assert_true(ds_gguf_arr_i64(&kv, 4) == 2);
+    kv.arr_type = DS_GGUF_F64;
+    kv.arr_n = 3;
+    kv.arr_data = (const uint8_t *)d;
+    assert_true(ds_gguf_arr_i64(&kv, 0) == INT64_MAX);
+    assert_true(ds_gguf_arr_i64(&kv, 1) == INT64_MIN);
+    assert_true(ds_gguf_arr_i64(&kv, 2) == 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_float_array_as_int),
         cmocka_unit_test(test_valid_v3),
         cmocka_unit_test(test_valid_v2),
         cmocka_unit_test(test_valid_trailing_bytes),
