@@ -26,50 +26,6 @@
 
 #ifndef DS_FUZZ_FIXTURES
 #define DS_FUZZ_FIXTURES "tests/fuzz/fixtures" // set by CMake to the source tree's folder
-// Use a loaded tokenizer the way the commands do: encode `text` (and a fixed sample) with every
-// flag combination, decode the ids whole and streamed, read every token's bytes, render a chat.
-// Results are not checked (the fuzzer looks for crashes, hangs and sanitizer reports).
-static inline void fuzz_use_tokenizer(const ds_tokenizer *t, const char *text, size_t len) {
-    static const char sample[] = "Hello, world! <s> <|im_start|>user\n caf\xc3\xa9 \xe2\x96\x81x  \n\t1234 \xf0\x9f\x98\x80";
-    const char *texts[2] = {sample, text};
-    const size_t lens[2] = {sizeof sample - 1, len};
-    int32_t ids[512];
-    for (int k = 0; k < 2; k++) {
-        if (!texts[k]) continue;
-        for (unsigned flags = 0; flags < 4; flags++) {
-            int n = 0;
-            if (ds_tokenize_ex(t, texts[k], lens[k], flags, ids, 512, &n) != DS_OK) continue;
-            if (n > 512) n = 512;
-            char *out = NULL;
-            if (ds_detokenize(t, ids, n, (int)(flags & 1), &out, NULL) == DS_OK) free(out);
-            ds_detok d;
-            ds_detok_init(&d, t, (int)(flags & 1));
-            char buf[64];
-            for (int i = 0; i < n; i++)
-                if (ds_detok_push(&d, ids[i], buf, sizeof buf) < 0) {
-                    char *big = malloc(1 << 16);
-                    if (big) ds_detok_push(&d, ids[i], big, 1 << 16);
-                    free(big);
-                }
-            ds_detok_flush(&d, buf, sizeof buf);
-        }
-        int n = 0;
-        (void)ds_tokenize(t, texts[k], lens[k], 1, ids, 512, &n);
-    }
-    const int V = ds_tokenizer_vocab_size(t);
-    char b[16];
-    for (int i = -1; i <= V && i < 1 << 16; i++) ds_token_bytes(t, i, b, sizeof b);
-    ds_tokenizer_bos(t);
-    ds_tokenizer_eos(t);
-    ds_chat_eot(t);
-    ds_chat_format_name(t);
-    const ds_chat_message msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "?"}};
-    for (int n = 1; n <= 4; n++) {
-        char *out = NULL;
-        if (ds_chat_render(t, msgs, n, n & 1, &out) == DS_OK) free(out);
-    }
-}
-
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

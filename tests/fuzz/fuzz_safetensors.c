@@ -1,9 +1,20 @@
-// One .safetensors file: header validation, then every tensor's bytes are read (an offset past
-// the mapping would fault) and every metadata entry.
+// Safetensors: one .safetensors file, or (an input starting "=== ", see fuzz.h) a directory of
+// model.safetensors.index.json and shards. Header validation, then every tensor's bytes are read
+// (an offset past the mapping would fault) and every metadata entry.
 #include "fuzz.h"
 #include "io/safetensors.h"
 
-static void use(const ds_safetensors *st) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *path;
+    if (size >= 4 && !memcmp(data, "=== ", 4)) {
+        fuzz_unpack(data, size);
+        path = fuzz_dir();
+    } else {
+        fuzz_clear();
+        path = fuzz_write("model.safetensors", data, size);
+    }
+    ds_safetensors *st = NULL;
+    if (ds_st_open(path, &st) != DS_OK) return 0;
     volatile uint8_t sink = 0;
     for (int i = 0; i < ds_st_count(st); i++) {
         const ds_st_tensor *t = ds_st_at(st, i);
@@ -16,15 +27,6 @@ static void use(const ds_safetensors *st) {
         if (k) ds_st_metadata(st, k);
     }
     (void)sink;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_clear();
-    const char *path = fuzz_write("model.safetensors", data, size);
-    ds_safetensors *st = NULL;
-    if (ds_st_open(path, &st) == DS_OK) {
-        use(st);
-        ds_st_close(st);
-    }
+    ds_st_close(st);
     return 0;
 }

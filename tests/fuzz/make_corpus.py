@@ -259,10 +259,10 @@ def build(root):
         h += b" " * ((-len(h)) % 8)
         seed("safetensors", "dtypes", struct.pack("<Q", len(h)) + h + bytes(range(24)))
 
-        # st_dir and hf_dir: sharded and single-file models of each architecture.
+        # safetensors (sharded directory) and hf_dir: sharded and single-file models of each architecture.
         d = make_hf_llama.make_hf_llama(os.path.join(tmp, "sharded"), dim=8, layers=2, heads=2, kv_heads=1,
                                         ffn=16, vocab=32, shards=3, dtype="f16")
-        seed("st_dir", "llama-3-shards", pack_dir(d, skip=("config.json",)))
+        seed("safetensors", "llama-3-shards", pack_dir(d, skip=("config.json",)))
         seed("hf_dir", "llama-3-shards", pack_dir(d))
         seed("hf_dir", "target-with-tokenizer", pack_dir(target))
         for arch in make_hf_models.ARCHS:
