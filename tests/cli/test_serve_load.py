@@ -11,90 +11,20 @@
      RSS stays bounded, and /metrics agrees with what was sent.
 Every server is killed on exit, whatever happens; each client loop is bounded in time.
 """
-import atexit
 import http.client
 import json
 import os
 import random
-import re
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-BIN = os.path.join(os.environ["DSPARK_BIN"], "dspark")
-MODEL = os.path.join(os.environ["DSPARK_SHARED"], "models/stories260K/stories260K.gguf")
-TMP = tempfile.mkdtemp(prefix="serve_load.", dir=os.environ.get("DSPARK_TMP", "/tmp"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import FAILS, Server, check  # noqa: E402
+
 SOAK_S = float(os.environ.get("DSPARK_SOAK_SECONDS", "60"))
-SERVERS, FAILS = [], []
-
-
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
-
-
-class Server:
-    def __init__(self, *args):
-        self.log = os.path.join(TMP, "server%d.log" % len(SERVERS))
-        self.err = open(self.log, "w")
-        # Under the ASan build a small quarantine keeps RSS about the server, not about freed memory
-        # held back for use-after-free checks (the option means nothing to other builds).
-        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
-        self.p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", *args],
-                                  stdout=subprocess.DEVNULL, stderr=self.err, env=env)
-        SERVERS.append(self)
-        deadline = time.time() + 120
-        while True:
-            m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(self.log).read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.p.poll() is not None or time.time() > deadline:
-                raise RuntimeError("server did not start: " + open(self.log).read())
-            time.sleep(0.05)
-
-    def get(self, path, source="127.0.0.1", timeout=30):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout, source_address=(source, 0))
-        try:
-            c.request("GET", path)
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
-
-    def metrics(self):
-        st, b = self.get("/metrics")
-        check(st == 200, "/metrics status %d" % st)
-        out = {}
-        for line in b.decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-    def rss_kb(self):
-        for line in open("/proc/%d/status" % self.p.pid):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
-
-
-def cleanup():
-    for s in SERVERS:
-        if s.p.poll() is None:
-            s.p.kill()
-            s.p.wait()
-    shutil.rmtree(TMP, ignore_errors=True)
-
-
-atexit.register(cleanup)
 
 
 def idle_conns(port, n, source):
