@@ -971,6 +971,19 @@ static void test_missing_file(void **state) {
     assert_non_null(strstr(ds_last_error(), g_tmp_base));
 }
 
+// An empty file maps to a non-NULL pointer with size 0 (found by fuzz_gguf: readers did pointer
+// arithmetic on the NULL of an empty mapping, which GCC's sanitizer does not report; clang's does).
+static void test_empty_mapping(void **state) {
+    char path[1024];
+    tmp_path(path, sizeof path, "zero");
+    write_bytes(path, "", 0);
+    ds_mapfile m;
+    assert_int_equal(ds_mapfile_open(&m, path), DS_OK);
+    assert_non_null(m.data);
+    assert_int_equal(m.size, 0);
+    ds_mapfile_close(&m);
+}
+
 // A float array read as integers (token_type written as F32, found by fuzz_gguf): truncated and
 // saturated, never an out-of-range conversion (undefined behaviour; the sanitizer build checks).
 static void test_float_array_as_int(void **state) {
@@ -993,6 +1006,7 @@ static void test_float_array_as_int(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_float_array_as_int),
+        cmocka_unit_test(test_empty_mapping),
         cmocka_unit_test(test_valid_v3),
         cmocka_unit_test(test_valid_v2),
         cmocka_unit_test(test_valid_trailing_bytes),
