@@ -1,11 +1,14 @@
 # dspark: the two commands a fresh machine needs, and a few more.
 #   make demo    install what is missing, build, and generate from the default stories260K model
 #   make test    install what is missing, build (normal and ASan+UBSan), and run every test
+#   make fuzz    build the libFuzzer targets with clang and run each for FUZZ_SECONDS (default 300)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 300
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-asan unit bench bench-e2e clean
+.PHONY: all setup build demo test test-asan unit bench bench-e2e fuzz clean
 
 all: build
 
@@ -19,7 +22,8 @@ build: setup
 demo: build
 	./scripts/demo.sh $(BUILD)
 
-# The whole suite on the optimized build, then the unit tests under AddressSanitizer and
+# The whole suite on the optimized build, then the unit tests, the CLI tests and the replay of the
+# fuzz corpus (tests/fuzz/corpus: seeds and every crash reproducer) under AddressSanitizer and
 # UndefinedBehaviorSanitizer.
 test: build test-asan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -27,7 +31,7 @@ test: build test-asan
 test-asan: setup
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDS_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L "unit|cli"
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L "unit|cli|fuzz"
 
 bench: build
 	./scripts/bench.sh
@@ -36,5 +40,11 @@ bench: build
 bench-e2e: build
 	./scripts/bench_e2e.sh $(BUILD)
 
+# libFuzzer (clang, ASan + UBSan) over every parser of external bytes: tests/fuzz/, scripts/fuzz.sh.
+fuzz: setup
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz.sh $(FUZZ_BUILD)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -350,6 +350,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             res->verified += ell[i];
             if (policy == 9) ds_gate_observe_round(&gate, ell[i], a);
         }
+        (void)sink;
         const double dt = bench_now() - t0 + round_draft;
         vt += dt;
         step_s += dt;

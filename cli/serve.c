@@ -20,6 +20,9 @@ static void serve_usage(FILE *f) {
             "  --max-concurrency R    requests decoded together in one batch (default 8)\n"
             "  --queue N              requests that may wait for a slot; more get 503 (default 64)\n"
             "  --max-body BYTES       request body limit; larger bodies get 413 (default 1048576)\n"
+            "  --max-connections N    open connections at once (default 256)\n"
+            "  --max-per-client N     open connections from one IP address (default: a quarter of them)\n"
+            "  --header-timeout S     close a connection idle this long before its request is in (default 10)\n"
             "  --schedule S           auto | fixed | threshold | none (none = no speculation;\n"
             "                         default: auto with -d, else none)\n"
             "  --spec KIND            none | dspark | ngram (default: dspark with -d, else none)\n"
@@ -41,7 +44,8 @@ static void *second_signal(void *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *drafter = NULL;
-    long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20;
+    long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20, max_conn = 256, per_client = 0,
+         header_timeout = 10;
     double drain = 30;
     ds_spec_params spec = {.schedule = DS_SCHEDULE_AUTO};
     ds_cost_table costs;
@@ -77,6 +81,13 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_int(v, 0, 1 << 20, &queue)) return cli_usage_error("--queue expects 0..1048576, got '%s'", v);
         } else if (!strcmp(o, "--max-body")) {
             if (!cli_parse_int(v, 64, 1L << 30, &max_body)) return cli_usage_error("--max-body expects 64..2^30 bytes, got '%s'", v);
+        } else if (!strcmp(o, "--max-connections")) {
+            if (!cli_parse_int(v, 1, 16384, &max_conn)) return cli_usage_error("--max-connections expects 1..16384, got '%s'", v);
+        } else if (!strcmp(o, "--max-per-client")) {
+            if (!cli_parse_int(v, 1, 16384, &per_client)) return cli_usage_error("--max-per-client expects 1..16384, got '%s'", v);
+        } else if (!strcmp(o, "--header-timeout")) {
+            if (!cli_parse_int(v, 1, 3600, &header_timeout))
+                return cli_usage_error("--header-timeout expects 1..3600 seconds, got '%s'", v);
         } else if (!strcmp(o, "--step-delay-ms")) { // testing: a slow target (undocumented)
             long ms;
             if (!cli_parse_int(v, 0, 10000, &ms)) return cli_usage_error("--step-delay-ms expects 0..10000, got '%s'", v);
@@ -121,6 +132,9 @@ int cmd_serve(int argc, char **argv) {
     sp.max_concurrency = (int)maxc;
     sp.queue_max = (int)queue;
     sp.max_body = (size_t)max_body;
+    sp.max_connections = (int)max_conn;
+    sp.max_per_client = (int)per_client;
+    sp.header_timeout_s = (int)header_timeout;
     ds_server *srv;
     ds_status st = ds_server_start(&sp, &srv);
     if (st) {

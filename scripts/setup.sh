@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config   # compiler and build system
+  clang libclang-rt-dev              # the clang build and `make fuzz` (libFuzzer, sanitizer runtimes)
   libopenblas-openmp-dev             # GEMM for multi-row batches (OpenMP build: one thread pool with ours)
   libomp-dev                         # OpenMP runtime headers (gcc uses libgomp; clang needs this)
   libcjson-dev                       # config.json / safetensors headers / CLI JSON output

@@ -420,6 +420,15 @@ double ds_gguf_arr_f64(const ds_gguf_kv *kv, uint64_t i) {
     }
 }
 
+// A float as int64, truncated toward zero and saturated (NaN gives 0): converting an out-of-range
+// float is undefined behaviour, and the file decides the value.
+static int64_t f64_to_i64(double v) {
+    if (!(v == v)) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t ds_gguf_arr_i64(const ds_gguf_kv *kv, uint64_t i) {
     const uint8_t *p = kv->arr_data + i * type_size(kv->arr_type);
     switch (kv->arr_type) {
@@ -431,8 +440,8 @@ int64_t ds_gguf_arr_i64(const ds_gguf_kv *kv, uint64_t i) {
     case DS_GGUF_I32: { int32_t v; memcpy(&v, p, 4); return v; }
     case DS_GGUF_U64: { uint64_t v; memcpy(&v, p, 8); return (int64_t)v; }
     case DS_GGUF_I64: { int64_t v; memcpy(&v, p, 8); return v; }
-    case DS_GGUF_F32: { float v; memcpy(&v, p, 4); return (int64_t)v; }
-    case DS_GGUF_F64: { double v; memcpy(&v, p, 8); return (int64_t)v; }
+    case DS_GGUF_F32: { float v; memcpy(&v, p, 4); return f64_to_i64(v); }
+    case DS_GGUF_F64: { double v; memcpy(&v, p, 8); return f64_to_i64(v); }
     default: return 0;
     }
 }

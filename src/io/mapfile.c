@@ -20,6 +20,8 @@ ds_status ds_mapfile_open(ds_mapfile *m, const char *path) {
         return ds_fail(DS_ERR_IO, "%s: not a regular file", path);
     }
     m->size = (size_t)st.st_size;
+    static const uint8_t empty[1];
+    m->data = empty; // an empty file is a valid pointer with size 0 (readers do data + size)
     if (m->size > 0) {
         void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -38,7 +40,7 @@ ds_status ds_mapfile_open(ds_mapfile *m, const char *path) {
 }
 
 void ds_mapfile_close(ds_mapfile *m) {
-    if (m->data && m->size) munmap((void *)m->data, m->size);
+    if (m->data && m->size) munmap((void *)m->data, m->size); // (an empty file's data is not mapped)
     free(m->path);
     memset(m, 0, sizeof *m);
 }

@@ -131,7 +131,7 @@ static int isa_supported(const isa_table *t) {
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
     if (t == &g_isas[1])
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ds_cpu_has_f16c();
     return 1;
 }
 

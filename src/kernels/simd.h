@@ -2,7 +2,15 @@
 #ifndef DS_KERNELS_SIMD_H
 #define DS_KERNELS_SIMD_H
 
+#include <cpuid.h>
 #include <immintrin.h>
+
+// Whether the CPU converts half floats (CPUID leaf 1, ECX bit 29). GCC's __builtin_cpu_supports
+// knows "f16c", clang's does not, so both compilers ask CPUID directly.
+static inline int ds_cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
 
 // Sum of the 8 lanes of an AVX vector.
 __attribute__((target("avx2,fma"))) static inline float ds_hsum256(__m256 v) {

@@ -70,11 +70,17 @@ float ds_affine_load_scale(const void *p, ds_dtype stype, size_t g) {
 }
 
 // fp-contract=off: scale·q + bias rounds twice, as the contract's fp32 formula does, on every target.
+// GCC takes it per function; clang only as a pragma, which holds to the end of the file.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#define DS_NO_FP_CONTRACT
+#else
+#define DS_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
 // Element j of a row sits at byte j·bits/8 (low nibble first for 4 bits): the words are
 // little-endian, as on every machine we build for.
-__attribute__((optimize("fp-contract=off"))) void ds_affine_dequantize_row(const uint32_t *packed, const void *scales,
-                                                                           const void *biases, ds_dtype stype, int cols,
-                                                                           int bits, int group_size, float *out) {
+DS_NO_FP_CONTRACT void ds_affine_dequantize_row(const uint32_t *packed, const void *scales, const void *biases,
+                                                ds_dtype stype, int cols, int bits, int group_size, float *out) {
     const uint8_t *q = (const uint8_t *)packed;
     for (int g = 0; g < cols / group_size; g++) {
         const float s = ds_affine_load_scale(scales, stype, (size_t)g), b = ds_affine_load_scale(biases, stype, (size_t)g);

@@ -85,6 +85,10 @@ typedef struct {
     int queue_max;                // requests waiting beyond those; more get 503 (default 64)
     size_t max_body;              // request body limit in bytes (default 1 MiB); larger gets 413
     int max_connections;          // open connections (threads) at once (default 256)
+    int max_per_client;           // open connections from one IP address (default max_connections / 4):
+                                  // one client holding idle connections cannot take them all
+    int header_timeout_s;         // a connection idle this long before its request headers are
+                                  // complete, or between requests, is closed (default 10)
     const char *model_name;       // the id /v1/models reports and responses carry
     int n_threads;                // forward-pass threads of the engine thread (0 = all cores)
     int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,9 @@
 
 #include "base/status.h"
 #include "serve/serve.h"
+
+// Idle seconds allowed once a request's headers are in (body upload, waiting for the response).
+#define DS_REQUEST_TIMEOUT_S 120
 
 typedef enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE } rq_state;
 enum { PH_START, PH_TEXT, PH_END }; // streaming phases
@@ -201,6 +205,11 @@ static void *engine_main(void *arg) {
     ds_server *s = arg;
     const int maxc = s->p.max_concurrency;
     ds_set_threads(s->p.n_threads); // (process-wide; repeated here so the engine never depends on the caller)
+    // Every parallel region sizes its team from ds_threads(); this thread's default of 1 is what
+    // OpenBLAS's OpenMP build reads to run sgemm single-threaded inside them (the main thread gets
+    // it from openblas_set_num_threads). Without it a one-thread engine nested OpenBLAS's own team
+    // (and deadlocked in the clang build, whose libomp then serialized that team).
+    omp_set_num_threads(1);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         for (int i = s->n_active - 1; i >= 0; i--) {
@@ -580,6 +589,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cx) {
         if (!(cx = calloc(1, sizeof *cx))) return MHD_NO;
         *con_cls = cx;
+        // The headers are in: the short header timeout gives way to the request timeout (a body
+        // still arriving, a response waiting for generation) until the request completes.
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)DS_REQUEST_TIMEOUT_S);
         pthread_mutex_lock(&s->mu);
         s->n_inflight++;
         pthread_mutex_unlock(&s->mu);
@@ -668,6 +680,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(cx);
     *con_cls = NULL;
     ds_server *s = cls;
+    // Waiting for the next request on a kept-alive connection is idle time again.
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.header_timeout_s);
     pthread_mutex_lock(&s->mu);
     s->n_inflight--;
     pthread_mutex_unlock(&s->mu);
@@ -686,6 +700,9 @@ ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     if (s->p.queue_max < 0) s->p.queue_max = 0;
     if (!s->p.max_body) s->p.max_body = 1 << 20;
     if (s->p.max_connections < 1) s->p.max_connections = 256;
+    if (s->p.max_per_client < 1) s->p.max_per_client = s->p.max_connections >= 4 ? s->p.max_connections / 4 : 1;
+    if (s->p.max_per_client > s->p.max_connections) s->p.max_per_client = s->p.max_connections;
+    if (s->p.header_timeout_s < 1) s->p.header_timeout_s = 10;
     snprintf(s->model_name, sizeof s->model_name, "%s", p->model_name ? p->model_name : ds_model_get_info(p->model)->name);
     s->tok = ds_model_tokenizer(p->model);
     s->mt.max_concurrency = s->p.max_concurrency;
@@ -716,8 +733,10 @@ ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     s->engine_started = 1;
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, (uint16_t)s->p.port, NULL, NULL,
                             on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+                            (unsigned)s->p.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)s->p.max_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)s->p.header_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_END);
     if (!s->d) {
         st = ds_fail(DS_ERR_IO, "serve: cannot listen on %s:%d (in use, or not an address of this machine)", s->p.host, s->p.port);
         goto fail;

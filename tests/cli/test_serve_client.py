@@ -12,117 +12,18 @@ Starts servers on free loopback ports (--port 0; the port is read from stderr) a
   8. SIGTERM drains: the running stream completes, then the process exits 0.
 Every server is killed on exit, whatever happens.
 """
-import atexit
-import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-BIN = os.path.join(os.environ["DSPARK_BIN"], "dspark")
-SHARED = os.environ["DSPARK_SHARED"]
-MODEL = os.path.join(SHARED, "models/stories260K/stories260K.gguf")
-TMP = tempfile.mkdtemp(prefix="serve.", dir=os.environ.get("DSPARK_TMP", "/tmp"))
-SERVERS = []
-FAILS = []
-
-
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
-
-
-class Server:
-    def __init__(self, *args):
-        self.log = os.path.join(TMP, "server%d.log" % len(SERVERS))
-        self.err = open(self.log, "w")
-        cmd = [BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", *args]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err)
-        SERVERS.append(self)
-        deadline = time.time() + 120
-        while True:
-            m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(self.log).read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.p.poll() is not None or time.time() > deadline:
-                raise RuntimeError("server did not start: " + open(self.log).read())
-            time.sleep(0.05)
-
-    def conn(self, timeout=60):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, raw=None):
-        c = self.conn()
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data is not None else {})
-        r = c.getresponse()
-        b = r.read()
-        c.close()
-        return r.status, b
-
-    def post(self, path, body=None, raw=None):
-        st, b = self.request("POST", path, body, raw)
-        try:
-            return st, json.loads(b)
-        except ValueError:
-            return st, {"unparsable": b.decode("utf-8", "replace")}
-
-    def stream(self, path, body):
-        """Returns (events as parsed JSON, saw [DONE])."""
-        c = self.conn()
-        c.request("POST", path, body=json.dumps(dict(body, stream=True)).encode(), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        check(r.status == 200 and r.getheader("Content-Type", "").startswith("text/event-stream"), "stream status/type %d %s" % (r.status, r.getheader("Content-Type")))
-        events, done = [], False
-        for line in r:
-            line = line.decode().rstrip("\n")
-            if not line.startswith("data: "):
-                continue
-            if line == "data: [DONE]":
-                done = True
-                continue
-            check(not done, "an event after [DONE]")
-            events.append(json.loads(line[6:]))
-        c.close()
-        return events, done
-
-    def metrics(self):
-        st, b = self.request("GET", "/metrics")
-        check(st == 200, "/metrics status %d" % st)
-        out = {}
-        for line in b.decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        self.p.send_signal(sig)
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-
-def cleanup():
-    for s in SERVERS:
-        if s.p.poll() is None:
-            s.p.kill()
-            s.p.wait()
-    shutil.rmtree(TMP, ignore_errors=True)
-
-
-atexit.register(cleanup)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import BIN, FAILS, MODEL, SHARED, TMP, Server, check  # noqa: E402
 
 
 def generate(prompt, n, *extra):

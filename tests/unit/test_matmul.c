@@ -19,6 +19,7 @@
 #include "base/threads.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "kernels/simd.h"
 
 static const char *const k_isas[] = {"avx512", "avx2", "scalar"};
 #define N_ISAS 3
@@ -287,7 +288,7 @@ static void test_force_isa(void **state) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         assert_int_equal(ds_matmul_force_isa("avx512"), 1);
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && ds_cpu_has_f16c())
         assert_int_equal(ds_matmul_force_isa("avx2"), 1);
     restore_isa();
 }
@@ -536,7 +537,7 @@ __attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h) { return 
 
 static void test_f16_vs_hardware(void **state) {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("f16c")) {
+    if (!ds_cpu_has_f16c()) {
         print_message("(no F16C: skipped)\n");
         return;
     }

@@ -1,0 +1,35 @@
+// The HTTP request body parser of dspark serve (src/serve/request.c) with the committed tiny target
+// and its tokenizer (fixtures/target). Byte 0 picks /v1/completions or /v1/chat/completions; the
+// rest is the body. A parsed request's stop strings are then applied to a sample text.
+#include "fuzz.h"
+#include "serve/serve.h"
+
+static ds_model *g_model;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    const ds_model_params mp = {.n_threads = 1};
+    if (ds_model_load(fuzz_fixture("target"), &mp, &g_model) != DS_OK) {
+        fprintf(stderr, "fuzz_request: %s\n", ds_last_error());
+        abort();
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    char *body = malloc(size); // NUL-terminated copy, as the server hands it over
+    if (!body) return 0;
+    memcpy(body, data + 1, size - 1);
+    body[size - 1] = 0;
+    ds_oa_request r;
+    const char *param = NULL;
+    if (ds_oa_parse(body, size - 1, data[0] & 1, g_model, &r, &param) == DS_OK) {
+        static const char text[] = "Once upon a time, there was a little girl. The end.";
+        ds_stop_find(text, sizeof text - 1, 0, r.stops, r.n_stops);
+        ds_stop_find(text, sizeof text - 1, 10, r.stops, r.n_stops);
+        ds_stop_holdback(text, sizeof text - 1, r.stops, r.n_stops);
+        ds_oa_request_free(&r);
+    }
+    free(body);
+    return 0;
+}
