@@ -18,7 +18,8 @@
 // each; the decode step it is compared with is one plain decoding step of the same R sequences.
 // Within a repeat every measurement is taken back to back (step, then each drafter), so each ratio
 // comes from one repeat's pair; the lines give median, min and max over the repeats. The LM head
-// term of the round is also timed alone (lm_head_ms). --draft-vocab K > 0 restricts the drafter's
+// term of the round is also timed alone (lm_head_ms); rest_ms = round - append - LM head (the block
+// forward through the draft layers, norms and the Markov walk). --draft-vocab K > 0 restricts the drafter's
 // LM head and Markov head to K token ids (ds_drafter_set_vocab; here the first K ids, which costs
 // the same as any K).
 // Models go to build/bench-models/ (about 3.2 GB for the target, 4.7 GB for the bf16 drafter, 2.6 /
@@ -361,9 +362,9 @@ int main(int argc, char **argv) {
         const double bw = bench_read_bandwidth(th);
         for (int ri = 0; ri < nR; ri++) {
             const int r = R[ri];
-            series step, head, full_step, round[16], app[16], dhead[16], ratio[16], ratio_bw[16];
+            series step, head, full_step, round[16], app[16], dhead[16], rest[16], ratio[16], ratio_bw[16];
             step.n = head.n = full_step.n = 0;
-            for (int i = 0; i < 16; i++) round[i].n = app[i].n = dhead[i].n = ratio[i].n = ratio_bw[i].n = 0;
+            for (int i = 0; i < 16; i++) round[i].n = app[i].n = dhead[i].n = rest[i].n = ratio[i].n = ratio_bw[i].n = 0;
             target_step(&tb, r); // warm up every path once
             for (int i = 0; i < nd; i++) draft_round(&db[i], r, &(double){0});
             for (int rep = 0; rep < repeats; rep++) {
@@ -377,7 +378,9 @@ int main(int argc, char **argv) {
                     const double tr = draft_round(&db[i], r, &ta);
                     series_add(&round[i], tr);
                     series_add(&app[i], ta);
-                    series_add(&dhead[i], draft_head(&db[i], r));
+                    const double tl = draft_head(&db[i], r);
+                    series_add(&dhead[i], tl);
+                    series_add(&rest[i], tr - ta - tl);
                     series_add(&ratio[i], tr / tf);
                     series_add(&ratio_bw[i], tr / (full_bytes / bw));
                 }
@@ -398,6 +401,7 @@ int main(int argc, char **argv) {
                 series_print("round_ms", &round[i], 1e3);
                 series_print("append_ms", &app[i], 1e3);
                 series_print("lm_head_ms", &dhead[i], 1e3);
+                series_print("rest_ms", &rest[i], 1e3);
                 series_print("round_over_step", &ratio[i], 1);
                 series_print("round_over_bw_step", &ratio_bw[i], 1);
                 printf("}\n");
