@@ -56,6 +56,7 @@ int cmd_datagen(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_draft_vocab(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_inflate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

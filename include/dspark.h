@@ -288,6 +288,17 @@ int ds_drafter_calibration(const ds_drafter *d, const float **temps); // returns
 // The calibration run's realized prefix acceptance per slot (the fraction of rounds that accepted
 // slots 1..k), the scheduler's prior; returns how many positions (0 = none recorded).
 int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept);
+// Draft vocabulary: restrict what the drafter can propose to n token ids (e.g. the target's most
+// frequent tokens), so that its LM head and Markov head cost n/vocab of the full product. Every
+// other token gets logit -inf (draft probability 0), so decoding stays lossless; only acceptance
+// can change. ids need not be sorted (duplicates are an error); n = 0 restores the full
+// vocabulary. Loaded from draft_vocab.json ({"token_ids": [...]}) in the drafter's directory when
+// present. Set it before drafting (states and batches adapt on their next round).
+ds_status ds_drafter_set_vocab(ds_drafter *d, const int32_t *ids, int n);
+// The number of ids the drafter can propose (the vocabulary size when unrestricted).
+int ds_drafter_vocab_size(const ds_drafter *d);
+// Write draft_vocab.json into the drafter directory `dir` (atomically): the given ids.
+ds_status ds_drafter_save_vocab(const char *dir, const int32_t *ids, int n);
 // The identity of a target as drafters record it: "<name>:<16 hex digits>", a hash of the
 // architecture and a fixed sample of every tensor's bytes (fast on any model size).
 void ds_model_target_id(const ds_model *m, char *out, size_t cap);

@@ -59,6 +59,13 @@ struct ds_drafter {
     int n_calib;
     float accept_prior[64]; // realized prefix acceptance per slot in the calibration run (calibration.json)
     int n_accept_prior;
+    // Draft vocabulary (vocab.c): when n_vocab < V, the LM head and the Markov head score only the
+    // ids in vocab_ids, through copies of their rows; every other logit is -inf (never drafted, q = 0).
+    int n_vocab;          // V when unrestricted
+    int32_t *vocab_ids;   // (n_vocab) strictly increasing token ids, or NULL
+    ds_weight vocab_head; // (n_vocab, H) lm_head rows of vocab_ids
+    ds_weight vocab_w2;   // (n_vocab, r) markov_w2 rows of vocab_ids (r > 0)
+    void *vocab_bufs[6];  // the copies' allocations
     char arch[32], markov_name[16], target_id[160], warning[512];
     float *owned;         // every f32 vector, one allocation
     size_t owned_used, owned_cap;
@@ -79,6 +86,8 @@ typedef struct {
     float *hb;      // (cap_rows, F)
     float *hb2;     // (cap_rows, F)
     float *rcos, *rsin; // (cap_rows, hd / 2)
+    float *u;       // (cap_rows, u_cols) LM head scores over a draft vocabulary of u_cols ids
+    int u_cols;
     float *scratch; // (n_procs, matmul tile) widening scratch
 } ds_draft_bufs;
 
@@ -96,5 +105,9 @@ struct ds_draft_state {
     float *probs;   // (V) processed distribution of one slot
     void *sscratch; // sampler scratch for V
 };
+
+// draft_vocab.json in the drafter's directory, if present (vocab.c; called by ds_drafter_load).
+ds_status ds_drafter_load_vocab(ds_drafter *d, const char *dir);
+void ds_drafter_vocab_free(ds_drafter *d);
 
 #endif

@@ -25,6 +25,14 @@
 
 // Size b for `rows` rows (grows; frees nothing on failure).
 static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
+    const int u_cols = d->n_vocab < d->V ? d->n_vocab : 0; // scores over a draft vocabulary
+    if (rows < b->cap_rows) rows = b->cap_rows;
+    if (u_cols != b->u_cols || (u_cols && rows > b->cap_rows)) {
+        float *u = realloc(b->u, sizeof(float) * (size_t)rows * (size_t)(u_cols ? u_cols : 1));
+        if (!u) return ds_fail(DS_ERR_NOMEM, "out of memory for a draft block of %d rows", rows);
+        b->u = u;
+        b->u_cols = u_cols;
+    }
     if (rows <= b->cap_rows) return DS_OK;
     const size_t wide = (size_t)(d->T * d->H > d->H ? d->T * d->H : d->H);
     const size_t qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd, r = (size_t)rows;
@@ -50,7 +58,7 @@ static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
 }
 
 static void bufs_free(ds_draft_bufs *b) {
-    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch};
+    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch, b->u};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     memset(b, 0, sizeof *b);
 }
@@ -315,7 +323,13 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         }
         break;
     }
-    // logits += W2 · v (s->probs is free until the slot is sampled)
+    // logits += W2 · v (s->probs is free until the slot is sampled); over a draft vocabulary only
+    // its rows, added at their ids (the others stay -inf)
+    if (d->n_vocab < d->V) {
+        ds_matmul(s->probs, v, &d->vocab_w2, 1, s->b.scratch);
+        for (int j = 0; j < d->n_vocab; j++) logits[d->vocab_ids[j]] += s->probs[j];
+        return;
+    }
     ds_matmul(s->probs, v, &d->markov_w2, 1, s->b.scratch);
     ds_add(logits, s->probs, d->V);
 }
@@ -382,13 +396,28 @@ static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_s
     return DS_OK;
 }
 
-// U = h · lm_headᵀ for n rows (Gemma: softcap tanh(U/c)·c).
-static ds_status output_logits(const ds_drafter *d, ds_draft_bufs *b, const float *h, int n, float *logits) {
-    ds_matmul(logits, h, &d->lm_head, n, b->scratch);
-    if (!ds_all_finite(logits, (size_t)n * d->V)) // (before the softcap, which makes inf finite)
-        return ds_fail(DS_ERR_FORMAT, "the drafter computed NaN or infinite logits (its weights hold NaN/Inf values)");
+// Gemma's final softcap tanh(U/c)·c over n values.
+static void softcap(const ds_drafter *d, float *u, size_t n) {
     if (d->softcap > 0)
-        for (size_t i = 0; i < (size_t)n * d->V; i++) logits[i] = tanhf(logits[i] / d->softcap) * d->softcap;
+        for (size_t i = 0; i < n; i++) u[i] = tanhf(u[i] / d->softcap) * d->softcap;
+}
+
+// U = h · lm_headᵀ for n rows (Gemma: softcapped). With a draft vocabulary only its rows are
+// computed (into b->u) and scattered to their ids; every other logit is -inf.
+static ds_status output_logits(const ds_drafter *d, ds_draft_bufs *b, const float *h, int n, float *logits) {
+    const int V = d->V, K = d->n_vocab;
+    float *u = K >= V ? logits : b->u;
+    ds_matmul(u, h, K >= V ? &d->lm_head : &d->vocab_head, n, b->scratch);
+    if (!ds_all_finite(u, (size_t)n * (K >= V ? V : K))) // (before the softcap, which makes inf finite)
+        return ds_fail(DS_ERR_FORMAT, "the drafter computed NaN or infinite logits (its weights hold NaN/Inf values)");
+    softcap(d, u, (size_t)n * (K >= V ? V : K));
+    if (K >= V) return DS_OK;
+    for (int i = 0; i < n; i++) {
+        float *l = logits + (size_t)i * V;
+        const float *ui = b->u + (size_t)i * K;
+        for (int t = 0; t < V; t++) l[t] = -INFINITY;
+        for (int j = 0; j < K; j++) l[d->vocab_ids[j]] = ui[j];
+    }
     return DS_OK;
 }
 

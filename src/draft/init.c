@@ -90,15 +90,37 @@ static void embed_table(const ds_model *t, const draft_shape *g, float *e) {
     }
 }
 
-// Tensors to write, in f32 until the end (then converted if the checkpoint is bf16).
+// Tensors to write. Each is filled in f32 and converted to the checkpoint's dtype (in place) as soon
+// as the next one starts, so a bf16 drafter of a large target needs about its own size in memory
+// plus one f32 tensor, not the f32 checkpoint and its bf16 copy.
 #define DS_INIT_MAX_TENSORS 4096
 typedef struct {
     char *names[DS_INIT_MAX_TENSORS];
-    float *data[DS_INIT_MAX_TENSORS];
+    float *data[DS_INIT_MAX_TENSORS]; // f32 while filled; then, for a BF16 checkpoint, bf16 values
     int rows[DS_INIT_MAX_TENSORS], cols[DS_INIT_MAX_TENSORS]; // cols 0: a vector of `rows`
-    int n;
+    int n, n_sealed; // tensors [0, n_sealed) are already in `dtype`
+    ds_dtype dtype;
     ds_rng rng;
 } builder;
+
+// Convert every filled tensor not yet converted to the checkpoint's dtype, in place (bf16 value k
+// overwrites bytes 2k..2k+1, inside f32 value k/2, already converted), and give back the freed half.
+static void seal(builder *b) {
+    for (; b->n_sealed < b->n; b->n_sealed++) {
+        const int i = b->n_sealed;
+        if (b->dtype != DS_BF16) continue;
+        const size_t n = (size_t)b->rows[i] * (b->cols[i] ? b->cols[i] : 1);
+        char *bytes = (char *)b->data[i];
+        for (size_t k = 0; k < n; k += 1024) { // through a buffer: no float/uint16 aliasing
+            uint16_t h[1024];
+            const size_t m = n - k < 1024 ? n - k : 1024;
+            for (size_t j = 0; j < m; j++) h[j] = ds_f32_to_bf16(b->data[i][k + j]);
+            memcpy(bytes + k * sizeof(uint16_t), h, m * sizeof(uint16_t)); // over values < k + m, all read
+        }
+        float *shrunk = realloc(b->data[i], n * sizeof(uint16_t) + 2);
+        if (shrunk) b->data[i] = shrunk;
+    }
+}
 
 static void builder_free(builder *b) {
     for (int i = 0; i < b->n; i++) {
@@ -115,6 +137,7 @@ static float *tensor(builder *b, const char *name, int rows, int cols, ds_status
         *st = ds_fail(DS_ERR_INVALID, "too many draft layers");
         return NULL;
     }
+    seal(b); // the previous tensors are complete
     const size_t n = (size_t)rows * (cols ? cols : 1);
     float *f = calloc(n ? n : 1, sizeof(float));
     char *nm = strdup(name);
@@ -154,28 +177,17 @@ static float *ones(builder *b, const char *name, int n, ds_status *st) {
     return f;
 }
 
-// Write the collected tensors to `dir`/model.safetensors in `dtype`.
-static ds_status write_tensors(const builder *b, ds_dtype dtype, const char *dir) {
+// Write the collected tensors to `dir`/model.safetensors in the builder's dtype.
+static ds_status write_tensors(builder *b, const char *dir) {
+    seal(b);
     ds_st_writer *w = ds_st_writer_new();
     if (!w) return DS_ERR_NOMEM;
-    uint16_t *half[DS_INIT_MAX_TENSORS] = {0};
     ds_status st = ds_st_writer_set_metadata(w, "format", "pt");
     for (int i = 0; i < b->n && !st; i++) {
-        const size_t n = (size_t)b->rows[i] * (b->cols[i] ? b->cols[i] : 1);
-        const void *data = b->data[i];
-        if (dtype == DS_BF16) {
-            if (!(half[i] = malloc(n * sizeof(uint16_t)))) {
-                st = ds_fail(DS_ERR_NOMEM, "out of memory");
-                break;
-            }
-            for (size_t k = 0; k < n; k++) half[i][k] = ds_f32_to_bf16(b->data[i][k]);
-            data = half[i];
-        }
         const int64_t shape[2] = {b->rows[i], b->cols[i]};
-        st = ds_st_writer_add(w, b->names[i], dtype, b->cols[i] ? 2 : 1, shape, data);
+        st = ds_st_writer_add(w, b->names[i], b->dtype, b->cols[i] ? 2 : 1, shape, b->data[i]);
     }
     if (!st) st = ds_st_writer_write_dir(w, dir, 0);
-    for (int i = 0; i < b->n; i++) free(half[i]);
     ds_st_writer_free(w);
     return st;
 }
@@ -343,11 +355,12 @@ ds_status ds_drafter_init_write(const ds_model *t, const ds_drafter_init_params 
         return DS_ERR_NOMEM;
     }
     b->rng = ds_rng_init(p.seed, 0x696e6974); // "init"
+    b->dtype = p.dtype;
     const int mask = in->unk_id >= 0 ? in->unk_id : in->vocab_size - 1;
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", tmp);
     ds_status st = build(t, &p, &g, T, r, b);
-    if (!st) st = write_tensors(b, p.dtype, tmp);
+    if (!st) st = write_tensors(b, tmp);
     if (!st) st = write_config(t, &p, &g, taps, T, r, mask, in->unk_id >= 0 ? "unk" : "last_id", cfg);
     if (st) ds_atomic_dir_abort(tmp);
     else st = ds_atomic_dir_commit(tmp, dir);

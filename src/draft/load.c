@@ -100,6 +100,7 @@ void ds_drafter_free(ds_drafter *d) {
     if (!d) return;
     ds_st_close(d->st);
     ds_quant_config_free(&d->quant);
+    ds_drafter_vocab_free(d);
     free(d->layers);
     free(d->owned);
     free(d);
@@ -494,7 +495,8 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     in->hidden = d->H;
     in->vocab = d->V;
     in->target_id = d->target_id;
-    if ((st = load_calibration(d, dir))) goto fail;
+    d->n_vocab = d->V;
+    if ((st = load_calibration(d, dir)) || (st = ds_drafter_load_vocab(d, dir))) goto fail;
     *out = d;
     return DS_OK;
 fail:

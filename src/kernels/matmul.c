@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/half.h"
@@ -177,6 +178,34 @@ size_t ds_weight_bytes(const ds_weight *w) {
 size_t ds_weight_data_bytes(const ds_weight *w) {
     if (ds_weight_bits(w)) return (size_t)w->rows * (size_t)w->cols * (size_t)ds_weight_bits(w) / 8;
     return ds_weight_bytes(w);
+}
+
+int ds_weight_select_rows(const ds_weight *w, const int32_t *ids, int n, ds_weight *out, void *bufs[3]) {
+    const size_t rows = (size_t)(w->rows > 0 ? w->rows : 1);
+    // Bytes per row of the data and (affine) of the scales and of the biases.
+    const size_t dbytes = (ds_weight_bits(w) ? ds_weight_data_bytes(w) : ds_weight_bytes(w)) / rows;
+    const size_t sbytes = ds_weight_bits(w) ? (size_t)(w->cols / w->group_size) * (w->scale_type == DS_F32 ? 4 : 2) : 0;
+    const void *src[3] = {w->data, w->scales, w->biases};
+    const size_t rb[3] = {dbytes, sbytes, sbytes};
+    bufs[0] = bufs[1] = bufs[2] = NULL;
+    for (int k = 0; k < 3; k++) {
+        if (!rb[k]) continue;
+        if (!(bufs[k] = malloc(rb[k] * (size_t)(n > 0 ? n : 1)))) {
+            for (int j = 0; j < k; j++) free(bufs[j]);
+            bufs[0] = bufs[1] = bufs[2] = NULL;
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            memcpy((char *)bufs[k] + (size_t)i * rb[k], (const char *)src[k] + (size_t)ids[i] * rb[k], rb[k]);
+    }
+    *out = *w;
+    out->rows = n;
+    out->data = bufs[0];
+    if (sbytes) {
+        out->scales = bufs[1];
+        out->biases = bufs[2];
+    }
+    return 0;
 }
 
 // xp: BF16, the input packed by the ISA's pack (or NULL: the kernel packs segment by segment).

@@ -47,6 +47,11 @@ void ds_matmul_set_gemm_min_rows(int n);
 // The value set (0 = the defaults).
 int ds_matmul_gemm_min_rows_setting(void);
 
+// Rows ids[0..n-1] of w (each in 0..rows-1) copied, in that order, into a new weight *out of the same
+// type and layout (affine: the packed rows and their scales and biases). bufs[0..2] get the
+// allocations to free (unused ones NULL). Returns 0, or -1 when out of memory (nothing allocated).
+int ds_weight_select_rows(const ds_weight *w, const int32_t *ids, int n, ds_weight *out, void *bufs[3]);
+
 // Rows `first .. first+n-1` of w as f32 (embedding lookup): out (n, cols).
 void ds_weight_rows_f32(const ds_weight *w, int first, int n, float *out);
 // Row `r` of w as f32.

@@ -142,6 +142,43 @@ ds_status ds_data_get(const ds_data *d, size_t i, const int32_t **tokens, int *n
     return DS_OK;
 }
 
+typedef struct {
+    size_t count;
+    int32_t id;
+} token_count;
+
+static int by_count(const void *a, const void *b) { // most frequent first; ties: the lower id
+    const token_count *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+ds_status ds_data_top_tokens(const ds_data *d, int k, int32_t *ids, int *n_out, size_t *covered, size_t *total) {
+    if (k < 1) return ds_fail(DS_ERR_INVALID, "%s: asked for %d most frequent tokens", d->mf.path, k);
+    const size_t V = (size_t)d->vocab;
+    token_count *c = malloc(sizeof *c * V);
+    if (!c) return ds_fail(DS_ERR_NOMEM, "out of memory counting tokens");
+    for (size_t v = 0; v < V; v++) c[v] = (token_count){0, (int32_t)v};
+    *total = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        const int32_t *t;
+        int n, np;
+        ds_data_get(d, i, &t, &n, &np);
+        for (int j = np; j < n; j++) c[t[j]].count++; // ids < vocab: validated at open
+        *total += (size_t)(n - np);
+    }
+    qsort(c, V, sizeof *c, by_count);
+    const int m = (size_t)k < V ? k : (int)V;
+    *covered = 0;
+    for (int i = 0; i < m; i++) {
+        ids[i] = c[i].id;
+        *covered += c[i].count;
+    }
+    *n_out = m;
+    free(c);
+    return DS_OK;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing
 

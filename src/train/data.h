@@ -64,6 +64,12 @@ size_t ds_data_total_tokens(const ds_data *d);
 // many leading tokens are prompt (loss mask 0). An out-of-range i is DS_ERR_INVALID.
 ds_status ds_data_get(const ds_data *d, size_t i, const int32_t **tokens, int *n_tokens, int *n_prompt);
 
+// The k most frequent token ids among the response tokens (those after each sequence's prompt) of
+// the data, most frequent first (ties: the lower id first), into ids (k); *covered gets how many
+// response tokens they account for and *total how many there are. k larger than the vocabulary
+// is clamped (*n_out = the ids written).
+ds_status ds_data_top_tokens(const ds_data *d, int k, int32_t *ids, int *n_out, size_t *covered, size_t *total);
+
 // ---------------------------------------------------------------------------------------------
 // Writing
 

@@ -1,5 +1,5 @@
-// Unit-test helper: stories260K (from $DSPARK_SHARED, or ../shared) on one thread, and a fresh
-// drafter paired with it.
+// Unit-test helper: stories260K (from $DSPARK_SHARED, or ../shared) on one thread, a fresh drafter
+// paired with it, and draft contexts from real target taps.
 #ifndef DS_TESTS_STORIES_H
 #define DS_TESTS_STORIES_H
 
@@ -42,6 +42,30 @@ static inline int stories_load_with_drafter(const char *tag, int n_layers, uint6
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
+}
+
+// A draft context of n (<= 64) rows for d: the tap rows of a real forward of m over the tokens
+// (i * 37 + seed * 11 + 1) % 512, appended to a fresh draft state of 128 rows; NULL on failure.
+static inline ds_draft_state *stories_draft_context(ds_model *m, const ds_drafter *d, int n, int seed) {
+    const ds_drafter_info *di = ds_drafter_get_info(d);
+    int32_t tok[64];
+    for (int i = 0; i < n && i < 64; i++) tok[i] = (int32_t)((i * 37 + seed * 11 + 1) % 512);
+    float *taps = malloc(sizeof(float) * (size_t)n * di->n_taps * di->hidden);
+    ds_kv *kv = NULL;
+    ds_workspace *ws = NULL;
+    ds_draft_state *s = NULL;
+    ds_forward_seq f = {.tokens = tok, .n_tokens = n, .tap_layers = di->tap_layers, .n_taps = di->n_taps, .taps = taps};
+    int ok = n <= 64 && taps && !ds_kv_init(m, 64, &kv) && !ds_workspace_init(m, &ws);
+    f.kv = kv;
+    ok = ok && !ds_model_forward(m, ws, &f, 1) && !ds_draft_state_init(d, 128, &s) && !ds_drafter_append(d, s, taps, n);
+    if (!ok) {
+        ds_draft_state_free(s);
+        s = NULL;
+    }
+    ds_kv_free(kv);
+    ds_workspace_free(ws);
+    free(taps);
+    return s;
 }
 
 #endif

@@ -30,23 +30,8 @@ static int teardown(void **state) {
 
 // Context for sequence r: tap rows of a real target forward over n tokens.
 static ds_draft_state *context(int n, int seed) {
-    const ds_drafter_info *di = ds_drafter_get_info(g_d);
-    int32_t tok[64];
-    for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 37 + seed * 11 + 1) % 512);
-    float *taps = malloc(sizeof(float) * (size_t)n * di->n_taps * di->hidden);
-    ds_kv *kv;
-    ds_workspace *ws;
-    ds_draft_state *s;
-    assert_int_equal(ds_kv_init(g_m, 64, &kv), DS_OK);
-    assert_int_equal(ds_workspace_init(g_m, &ws), DS_OK);
-    ds_forward_seq f = {.kv = kv, .tokens = tok, .n_tokens = n, .tap_layers = di->tap_layers, .n_taps = di->n_taps,
-                        .taps = taps};
-    assert_int_equal(ds_model_forward(g_m, ws, &f, 1), DS_OK);
-    assert_int_equal(ds_draft_state_init(g_d, 128, &s), DS_OK);
-    assert_int_equal(ds_drafter_append(g_d, s, taps, n), DS_OK);
-    ds_kv_free(kv);
-    ds_workspace_free(ws);
-    free(taps);
+    ds_draft_state *s = stories_draft_context(g_m, g_d, n, seed);
+    assert_non_null(s);
     return s;
 }
 
