@@ -26,6 +26,7 @@ static void chat_usage(FILE *f) {
             "  --system TEXT      a system message at the start of the conversation\n"
             "  -n, --n-predict N  most tokens per reply (default 256)\n"
             "  --temp T, --top-k K, --top-p P, --min-p M, --seed S   sampling (default greedy)\n"
+            "  --verify coupled|residual  how sampled drafts are verified (default coupled)\n"
             "  -t, --threads N    threads (default: all cores)\n"
             "  -d, --drafter DIR  a DeepSpec drafter paired with the model\n"
             "  --spec KIND, --draft-max K, --conf-threshold C, --schedule S, --costs FILE, --ngram N\n"

@@ -129,6 +129,10 @@ int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp) {
     } else if (!strcmp(o, "--min-p")) {
         if (!cli_parse_float(v, 0, 1, &f)) return -cli_usage_error("--min-p expects [0, 1], got '%s'", v);
         sp->min_p = (float)f;
+    } else if (!strcmp(o, "--verify")) {
+        if (!strcmp(v, "coupled")) sp->verify = DS_VERIFY_COUPLED;
+        else if (!strcmp(v, "residual")) sp->verify = DS_VERIFY_RESIDUAL;
+        else return -cli_usage_error("--verify expects coupled or residual, got '%s'", v);
     } else {
         return 0;
     }

@@ -28,6 +28,8 @@ static void gen_usage(FILE *f) {
             "  --top-p P          nucleus sampling mass (1 = off)\n"
             "  --min-p M          drop tokens below M x the top probability (0 = off)\n"
             "  --seed S           random seed (default 0)\n"
+            "  --verify RULE      coupled (default: the text of --spec none with this seed, whatever the\n"
+            "                     drafter) | residual (min(1, p/q) acceptance, residual resampling)\n"
             "  -t, --threads N    threads (default: all cores)\n"
             "  -d, --drafter DIR  a DeepSpec drafter (DSpark or DFlash) paired with the model\n"
             "  --spec KIND        none | dspark | ngram (default: dspark with -d, else none)\n"

@@ -24,6 +24,9 @@ static void serve_usage(FILE *f) {
             "                         default: auto with -d, else none)\n"
             "  --spec KIND            none | dspark | ngram (default: dspark with -d, else none)\n"
             "  --draft-max K, --conf-threshold C, --costs FILE, --ngram N   as for dspark generate\n"
+            "  --verify RULE          coupled | residual: how sampled drafts are verified when a request\n"
+            "                         does not say (\"verify\"); coupled (default): a seeded request gives\n"
+            "                         the text of generate --seed --spec none whatever the drafter and load\n"
             "  --name NAME            the model id reported by /v1/models (default: the model's name)\n"
             "  --drain-timeout S      seconds to let running requests finish on SIGINT/SIGTERM (default 30)\n"
             "  -t, --threads N        threads (default: all cores)\n"
@@ -67,7 +70,11 @@ int cmd_serve(int argc, char **argv) {
         if (!r) r = cli_run_option(o, v, &model, &drafter, &threads, NULL);
         if (r < 0) return -r;
         if (r) continue;
-        if (!strcmp(o, "--host")) sp.host = v;
+        if (!strcmp(o, "--verify")) {
+            ds_sampler_params tmp = ds_sampler_default();
+            if ((r = cli_sampling_option(o, v, &tmp)) < 0) return -r;
+            sp.verify = tmp.verify;
+        } else if (!strcmp(o, "--host")) sp.host = v;
         else if (!strcmp(o, "--name")) sp.model_name = v;
         else if (!strcmp(o, "--port")) {
             if (!cli_parse_int(v, 0, 65535, &port)) return cli_usage_error("--port expects 0..65535, got '%s'", v);

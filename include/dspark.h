@@ -210,11 +210,27 @@ int ds_chat_eot(const ds_tokenizer *t);
 // ---------------------------------------------------------------------------------------------
 // Sampling
 
+// How sampled tokens are drawn and drafts verified (greedy decoding is the same under both):
+//   COUPLED:  the token at position t is the target's own draw from p_t with noise keyed by
+//             (seed, t) (ds_sample_coupled); the drafter proposes with the same noise on q_t, and a
+//             draft is accepted iff it equals the target's draw. The output is a function of (seed,
+//             target, prompt, sampling parameters) alone: the same with any drafter, schedule, batch
+//             or thread count, and the text of plain decoding with that seed.
+//   RESIDUAL: the standard rule: accept d_k with probability min(1, p/q), resample from
+//             normalize(max(p - q, 0)) at the first rejection, draws taken in order from one stream
+//             (which draws a token consumes depends on how many drafts were verified).
+// Both sample exactly from the target's processed distribution.
+typedef enum {
+    DS_VERIFY_COUPLED = 0, // the default
+    DS_VERIFY_RESIDUAL,
+} ds_verify_rule;
+
 typedef struct {
     float temperature; // 0 = greedy (argmax, lowest id on ties)
     int top_k;         // 0 = off
     float top_p;       // 1 = off
     float min_p;       // 0 = off
+    ds_verify_rule verify; // how tokens are drawn and drafts verified (DS_VERIFY_COUPLED)
 } ds_sampler_params;
 
 ds_sampler_params ds_sampler_default(void);
@@ -238,6 +254,13 @@ size_t ds_sampler_scratch_size(int n);
 ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch);
 // Draw from a probability vector (sums to 1 up to rounding).
 int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng);
+// The coupled draw at sequence position `pos`: argmin over tokens with probs[i] > 0 of
+// E_i / probs[i], E_i = -log(1 - u_i) exponential noise with u_i draw i of the stream
+// (rng->seed, DS_RNG_POSITION | pos) (the exponential race, equivalent to Gumbel-max: token i wins
+// with probability probs[i]). A pure function of (probs, seed, pos): rng's own stream and counter
+// are neither used nor advanced.
+#define DS_RNG_POSITION (1ull << 63)
+int32_t ds_sample_coupled(const float *probs, int n, const ds_rng *rng, int64_t pos);
 int32_t ds_argmax(const float *x, int n);
 
 
@@ -291,9 +314,10 @@ ds_status ds_draft_state_truncate(ds_draft_state *s, int len);
 ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n);
 // Draft n_slots (<= block_size) tokens after `anchor` (the last committed token, at position
 // ds_draft_state_len): the block forward, then the Markov walk (greedy at temperature 0, else
-// sampled from the processed distribution with `rng`). Writes tokens (n_slots), the raw per-slot
-// logits (n_slots, vocab) that verification turns into q, and confidences (n_slots; NaN without
-// a confidence head).
+// sampled from the processed distribution with `rng`: slot k is position len + 1 + k, drawn with
+// ds_sample_coupled there under DS_VERIFY_COUPLED, from rng's stream in order under RESIDUAL).
+// Writes tokens (n_slots), the raw per-slot logits (n_slots, vocab) that verification turns into q,
+// and confidences (n_slots; NaN without a confidence head).
 ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
                            const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf);
 
@@ -332,8 +356,9 @@ ds_status ds_drafter_init_write(const ds_model *target, const ds_drafter_init_pa
 // ---------------------------------------------------------------------------------------------
 // Speculative decoding engine: rounds over a set of sequences (single-request generation is the
 // engine with one sequence). Each round: draft per sequence, ONE target forward over every
-// sequence's verification rows, verify (greedy: exact match; sampled: min(1, p/q) with residual
-// resampling and a bonus token), commit, roll the target KV cache back, feed taps to the drafter.
+// sequence's verification rows, verify (greedy: exact match; sampled: ds_verify_rule, coupled by
+// default, or min(1, p/q) with residual resampling; then a bonus token), commit, roll the target
+// KV cache back, feed taps to the drafter.
 
 typedef enum {
     DS_SPEC_NONE = 0, // plain autoregressive decoding (every round verifies zero drafts)

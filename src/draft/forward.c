@@ -334,7 +334,8 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
         } else {
             ds_status st = ds_probs_process(sp, lk, V, s->probs, s->sscratch);
             if (st) return st;
-            tokens[k] = ds_sample_probs(s->probs, V, rng);
+            tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->len + 1 + k)
+                                                        : ds_sample_probs(s->probs, V, rng);
         }
         prev = tokens[k];
     }

@@ -38,11 +38,12 @@ ds_rng ds_rng_init(uint64_t seed, uint64_t stream) {
 
 // Draw i of stream (seed, stream) = mix(mix(seed ^ mix(stream)) + i·φ): a pure function of the
 // triple, so a draw never depends on threads or on what else was drawn elsewhere.
-double ds_rng_uniform(ds_rng *r) {
-    const uint64_t key = mix64(r->seed ^ mix64(r->stream + 0x632be59bd9b4e019ULL));
-    const uint64_t x = mix64(key + (r->counter++ + 1) * 0x9e3779b97f4a7c15ULL);
-    return (double)(x >> 11) * 0x1.0p-53;
+static uint64_t stream_key(uint64_t seed, uint64_t stream) { return mix64(seed ^ mix64(stream + 0x632be59bd9b4e019ULL)); }
+static double draw_at(uint64_t key, uint64_t i) {
+    return (double)(mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
 }
+
+double ds_rng_uniform(ds_rng *r) { return draw_at(stream_key(r->seed, r->stream), r->counter++); }
 
 // ---- processing ----------------------------------------------------------------------------------
 
@@ -161,6 +162,21 @@ ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int 
     for (int i = 0; i < cut; i++) probs[idx[i]] = (float)(vals[i] / mass);
     if (!scratch) free(idx);
     return DS_OK;
+}
+
+int32_t ds_sample_coupled(const float *probs, int n, const ds_rng *rng, int64_t pos) {
+    const uint64_t key = stream_key(rng->seed, DS_RNG_POSITION | (uint64_t)pos);
+    int32_t best = -1;
+    double best_v = 0;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue; // u_i is draw i of the position's stream whatever is skipped
+        const double v = -log1p(-draw_at(key, (uint64_t)i)) / probs[i]; // E_i / p_i, E_i ~ Exp(1)
+        if (best < 0 || v < best_v) {
+            best = i;
+            best_v = v;
+        }
+    }
+    return best >= 0 ? best : 0;
 }
 
 int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng) {

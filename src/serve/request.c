@@ -202,6 +202,14 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
         r->has_seed = 1;
         r->seed = (uint64_t)(int64_t)v;
     }
+    if ((f = field(root, "verify"))) { // dspark's own: how sampled drafts are verified
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "coupled") && strcmp(f->valuestring, "residual"))) {
+            st = bad(param, "verify", "'%s' must be \"coupled\" or \"residual\"", "verify");
+            goto out;
+        }
+        r->has_verify = 1;
+        r->sp.verify = !strcmp(f->valuestring, "residual") ? DS_VERIFY_RESIDUAL : DS_VERIFY_COUPLED;
+    }
     if ((st = get_int(root, "max_tokens", 1, 1e9, &mt, param))) goto out;
     if (chat && mt < 0 && (st = get_int(root, "max_completion_tokens", 1, 1e9, &mt, param))) goto out;
     if ((st = parse_stops(root, r, param))) goto out;

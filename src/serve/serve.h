@@ -29,6 +29,7 @@ typedef struct {
     ds_sampler_params sp;
     uint64_t seed;
     int has_seed;
+    int has_verify;          // "verify" was given ("coupled" / "residual"), else the server's default
     char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
     int n_stops;
 } ds_oa_request;
@@ -88,6 +89,7 @@ typedef struct {
     const char *model_name;       // the id /v1/models reports and responses carry
     int n_threads;                // forward-pass threads of the engine thread (0 = all cores)
     int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)
+    ds_verify_rule verify;        // requests that do not say ("verify") use this rule (default coupled)
 } ds_serve_params;
 
 typedef struct ds_server ds_server;

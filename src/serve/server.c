@@ -519,6 +519,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     const uint64_t n = ++s->next_id;
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)n);
     if (!r->oa.has_seed) r->oa.seed = s->seed_base + n * 0x9E3779B97F4A7C15ull;
+    if (!r->oa.has_verify) r->oa.sp.verify = s->p.verify;
     if (s->q_tail) s->q_tail->next = r;
     else s->q_head = r;
     s->q_tail = r;

@@ -388,7 +388,7 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     int a;
     int32_t next;
     ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
-                             e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, &s->rng, &e->vs, &a, &next);
+                             e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, &s->rng, s->n_toks, &e->vs, &a, &next);
     if (st) return st;
     if (e->observer)
         e->observer(e->observer_ctx, (int)(s - e->seqs), s->n_drafted,

@@ -14,7 +14,8 @@ static double residual(float *p, const float *q, int V) {
 }
 
 ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *d, const float *p_logits,
-                    const float *q_logits, ds_rng *rng, ds_verify_scratch *sc, int *accepted, int32_t *next) {
+                    const float *q_logits, ds_rng *rng, int64_t pos, ds_verify_scratch *sc, int *accepted,
+                    int32_t *next) {
     ds_status st;
     if (sp->temperature == 0) {
         int a = 0;
@@ -22,6 +23,16 @@ ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *
         *accepted = a;
         *next = ds_argmax(p_logits + (size_t)a * V, V);
         return DS_OK;
+    }
+    if (sp->verify == DS_VERIFY_COUPLED) { // every row's token is the target's own draw at its position
+        for (int k = 0; k <= ell; k++) {
+            if ((st = ds_probs_process(sp, p_logits + (size_t)k * V, V, sc->p, sc->sscratch))) return st;
+            const int32_t x = ds_sample_coupled(sc->p, V, rng, pos + k);
+            if (k < ell && d[k] == x) continue;
+            *accepted = k;
+            *next = x;
+            return DS_OK;
+        }
     }
     for (int k = 0; k < ell; k++) {
         if ((st = ds_probs_process(sp, p_logits + (size_t)k * V, V, sc->p, sc->sscratch))) return st;

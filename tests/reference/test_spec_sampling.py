@@ -39,6 +39,19 @@ Configurations (N = 20000 seeds each):
     i  a random HF Llama target with vocabulary 32 (EOS a few percent likely at each step, and drafted
        by its bigram drafter), T = 1: the EOS semantics
     j  ngram on the repetitive prompt, 3 tokens (two deterministic drafts), T = 1, top-k 10
+Both acceptance rules (include/dspark.h ds_verify_rule) are tested: a-j use the residual rule
+(min(1, p/q) acceptance, residual resampling, draws in order from one stream); k-q the coupled rule
+(the token at position t is the target's own draw from p_t with noise keyed by (seed, t); a draft
+is accepted iff the drafter, drawing with the same noise from q_t, proposed that token):
+    k  coupled, dspark random drafter, T = 1
+    l  coupled, gated bigram, T = 1, top-p 0.9
+    m  coupled, vanilla bigram, 3 tokens, T = 1, top-k 8, min-p 0.05
+    n  coupled, vanilla bigram, T = 1, batch 8
+    o  coupled, the random HF target (EOS likely), its bigram drafter, T = 1
+    p  coupled, ngram on the repetitive prompt, 3 tokens, T = 1, top-k 10
+    q  coupled, no speculation, T = 1 (control)
+Under the coupled rule the outcome of a seed does not depend on the drafter at all, so k, n and q
+(same prompt, parameters and seeds) must also give identical counts, outcome for outcome.
 (The bigram drafters are described at DRAFTERS.) With --gen 2 the first round drafts one token
 (the engine caps drafts at max_new - 1), so t2 is a bonus token or a plain step; only g and j
 verify a second draft slot.
@@ -121,7 +134,21 @@ CONFIGS = [
          spec="dspark", drafter="hf_bigram", temp=1.0),
     dict(key="j", name="ngram, repetitive prompt, 3 tokens, T=1 top-k 10", spec="ngram", prompt="repeat",
          temp=1.0, top_k=10, gen=3),
+    dict(key="k", name="coupled, dspark random, T=1", spec="dspark", drafter="random", temp=1.0, verify="coupled"),
+    dict(key="l", name="coupled, dspark gated bigram, T=1 top-p 0.9", spec="dspark", drafter="gated_bigram",
+         temp=1.0, top_p=0.9, prompt="want", verify="coupled"),
+    dict(key="m", name="coupled, dspark vanilla bigram, 3 tokens, T=1 top-k 8 min-p 0.05", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, top_k=8, min_p=0.05, gen=3, verify="coupled"),
+    dict(key="n", name="coupled, dspark vanilla bigram, T=1, batch 8", spec="dspark", drafter="vanilla_bigram",
+         temp=1.0, batch=8, verify="coupled"),
+    dict(key="o", name="coupled, random HF target (EOS likely), dspark bigram, T=1", target="hf", prompt="hf",
+         spec="dspark", drafter="hf_bigram", temp=1.0, verify="coupled"),
+    dict(key="p", name="coupled, ngram, repetitive prompt, 3 tokens, T=1 top-k 10", spec="ngram", prompt="repeat",
+         temp=1.0, top_k=10, gen=3, verify="coupled"),
+    dict(key="q", name="coupled, no speculation, T=1 (control)", spec="none", temp=1.0, verify="coupled"),
 ]
+# Coupled configurations whose outcomes must be identical, seed for seed (so count for count).
+COUPLED_SAME = [("k", "q"), ("n", "q")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,7 +393,7 @@ def exact_distribution(ref, prompt, gen, sp):
 def run_engine(model_path, prompt, cfg, drafter_dir, n_seeds):
     args = [common.tool("ds_spec_sample"), model_path, "--prompt-ids", common.ids_arg(prompt),
             "--spec", cfg["spec"], "--temp", repr(cfg["temp"]), "--seeds", str(n_seeds),
-            "--gen", str(cfg.get("gen", 2))]
+            "--gen", str(cfg.get("gen", 2)), "--verify", cfg.get("verify", "residual")]
     if drafter_dir:
         args += ["--drafter", drafter_dir]
     for opt, key in (("--top-k", "top_k"), ("--top-p", "top_p"), ("--min-p", "min_p"),
@@ -481,6 +508,10 @@ def main():
     if "a" in results and "e" in results:  # informational: per-sequence random streams
         diff = sum(abs(results["a"].get(o, 0) - results["e"].get(o, 0)) for o in set(results["a"]) | set(results["e"]))
         print(f"   batch 8 vs batch 1 (same seeds): {diff // 2} of {n_seeds} outcomes differ")
+    for x, y in COUPLED_SAME:
+        if x in results and y in results:
+            chk.equal(f"coupled rule: ({x}) and ({y}) give the same outcome counts (the drafter changes nothing)",
+                      results[x], results[y])
     print(f"   total {time.time() - t_start:.1f} s")
     chk.finish()
 

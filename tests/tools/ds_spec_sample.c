@@ -1,7 +1,8 @@
 // Test tool for the statistical losslessness test (tests/reference/test_spec_sampling.py): run the
 // engine from a fixed prompt with many seeds and count the first `gen` generated tokens.
 //   ds_spec_sample MODEL --prompt-ids 1,2,3 [--drafter DIR] [--spec none|dspark|ngram] [--draft-max K]
-//                  [--temp T --top-k K --top-p P --min-p M] --seeds N [--seed0 S] [--gen 2] [--batch R]
+//                  [--temp T --top-k K --top-p P --min-p M] [--verify coupled|residual] --seeds N [--seed0 S]
+//                  [--gen 2] [--batch R]
 // Prints one line per distinct outcome: "count t1 t2 ..." (-1 where the sequence ended at EOS).
 // --batch R runs R sequences at a time through one engine (the batched path).
 #include <stdio.h>
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--top-k")) sp.top_k = atoi(v);
         else if (!strcmp(o, "--top-p")) sp.top_p = (float)atof(v);
         else if (!strcmp(o, "--min-p")) sp.min_p = (float)atof(v);
+        else if (!strcmp(o, "--verify")) sp.verify = !strcmp(v, "residual") ? DS_VERIFY_RESIDUAL : DS_VERIFY_COUPLED;
         else if (!strcmp(o, "--seeds")) seeds = atol(v);
         else if (!strcmp(o, "--seed0")) seed0 = atol(v);
         else if (!strcmp(o, "--gen")) gen = atoi(v);
