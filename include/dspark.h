@@ -208,6 +208,37 @@ const char *ds_chat_format_name(const ds_tokenizer *t);
 int ds_chat_eot(const ds_tokenizer *t);
 
 // ---------------------------------------------------------------------------------------------
+// Text output of one request: committed tokens -> the text a front end shows (generate, chat and
+// the server all use it). Streaming detokenization, stop ids (a chat format's end-of-turn token:
+// it ends the output and is not part of it), stop strings (the text is cut before the earliest
+// match, which may span tokens) and the streaming hold-back (a tail that could begin a stop string
+// is not safe to show until later tokens decide).
+
+typedef struct ds_text_out ds_text_out;
+typedef enum {
+    DS_TEXT_RUNNING = 0,
+    DS_TEXT_STOP_ID,     // a stop id was pushed
+    DS_TEXT_STOP_STRING, // the text reached a stop string
+    DS_TEXT_ENDED,       // ds_text_out_finish: generation ended for another reason (EOS, budget)
+} ds_text_end;
+
+ds_status ds_text_out_init(const ds_tokenizer *t, ds_text_out **out);
+void ds_text_out_free(ds_text_out *o);
+ds_status ds_text_out_add_stop_id(ds_text_out *o, int32_t id); // id < 0 is ignored (no end-of-turn token)
+ds_status ds_text_out_add_stop(ds_text_out *o, const char *s); // a non-empty UTF-8 string
+// Push committed tokens; stops consuming at the end (*used, optional: how many were taken,
+// the stop id included).
+ds_status ds_text_out_push(ds_text_out *o, const int32_t *ids, int n, int *used);
+// Generation ended: flush an incomplete character (as U+FFFD); everything becomes safe.
+ds_status ds_text_out_finish(ds_text_out *o);
+const char *ds_text_out_text(const ds_text_out *o, size_t *len); // NUL-terminated
+size_t ds_text_out_safe(const ds_text_out *o); // text[0..safe) may be shown now
+int ds_text_out_tokens(const ds_text_out *o);  // tokens in the output (a stop id is not counted)
+ds_text_end ds_text_out_end(const ds_text_out *o);
+// The text length once token i (0-based) was pushed (capped at the cut of a stop string).
+size_t ds_text_out_token_end(const ds_text_out *o, int i);
+
+// ---------------------------------------------------------------------------------------------
 // Sampling
 
 // How sampled tokens are drawn and drafts verified (greedy decoding is the same under both):

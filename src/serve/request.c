@@ -1,6 +1,5 @@
 // OpenAI request bodies -> ds_oa_request: every field type- and range-checked; prompts tokenized
-// (text with BOS, as `dspark generate` does; chat through ds_chat_render); stop-string matching.
-#define _GNU_SOURCE // memmem
+// (text with BOS, as `dspark generate` does; chat through ds_chat_render).
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -240,29 +239,4 @@ void ds_oa_request_free(ds_oa_request *r) {
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     r->prompt = NULL;
     r->n_prompt = r->n_stops = 0;
-}
-
-long ds_stop_find(const char *text, size_t len, size_t from, char *const *stops, int n) {
-    long best = -1;
-    for (int i = 0; i < n; i++) {
-        const size_t sl = strlen(stops[i]);
-        if (sl > len) continue;
-        const size_t start = from + 1 > sl ? from + 1 - sl : 0; // a match must end after `from`
-        const char *p = memmem(text + start, len - start, stops[i], sl);
-        if (p && (best < 0 || p - text < best)) best = p - text;
-    }
-    return best;
-}
-
-size_t ds_stop_holdback(const char *text, size_t len, char *const *stops, int n) {
-    size_t hold = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t sl = strlen(stops[i]);
-        for (size_t k = (sl - 1 < len ? sl - 1 : len); k > hold; k--)
-            if (!memcmp(text + len - k, stops[i], k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
 }

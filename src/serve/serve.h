@@ -40,13 +40,6 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
                       const char **param);
 void ds_oa_request_free(ds_oa_request *r);
 
-// Stop strings over detokenized text. The earliest match of any stop string in text[from..len)
-// (matches may start before `from` when they end after it): returns its offset, or -1.
-long ds_stop_find(const char *text, size_t len, size_t from, char *const *stops, int n);
-// Bytes at the end of text that could be the beginning of a stop string (to hold back while
-// streaming): the longest proper prefix of any stop that text ends with.
-size_t ds_stop_holdback(const char *text, size_t len, char *const *stops, int n);
-
 // ---------------------------------------------------------------------------------------------
 // Metrics (src/serve/metrics.c): Prometheus text format.
 

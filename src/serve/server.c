@@ -30,10 +30,7 @@ typedef struct srv_req {
     long long created;     // unix seconds
     double t_arrive, t_first, t_done;
     // Output, written by the engine thread under mu.
-    char *text;            // (cap) generated text, cut at a stop string
-    size_t len, cap;
-    size_t safe;           // text[0..safe) may be sent (the rest could begin a stop string)
-    int n_completion;      // tokens generated (up to the stop string)
+    ds_text_out *tx;       // the text (cut at a stop string or the end of turn) and how much may be sent
     const char *finish;    // "stop" / "length" once finished normally
     int failed;            // it failed (engine error, shutdown): error says why
     char error[256];
@@ -41,7 +38,6 @@ typedef struct srv_req {
     pthread_cond_t cv;     // signalled on new output and when done
     // Engine thread only.
     int eid;
-    ds_detok dt;
     // HTTP side only (streaming).
     struct MHD_Connection *conn;
     struct ds_server *srv;
@@ -86,23 +82,9 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     if (--r->refs > 0) return;
     ds_oa_request_free(&r->oa);
     pthread_cond_destroy(&r->cv);
-    free(r->text);
+    ds_text_out_free(r->tx);
     free(r->out);
     free(r);
-}
-
-static int text_append(srv_req *r, const char *b, size_t n) {
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = 2 * r->cap + n + 256;
-        char *t = realloc(r->text, cap);
-        if (!t) return 0;
-        r->text = t;
-        r->cap = cap;
-    }
-    memcpy(r->text + r->len, b, n);
-    r->len += n;
-    r->text[r->len] = 0;
-    return 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,7 +111,7 @@ static void merge_rounds(ds_server *s) { // under mu
 static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
     r->state = RQ_DONE;
     r->t_done = now_s();
-    r->safe = r->len;
+    if (!ds_text_out_end(r->tx)) ds_text_out_finish(r->tx); // all of it may be sent now
     if (error) {
         r->failed = 1;
         r->error_status = status;
@@ -140,7 +122,7 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
     else if (error) m->finished_error++;
     else if (!strcmp(r->finish, "stop")) m->finished_stop++;
     else m->finished_length++;
-    m->completion_tokens += (uint64_t)r->n_completion;
+    m->completion_tokens += (uint64_t)ds_text_out_tokens(r->tx);
     if (r->t_first > 0) {
         m->ttft_sum += r->t_first - r->t_arrive;
         m->ttft_n++;
@@ -153,40 +135,23 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
     req_release(s, r);
 }
 
-// Hand the tokens committed in the last round to r: detokenize, apply stop strings, decide how
-// much may be streamed. Returns 1 when r is finished. Under mu.
+// Hand the tokens committed in the last round to r's text output (detokenized, cut at a stop string
+// or the chat format's end of turn, the tail that could begin a stop string held back). Returns 1
+// when r is finished. Under mu.
 static int deliver(ds_server *s, srv_req *r) {
     const int fin = ds_engine_finished(s->e, r->eid);
-    char piece[256];
-    int n;
-    while ((n = ds_engine_take(s->e, r->eid, s->take_buf, 256)) > 0) {
-        for (int i = 0; i < n && !r->finish; i++) {
-            r->n_completion++;
-            if (r->t_first == 0) r->t_first = now_s();
-            const size_t before = r->len;
-            char *buf = piece;
-            int w = ds_detok_push(&r->dt, s->take_buf[i], piece, sizeof piece);
-            if (w < 0 && (buf = malloc((size_t)-w))) w = ds_detok_push(&r->dt, s->take_buf[i], buf, -w);
-            if (!buf || (w > 0 && !text_append(r, buf, (size_t)w))) r->finish = "length"; // out of memory: end here
-            if (buf != piece) free(buf);
-            const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
-            if (at >= 0) {
-                r->len = (size_t)at;
-                r->finish = "stop";
-            }
-        }
+    int n, oom = 0;
+    while (!ds_text_out_end(r->tx) && (n = ds_engine_take(s->e, r->eid, s->take_buf, 256)) > 0) {
+        if (r->t_first == 0) r->t_first = now_s();
+        if (ds_text_out_push(r->tx, s->take_buf, n, NULL)) oom = 1; // out of memory: end here
+        if (oom) ds_text_out_finish(r->tx);
     }
-    if (!r->finish && fin) {
-        char tail[8];
-        const size_t before = r->len;
-        const int w = ds_detok_flush(&r->dt, tail, sizeof tail);
-        if (w > 0) text_append(r, tail, (size_t)w);
-        const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
-        if (at >= 0) r->len = (size_t)at;
-        r->finish = at >= 0 || ds_engine_finish_reason(s->e, r->eid, NULL) == DS_FINISH_STOP ? "stop" : "length";
-    }
-    if (r->text) r->text[r->len] = 0;
-    r->safe = r->finish ? r->len : r->len - ds_stop_holdback(r->text, r->len, r->oa.stops, r->oa.n_stops);
+    if (!ds_text_out_end(r->tx) && fin) ds_text_out_finish(r->tx);
+    const ds_text_end end = ds_text_out_end(r->tx);
+    if (end && !r->finish)
+        r->finish = end != DS_TEXT_ENDED ? "stop"
+                    : !oom && ds_engine_finish_reason(s->e, r->eid, NULL) == DS_FINISH_STOP ? "stop"
+                                                                                             : "length";
     pthread_cond_broadcast(&r->cv);
     return r->finish != NULL;
 }
@@ -224,7 +189,6 @@ static void *engine_main(void *arg) {
                 req_done(s, r, ds_last_error(), 500);
                 continue;
             }
-            ds_detok_init(&r->dt, s->tok, 0); // a continuation keeps its leading space, as dspark generate
             s->mt.prompt_tokens += (uint64_t)r->oa.n_prompt;
             s->active[s->n_active++] = r;
         }
@@ -348,8 +312,8 @@ static void cancel(ds_server *s, srv_req *r) { // under mu
 static cJSON *usage_json(const srv_req *r) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_completion);
-    cJSON_AddNumberToObject(u, "total_tokens", r->oa.n_prompt + r->n_completion);
+    cJSON_AddNumberToObject(u, "completion_tokens", ds_text_out_tokens(r->tx));
+    cJSON_AddNumberToObject(u, "total_tokens", r->oa.n_prompt + ds_text_out_tokens(r->tx));
     return u;
 }
 
@@ -388,7 +352,9 @@ static cJSON *choice(const srv_req *r, const char *text, size_t len, int chunk, 
 
 static cJSON *completion_json(const ds_server *s, const srv_req *r) {
     cJSON *o = envelope(s, r, 0);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->text ? r->text : "", r->len, 0, r->finish, 1));
+    size_t len;
+    const char *text = ds_text_out_text(r->tx, &len);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, text, len, 0, r->finish, 1));
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     return o;
 }
@@ -427,10 +393,12 @@ static int stream_next(ds_server *s, srv_req *r) {
             return out_event(r, o);
         }
     }
-    if (r->safe > r->sent) {
+    const size_t safe = ds_text_out_safe(r->tx);
+    if (safe > r->sent) {
         o = envelope(s, r, 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->text + r->sent, r->safe - r->sent, 1, NULL, 0));
-        r->sent = r->safe;
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                             choice(r, ds_text_out_text(r->tx, NULL) + r->sent, safe - r->sent, 1, NULL, 0));
+        r->sent = safe;
         return out_event(r, o);
     }
     if (r->state != RQ_DONE) return 1;
@@ -464,9 +432,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_len = r->out_off = 0;
         if (r->phase == PH_END) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (r->phase != PH_START && r->state != RQ_DONE && r->safe <= r->sent) {
+        while (r->phase != PH_START && r->state != RQ_DONE && ds_text_out_safe(r->tx) <= r->sent) {
             wait_tick(r, &s->mu);
-            if (r->state != RQ_DONE && r->safe <= r->sent && peer_gone(r->conn)) {
+            if (r->state != RQ_DONE && ds_text_out_safe(r->tx) <= r->sent && peer_gone(r->conn)) {
                 cancel(s, r);
                 pthread_mutex_unlock(&s->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -498,6 +466,15 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         s->mt.requests_bad++;
         pthread_mutex_unlock(&s->mu);
         return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param);
+    }
+    ds_status tst = ds_text_out_init(s->tok, &r->tx);
+    for (int i = 0; i < r->oa.n_stops && !tst; i++) tst = ds_text_out_add_stop(r->tx, r->oa.stops[i]);
+    if (!tst && r->oa.chat) tst = ds_text_out_add_stop_id(r->tx, ds_chat_eot(s->tok)); // the end of the turn
+    if (tst) {
+        ds_text_out_free(r->tx);
+        ds_oa_request_free(&r->oa);
+        free(r);
+        return respond_error(s, c, 500, "out of memory", NULL);
     }
     pthread_cond_init(&r->cv, NULL);
     r->refs = 2;
