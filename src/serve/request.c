@@ -2,6 +2,7 @@
 // (text with BOS, as `dspark generate` does; chat through ds_chat_render).
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,26 @@ static int utf8_ok(const char *s) {
     return ds_utf8_valid((const uint8_t *)s, strlen(s), &off);
 }
 
+// Append a prompt (its ids are taken over) to r->prompts.
+static ds_status add_prompt(ds_oa_request *r, int32_t *ids, int n) {
+    if (r->n_prompts == DS_OA_MAX_CHOICES) {
+        free(ids);
+        return ds_fail(DS_ERR_INVALID, "a request takes at most %d prompts", DS_OA_MAX_CHOICES);
+    }
+    int32_t **np = realloc(r->prompts, sizeof *np * (size_t)(r->n_prompts + 1));
+    if (np) r->prompts = np;
+    int *nn = np ? realloc(r->n_prompt, sizeof *nn * (size_t)(r->n_prompts + 1)) : NULL;
+    if (nn) r->n_prompt = nn;
+    if (!nn) {
+        free(ids);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    r->prompts[r->n_prompts] = ids;
+    r->n_prompt[r->n_prompts++] = n;
+    r->prompt_tokens += n;
+    return DS_OK;
+}
+
 static ds_status tokenize(const ds_model *m, const char *text, ds_oa_request *r, const char *name,
                           const char **param) {
     const ds_tokenizer *tok = ds_model_tokenizer(m);
@@ -58,35 +79,98 @@ static ds_status tokenize(const ds_model *m, const char *text, ds_oa_request *r,
         *param = name;
         return ds_fail_prefix(st, "%s", name);
     }
-    if (!(r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    if ((st = ds_tokenize(tok, text, len, 1, r->prompt, n, &n))) return st;
-    r->n_prompt = n;
-    return DS_OK;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!ids) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    if ((st = ds_tokenize(tok, text, len, 1, ids, n, &n))) {
+        free(ids);
+        return st;
+    }
+    if ((st = add_prompt(r, ids, n))) *param = name;
+    return st;
 }
 
+// A prompt of token ids (a JSON array of integers).
+static ds_status token_prompt(const cJSON *p, const ds_model *m, ds_oa_request *r, const char **param) {
+    const int n = cJSON_GetArraySize(p), V = ds_model_get_info(m)->vocab_size;
+    if (n < 1) return bad(param, "prompt", "'%s' holds an empty array of token ids", "prompt");
+    if (n > ds_model_get_info(m)->max_ctx) return bad(param, "prompt", "'%s' is longer than the model's context", "prompt");
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+    if (!ids) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *t = p->child; t; t = t->next, i++) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= V) {
+            free(ids);
+            *param = "prompt";
+            return ds_fail(DS_ERR_INVALID, "'prompt' token ids must be integers in 0..%d", V - 1);
+        }
+        ids[i] = (int32_t)t->valuedouble;
+    }
+    ds_status st = add_prompt(r, ids, n);
+    if (st) *param = "prompt";
+    return st;
+}
+
+// `prompt`: a string, an array of token ids, or a batch: an array of strings or of token-id arrays.
 static ds_status parse_prompt(const cJSON *root, const ds_model *m, ds_oa_request *r, const char **param) {
     const cJSON *p = field(root, "prompt");
     if (!p) return bad(param, "prompt", "'%s' is required", "prompt");
     if (cJSON_IsString(p)) return tokenize(m, p->valuestring, r, "prompt", param);
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) < 1)
-        return bad(param, "prompt", "'%s' must be a string, an array of one string or an array of token ids", "prompt");
+        return bad(param, "prompt",
+                   "'%s' must be a string, an array of strings, an array of token ids or an array of such arrays",
+                   "prompt");
     const cJSON *first = cJSON_GetArrayItem(p, 0);
-    if (cJSON_IsString(first)) {
-        if (cJSON_GetArraySize(p) != 1) return bad(param, "prompt", "'%s' may hold only one string (batches are not supported)", "prompt");
-        return tokenize(m, first->valuestring, r, "prompt", param);
+    if (cJSON_IsNumber(first)) return token_prompt(p, m, r, param);
+    ds_status st = DS_OK;
+    for (const cJSON *e = p->child; e && !st; e = e->next) {
+        if (cJSON_IsString(e) && cJSON_IsString(first)) st = tokenize(m, e->valuestring, r, "prompt", param);
+        else if (cJSON_IsArray(e) && cJSON_IsArray(first)) st = token_prompt(e, m, r, param);
+        else st = bad(param, "prompt", "'%s' mixes strings and token arrays (or holds something else)", "prompt");
     }
-    const int n = cJSON_GetArraySize(p), V = ds_model_get_info(m)->vocab_size;
-    if (n > ds_model_get_info(m)->max_ctx) return bad(param, "prompt", "'%s' is longer than the model's context", "prompt");
-    if (!(r->prompt = malloc(sizeof(int32_t) * (size_t)n))) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    int i = 0;
-    for (const cJSON *t = p->child; t; t = t->next, i++) {
-        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= V) {
-            *param = "prompt";
-            return ds_fail(DS_ERR_INVALID, "'prompt' token ids must be integers in 0..%d", V - 1);
+    return st;
+}
+
+// A message's content: a string, or an array of parts of which only {"type": "text", "text": ...}
+// is supported (the texts are concatenated). Returns a malloc'ed string in *out.
+static ds_status message_content(const cJSON *content, int i, char **out, const char **param) {
+    *out = NULL;
+    char msg[160];
+    if (cJSON_IsString(content)) return (*out = strdup(content->valuestring)) ? DS_OK : ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (!cJSON_IsArray(content)) {
+        snprintf(msg, sizeof msg, "messages[%d].content must be a string or an array of text parts", i);
+        return bad(param, "messages", "%s", msg);
+    }
+    size_t len = 0;
+    for (const cJSON *part = content->child; part; part = part->next) {
+        const cJSON *type = cJSON_IsObject(part) ? field(part, "type") : NULL;
+        const cJSON *text = cJSON_IsObject(part) ? field(part, "text") : NULL;
+        if (!cJSON_IsString(type)) {
+            snprintf(msg, sizeof msg, "messages[%d].content parts must be objects with a string 'type'", i);
+            free(*out);
+            return bad(param, "messages", "%s", msg);
         }
-        r->prompt[i] = (int32_t)t->valuedouble;
+        if (strcmp(type->valuestring, "text")) {
+            snprintf(msg, sizeof msg, "messages[%d].content: part type '%.40s' is not supported (only 'text')", i,
+                     type->valuestring);
+            free(*out);
+            return bad(param, "messages", "%s", msg);
+        }
+        if (!cJSON_IsString(text)) {
+            snprintf(msg, sizeof msg, "messages[%d].content: a text part needs a string 'text'", i);
+            free(*out);
+            return bad(param, "messages", "%s", msg);
+        }
+        const size_t n = strlen(text->valuestring);
+        char *t = realloc(*out, len + n + 1);
+        if (!t) {
+            free(*out);
+            return ds_fail(DS_ERR_NOMEM, "out of memory");
+        }
+        memcpy(t + len, text->valuestring, n + 1);
+        *out = t;
+        len += n;
     }
-    r->n_prompt = n;
+    if (!*out && !(*out = strdup(""))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     return DS_OK;
 }
 
@@ -103,22 +187,33 @@ static ds_status parse_messages(const cJSON *root, const ds_model *m, ds_oa_requ
     for (const cJSON *e = ms->child; e; e = e->next, i++) {
         const cJSON *role = cJSON_IsObject(e) ? field(e, "role") : NULL;
         const cJSON *content = cJSON_IsObject(e) ? field(e, "content") : NULL;
-        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-            st = bad(param, "messages", "each of '%s' must be an object with string 'role' and 'content'", "messages");
+        if (cJSON_IsObject(e) && (field(e, "tool_calls") || field(e, "function_call") ||
+                                  (cJSON_IsString(role) && (!strcmp(role->valuestring, "tool") ||
+                                                            !strcmp(role->valuestring, "function"))))) {
+            st = bad(param, "messages", "'%s' with tool calls or tool results are not supported (tools are not implemented)",
+                     "messages");
             break;
         }
-        if (!utf8_ok(role->valuestring) || !utf8_ok(content->valuestring)) {
+        if (!cJSON_IsString(role) || !content) {
+            st = bad(param, "messages", "each of '%s' must be an object with a string 'role' and a 'content'", "messages");
+            break;
+        }
+        char *text = NULL;
+        if ((st = message_content(content, i, &text, param))) break;
+        msgs[i].content = text;
+        if (!utf8_ok(role->valuestring) || !utf8_ok(text)) {
             st = bad(param, "messages", "'%s' is not valid UTF-8", "messages");
             break;
         }
-        msgs[i].role = role->valuestring;
-        msgs[i].content = content->valuestring;
+        // OpenAI's "developer" messages are the system instructions of newer models.
+        msgs[i].role = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
     }
     char *text = NULL;
     if (!st && (st = ds_chat_render(ds_model_tokenizer(m), msgs, n, 1, &text))) {
         *param = "messages";
         ds_fail_prefix(st, "messages");
     }
+    for (int k = 0; k < n; k++) free((char *)msgs[k].content);
     free(msgs);
     if (!st) st = tokenize(m, text, r, "messages", param);
     free(text);
@@ -178,11 +273,8 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
         r->include_usage = u && cJSON_IsTrue(u);
     }
     v = 1;
-    if ((st = get_int(root, "n", 1, 1e9, &v, param))) goto out;
-    if (v != 1) {
-        st = bad(param, "n", "'%s' must be 1 (one choice per request)", "n");
-        goto out;
-    }
+    if ((st = get_int(root, "n", 1, DS_OA_MAX_CHOICES, &v, param))) goto out;
+    r->n = (int)v;
     v = r->sp.temperature;
     if ((st = get_number(root, "temperature", 0, 2, 0, &v, param))) goto out;
     r->sp.temperature = (float)v;
@@ -213,10 +305,18 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
     if (chat && mt < 0 && (st = get_int(root, "max_completion_tokens", 1, 1e9, &mt, param))) goto out;
     if ((st = parse_stops(root, r, param))) goto out;
     if ((st = chat ? parse_messages(root, m, r, param) : parse_prompt(root, m, r, param))) goto out;
-    const int room = in->max_ctx - r->n_prompt;
+    if (r->n_prompts * r->n > DS_OA_MAX_CHOICES) {
+        *param = "n";
+        st = ds_fail(DS_ERR_INVALID, "%d prompts x n = %d choices: at most %d per request", r->n_prompts, r->n,
+                     DS_OA_MAX_CHOICES);
+        goto out;
+    }
+    int longest = 0;
+    for (int i = 0; i < r->n_prompts; i++) longest = r->n_prompt[i] > longest ? r->n_prompt[i] : longest;
+    const int room = in->max_ctx - longest;
     if (room < 1) {
         *param = chat ? "messages" : "prompt";
-        st = ds_fail(DS_ERR_INVALID, "the prompt (%d tokens) fills the model's context of %d", r->n_prompt, in->max_ctx);
+        st = ds_fail(DS_ERR_INVALID, "the prompt (%d tokens) fills the model's context of %d", longest, in->max_ctx);
         goto out;
     }
     // Defaults: OpenAI's 16 for completions, the rest of the context for chat.
@@ -224,7 +324,7 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
     if (mt > room) {
         *param = "max_tokens";
         st = ds_fail(DS_ERR_INVALID, "the prompt (%d tokens) + max_tokens (%.0f) exceed the model's context of %d",
-                     r->n_prompt, mt, in->max_ctx);
+                     longest, mt, in->max_ctx);
         goto out;
     }
     r->max_tokens = (int)mt;
@@ -235,8 +335,11 @@ out:
 }
 
 void ds_oa_request_free(ds_oa_request *r) {
-    free(r->prompt);
+    for (int i = 0; i < r->n_prompts; i++) free(r->prompts[i]);
+    free(r->prompts);
+    free(r->n_prompt);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
-    r->prompt = NULL;
-    r->n_prompt = r->n_stops = 0;
+    r->prompts = NULL;
+    r->n_prompt = NULL;
+    r->n_prompts = r->n_stops = r->prompt_tokens = 0;
 }

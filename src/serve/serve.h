@@ -18,13 +18,17 @@
 // OpenAI requests (src/serve/request.c): parsing and validation, independent of HTTP.
 
 #define DS_OA_MAX_STOPS 4
+#define DS_OA_MAX_CHOICES 64 // prompts × n per request
 
 typedef struct {
     int chat;                // /v1/chat/completions (messages) vs /v1/completions (prompt)
     int stream;              // server-sent events
     int include_usage;       // stream_options.include_usage: a last chunk with the usage counts
-    int32_t *prompt;         // (n_prompt) token ids, BOS first for text prompts
-    int n_prompt;
+    int n_prompts;           // prompts in the request (a completions batch; chat: 1)
+    int32_t **prompts;       // (n_prompts) token ids each, BOS first for text prompts
+    int *n_prompt;           // (n_prompts) their lengths
+    int prompt_tokens;       // the sum of n_prompt
+    int n;                   // choices per prompt (choice i of prompt p has index p·n + i)
     int max_tokens;
     ds_sampler_params sp;
     uint64_t seed;

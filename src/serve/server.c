@@ -20,6 +20,17 @@
 typedef enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE } rq_state;
 enum { PH_START, PH_TEXT, PH_END }; // streaming phases
 
+// One choice of a request: its own sequence in the engine (prompt p·n + i of the request's choices).
+typedef struct {
+    int prompt;            // which of the request's prompts
+    uint64_t seed;         // the request's seed + i (choice 0 of every prompt has the request's seed)
+    ds_text_out *tx;       // the text (cut at a stop string or the end of turn) and how much may be sent
+    const char *finish;    // "stop" / "length" once finished normally (under mu)
+    int eid;               // engine sequence, -1 when not in the engine (engine thread only)
+    size_t sent;           // streaming: bytes of text sent (HTTP side)
+    int ended;             // streaming: its finish chunk was sent (HTTP side)
+} srv_choice;
+
 typedef struct srv_req {
     struct srv_req *next;  // queue link
     ds_oa_request oa;
@@ -30,18 +41,15 @@ typedef struct srv_req {
     long long created;     // unix seconds
     double t_arrive, t_first, t_done;
     // Output, written by the engine thread under mu.
-    ds_text_out *tx;       // the text (cut at a stop string or the end of turn) and how much may be sent
-    const char *finish;    // "stop" / "length" once finished normally
+    srv_choice *ch;        // (n_ch) prompts × n choices
+    int n_ch;
     int failed;            // it failed (engine error, shutdown): error says why
     char error[256];
     int error_status;      // HTTP status for a non-streamed failure
     pthread_cond_t cv;     // signalled on new output and when done
-    // Engine thread only.
-    int eid;
     // HTTP side only (streaming).
     struct MHD_Connection *conn;
     struct ds_server *srv;
-    size_t sent;
     int phase;
     char *out;             // (out_cap) formatted events not yet handed to libmicrohttpd
     size_t out_len, out_off, out_cap;
@@ -60,8 +68,9 @@ struct ds_server {
     pthread_cond_t work_cv;  // the engine thread waits here for work
     srv_req *q_head, *q_tail;
     int q_len;
-    srv_req **active;        // (max_concurrency)
+    srv_req **active;        // (max_concurrency) requests in the engine
     int n_active;
+    int n_seqs;              // their choices: engine sequences (at most max_concurrency, or one request's)
     int draining, stopping, drained;
     int n_inflight;        // HTTP requests begun and not yet completed (their responses may still be sending)
     ds_metrics mt;
@@ -82,7 +91,8 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     if (--r->refs > 0) return;
     ds_oa_request_free(&r->oa);
     pthread_cond_destroy(&r->cv);
-    ds_text_out_free(r->tx);
+    for (int i = 0; i < r->n_ch; i++) ds_text_out_free(r->ch[i].tx);
+    free(r->ch);
     free(r->out);
     free(r);
 }
@@ -109,20 +119,25 @@ static void merge_rounds(ds_server *s) { // under mu
 
 // The request leaves the engine side: record it and wake its HTTP side. Under mu.
 static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
+    ds_metrics *m = &s->mt;
     r->state = RQ_DONE;
     r->t_done = now_s();
-    if (!ds_text_out_end(r->tx)) ds_text_out_finish(r->tx); // all of it may be sent now
+    for (int i = 0; i < r->n_ch; i++) {
+        srv_choice *c = &r->ch[i];
+        if (!ds_text_out_end(c->tx)) ds_text_out_finish(c->tx); // all of it may be sent now
+        if (!c->finish) c->finish = "length";
+        if (r->cancelled || error) continue;
+        if (!strcmp(c->finish, "stop")) m->finished_stop++;
+        else m->finished_length++;
+        m->completion_tokens += (uint64_t)ds_text_out_tokens(c->tx);
+    }
     if (error) {
         r->failed = 1;
         r->error_status = status;
         snprintf(r->error, sizeof r->error, "%s", error);
     }
-    ds_metrics *m = &s->mt;
     if (r->cancelled) m->finished_cancelled++;
     else if (error) m->finished_error++;
-    else if (!strcmp(r->finish, "stop")) m->finished_stop++;
-    else m->finished_length++;
-    m->completion_tokens += (uint64_t)ds_text_out_tokens(r->tx);
     if (r->t_first > 0) {
         m->ttft_sum += r->t_first - r->t_arrive;
         m->ttft_n++;
@@ -138,26 +153,45 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
 // Hand the tokens committed in the last round to r's text output (detokenized, cut at a stop string
 // or the chat format's end of turn, the tail that could begin a stop string held back). Returns 1
 // when r is finished. Under mu.
-static int deliver(ds_server *s, srv_req *r) {
-    const int fin = ds_engine_finished(s->e, r->eid);
+static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
+    if (c->eid < 0) return 1;
+    const int fin = ds_engine_finished(s->e, c->eid);
     int n, oom = 0;
-    while (!ds_text_out_end(r->tx) && (n = ds_engine_take(s->e, r->eid, s->take_buf, 256)) > 0) {
+    while (!ds_text_out_end(c->tx) && (n = ds_engine_take(s->e, c->eid, s->take_buf, 256)) > 0) {
         if (r->t_first == 0) r->t_first = now_s();
-        if (ds_text_out_push(r->tx, s->take_buf, n, NULL)) oom = 1; // out of memory: end here
-        if (oom) ds_text_out_finish(r->tx);
+        if (ds_text_out_push(c->tx, s->take_buf, n, NULL)) oom = 1; // out of memory: end here
+        if (oom) ds_text_out_finish(c->tx);
     }
-    if (!ds_text_out_end(r->tx) && fin) ds_text_out_finish(r->tx);
-    const ds_text_end end = ds_text_out_end(r->tx);
-    if (end && !r->finish)
-        r->finish = end != DS_TEXT_ENDED ? "stop"
-                    : !oom && ds_engine_finish_reason(s->e, r->eid, NULL) == DS_FINISH_STOP ? "stop"
+    if (!ds_text_out_end(c->tx) && fin) ds_text_out_finish(c->tx);
+    const ds_text_end end = ds_text_out_end(c->tx);
+    if (end && !c->finish)
+        c->finish = end != DS_TEXT_ENDED ? "stop"
+                    : !oom && ds_engine_finish_reason(s->e, c->eid, NULL) == DS_FINISH_STOP ? "stop"
                                                                                              : "length";
+    if (c->finish) { // it leaves the engine
+        ds_engine_remove(s->e, c->eid);
+        c->eid = -1;
+        s->n_seqs--;
+    }
+    return c->finish != NULL;
+}
+
+// Every choice of r; returns 1 when all are finished. Under mu.
+static int deliver(ds_server *s, srv_req *r) {
+    int done = 1;
+    for (int i = 0; i < r->n_ch; i++) done &= deliver_choice(s, r, &r->ch[i]);
     pthread_cond_broadcast(&r->cv);
-    return r->finish != NULL;
+    return done;
 }
 
 static void drop_active(ds_server *s, int i) { // under mu
-    ds_engine_remove(s->e, s->active[i]->eid);
+    srv_req *r = s->active[i];
+    for (int k = 0; k < r->n_ch; k++)
+        if (r->ch[k].eid >= 0) {
+            ds_engine_remove(s->e, r->ch[k].eid);
+            r->ch[k].eid = -1;
+            s->n_seqs--;
+        }
     s->active[i] = s->active[--s->n_active];
 }
 
@@ -173,7 +207,9 @@ static void *engine_main(void *arg) {
             drop_active(s, i);
             req_done(s, r, s->stopping ? "the server is shutting down" : NULL, 503);
         }
-        while (s->n_active < maxc && s->q_head) {
+        // Admit in order while the choices fit (a request with more choices than max_concurrency
+        // runs alone).
+        while (s->n_active < maxc && s->q_head && (!s->n_seqs || s->n_seqs + s->q_head->n_ch <= maxc)) {
             srv_req *r = s->q_head;
             if (!(s->q_head = r->next)) s->q_tail = NULL;
             s->q_len--;
@@ -182,15 +218,23 @@ static void *engine_main(void *arg) {
                 continue;
             }
             r->state = RQ_RUNNING;
+            s->active[s->n_active++] = r;
             pthread_mutex_unlock(&s->mu);
-            const ds_status st = ds_engine_add(s->e, r->oa.prompt, r->oa.n_prompt, r->oa.max_tokens, &r->oa.sp, r->oa.seed, &r->eid);
+            ds_status st = DS_OK;
+            for (int k = 0; k < r->n_ch && !st; k++) {
+                srv_choice *c = &r->ch[k];
+                st = ds_engine_add(s->e, r->oa.prompts[c->prompt], r->oa.n_prompt[c->prompt], r->oa.max_tokens,
+                                   &r->oa.sp, c->seed, &c->eid);
+                if (st) c->eid = -1;
+                else s->n_seqs++; // (only the engine thread changes n_seqs)
+            }
             pthread_mutex_lock(&s->mu);
             if (st) {
+                drop_active(s, s->n_active - 1);
                 req_done(s, r, ds_last_error(), 500);
                 continue;
             }
-            s->mt.prompt_tokens += (uint64_t)r->oa.n_prompt;
-            s->active[s->n_active++] = r;
+            s->mt.prompt_tokens += (uint64_t)r->oa.prompt_tokens;
         }
         s->mt.queue_depth = s->q_len;
         s->mt.active = s->n_active;
@@ -310,10 +354,12 @@ static void cancel(ds_server *s, srv_req *r) { // under mu
 }
 
 static cJSON *usage_json(const srv_req *r) {
+    int completion = 0;
+    for (int i = 0; i < r->n_ch; i++) completion += ds_text_out_tokens(r->ch[i].tx);
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", ds_text_out_tokens(r->tx));
-    cJSON_AddNumberToObject(u, "total_tokens", r->oa.n_prompt + ds_text_out_tokens(r->tx));
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", r->oa.prompt_tokens + completion);
     return u;
 }
 
@@ -327,10 +373,11 @@ static cJSON *envelope(const ds_server *s, const srv_req *r, int chunk) {
     return o;
 }
 
-// One choice: text (len bytes; NULL = none, as in a chat stream's last chunk) and finish reason.
-static cJSON *choice(const srv_req *r, const char *text, size_t len, int chunk, const char *finish, int role) {
+// Choice `index`: text (len bytes; NULL = none, as in a chat stream's last chunk) and finish reason.
+static cJSON *choice(const srv_req *r, int index, const char *text, size_t len, int chunk, const char *finish,
+                     int role) {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     char *t = NULL;
     if (text && (t = malloc(len + 1))) {
         memcpy(t, text, len);
@@ -351,10 +398,12 @@ static cJSON *choice(const srv_req *r, const char *text, size_t len, int chunk, 
 }
 
 static cJSON *completion_json(const ds_server *s, const srv_req *r) {
-    cJSON *o = envelope(s, r, 0);
-    size_t len;
-    const char *text = ds_text_out_text(r->tx, &len);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, text, len, 0, r->finish, 1));
+    cJSON *o = envelope(s, r, 0), *cs = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < r->n_ch; i++) {
+        size_t len;
+        const char *text = ds_text_out_text(r->ch[i].tx, &len);
+        cJSON_AddItemToArray(cs, choice(r, i, text, len, 0, r->ch[i].finish, 1));
+    }
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     return o;
 }
@@ -382,39 +431,60 @@ static int out_event(srv_req *r, cJSON *o) {
     return ok;
 }
 
+// Whether choice c has something to stream now: text, or its finish chunk. Under mu.
+static int choice_pending(const srv_choice *c) {
+    return !c->ended && (ds_text_out_safe(c->tx) > c->sent || c->finish);
+}
+
+static int stream_pending(const srv_req *r) {
+    for (int i = 0; i < r->n_ch; i++)
+        if (choice_pending(&r->ch[i])) return 1;
+    return 0;
+}
+
 // Format the next events of a stream into r->out (under mu). Returns 0 on out of memory.
 static int stream_next(ds_server *s, srv_req *r) {
     cJSON *o;
-    if (r->phase == PH_START) { // chat streams open with the assistant role
+    if (r->phase == PH_START) { // chat streams open with the assistant role, for every choice
         r->phase = PH_TEXT;
-        if (r->oa.chat) {
+        for (int i = 0; i < r->n_ch && r->oa.chat; i++) {
             o = envelope(s, r, 1);
-            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, "", 0, 1, NULL, 1));
-            return out_event(r, o);
-        }
-    }
-    const size_t safe = ds_text_out_safe(r->tx);
-    if (safe > r->sent) {
-        o = envelope(s, r, 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                             choice(r, ds_text_out_text(r->tx, NULL) + r->sent, safe - r->sent, 1, NULL, 0));
-        r->sent = safe;
-        return out_event(r, o);
-    }
-    if (r->state != RQ_DONE) return 1;
-    r->phase = PH_END;
-    if (r->failed) {
-        if (!out_event(r, error_body(r->error, "server_error", NULL, NULL))) return 0;
-    } else {
-        o = envelope(s, r, 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->oa.chat ? NULL : "", 0, 1, r->finish, 0));
-        if (!out_event(r, o)) return 0;
-        if (r->oa.include_usage) {
-            o = envelope(s, r, 1);
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage_json(r));
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, i, "", 0, 1, NULL, 1));
             if (!out_event(r, o)) return 0;
         }
+        return 1;
+    }
+    if (r->state == RQ_DONE && r->failed) {
+        r->phase = PH_END;
+        if (!out_event(r, error_body(r->error, "server_error", NULL, NULL))) return 0;
+        return out_put(r, "data: [DONE]\n\n", NULL, NULL);
+    }
+    for (int i = 0; i < r->n_ch; i++) {
+        srv_choice *c = &r->ch[i];
+        if (!choice_pending(c)) continue;
+        const size_t safe = ds_text_out_safe(c->tx);
+        if (safe > c->sent) {
+            o = envelope(s, r, 1);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                                 choice(r, i, ds_text_out_text(c->tx, NULL) + c->sent, safe - c->sent, 1, NULL, 0));
+            c->sent = safe;
+            if (!out_event(r, o)) return 0;
+        }
+        if (c->finish && ds_text_out_safe(c->tx) == c->sent) {
+            c->ended = 1;
+            o = envelope(s, r, 1);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                                 choice(r, i, r->oa.chat ? NULL : "", 0, 1, c->finish, 0));
+            if (!out_event(r, o)) return 0;
+        }
+    }
+    if (r->state != RQ_DONE || stream_pending(r)) return 1;
+    r->phase = PH_END;
+    if (r->oa.include_usage) {
+        o = envelope(s, r, 1);
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage_json(r));
+        if (!out_event(r, o)) return 0;
     }
     return out_put(r, "data: [DONE]\n\n", NULL, NULL);
 }
@@ -432,9 +502,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_len = r->out_off = 0;
         if (r->phase == PH_END) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (r->phase != PH_START && r->state != RQ_DONE && ds_text_out_safe(r->tx) <= r->sent) {
+        while (r->phase != PH_START && r->state != RQ_DONE && !stream_pending(r)) {
             wait_tick(r, &s->mu);
-            if (r->state != RQ_DONE && ds_text_out_safe(r->tx) <= r->sent && peer_gone(r->conn)) {
+            if (r->state != RQ_DONE && !stream_pending(r) && peer_gone(r->conn)) {
                 cancel(s, r);
                 pthread_mutex_unlock(&s->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -467,11 +537,20 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         pthread_mutex_unlock(&s->mu);
         return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param);
     }
-    ds_status tst = ds_text_out_init(s->tok, &r->tx);
-    for (int i = 0; i < r->oa.n_stops && !tst; i++) tst = ds_text_out_add_stop(r->tx, r->oa.stops[i]);
-    if (!tst && r->oa.chat) tst = ds_text_out_add_stop_id(r->tx, ds_chat_eot(s->tok)); // the end of the turn
+    // Choice i of prompt p (index p·n + i): its own sequence, text output and seed (set below).
+    r->n_ch = r->oa.n_prompts * r->oa.n;
+    ds_status tst = (r->ch = calloc((size_t)r->n_ch, sizeof *r->ch)) ? DS_OK : DS_ERR_NOMEM;
+    for (int k = 0; k < r->n_ch && !tst; k++) {
+        srv_choice *ch = &r->ch[k];
+        ch->prompt = k / r->oa.n;
+        ch->eid = -1;
+        tst = ds_text_out_init(s->tok, &ch->tx);
+        for (int i = 0; i < r->oa.n_stops && !tst; i++) tst = ds_text_out_add_stop(ch->tx, r->oa.stops[i]);
+        if (!tst && r->oa.chat) tst = ds_text_out_add_stop_id(ch->tx, ds_chat_eot(s->tok)); // the end of the turn
+    }
     if (tst) {
-        ds_text_out_free(r->tx);
+        for (int k = 0; r->ch && k < r->n_ch; k++) ds_text_out_free(r->ch[k].tx);
+        free(r->ch);
         ds_oa_request_free(&r->oa);
         free(r);
         return respond_error(s, c, 500, "out of memory", NULL);
@@ -496,6 +575,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     const uint64_t n = ++s->next_id;
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)n);
     if (!r->oa.has_seed) r->oa.seed = s->seed_base + n * 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < r->n_ch; k++) r->ch[k].seed = r->oa.seed + (uint64_t)(k % r->oa.n);
     if (!r->oa.has_verify) r->oa.sp.verify = s->p.verify;
     if (s->q_tail) s->q_tail->next = r;
     else s->q_head = r;

@@ -3,7 +3,9 @@
 Starts servers on free loopback ports (--port 0; the port is read from stderr) and checks, against
 `dspark generate` run as a separate process (and the model's known continuation):
   1. greedy completions are byte-identical to `dspark generate` (with and without a drafter);
-  2. streamed text concatenates to the non-streamed text (completions and chat);
+  2. streamed text concatenates to the non-streamed text (completions and chat); batched prompts and
+     n > 1 give one choice per (prompt, i), indexed as OpenAI does; chat content as text parts and
+     the developer role; other content parts and tool messages are refused by name;
   3. concurrent requests are all correct (greedy, and sampled with a seed);
   4. stop strings cut the text (streamed or not) and finish_reason says why;
   5. bad requests get 400/404/405/413 with an OpenAI-style error body, and the server stays up;
@@ -210,6 +212,38 @@ check(all(e["object"] == "chat.completion.chunk" for e in ev), "chat chunk objec
 check(stream_text(ev, True) == o["choices"][0]["message"]["content"], "chat stream %r != %r" % (stream_text(ev, True), o["choices"][0]["message"]["content"]))
 check(finish_of(ev) == [o["choices"][0]["finish_reason"]], "chat finish %s vs %s" % (finish_of(ev), o["choices"][0]["finish_reason"]))
 
+# 2b. Batched prompts and n > 1: each choice its own sequence, indexed p*n + i as OpenAI does (streamed
+#     too); greedy choices equal generate; choice 0 of a seeded request has the request's seed.
+two = [PROMPTS[0], PROMPTS[1]]
+for body in ({"prompt": two, "n": 2}, {"prompt": [REF[p]["prompt_ids"] for p in two], "n": 2}):
+    body = dict(body, max_tokens=N, temperature=0)
+    st, o = A.post("/v1/completions", body)
+    want = [REF[two[0]]["text"]] * 2 + [REF[two[1]]["text"]] * 2
+    check(st == 200 and [c["index"] for c in o["choices"]] == [0, 1, 2, 3] and [c["text"] for c in o["choices"]] == want,
+          "batched prompts, n = 2: %s" % o)
+    if st == 200:
+        pt = sum(REF[p]["prompt_tokens"] for p in two)
+        ct = 2 * sum(REF[p]["generated_tokens"] for p in two)
+        check(o["usage"] == {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}, "batch usage %s" % o["usage"])
+    ev, done = A.stream("/v1/completions", body)
+    got = ["".join(c["text"] for e in ev for c in e["choices"] if c["index"] == i) for i in range(4)]
+    fins = [[c["finish_reason"] for e in ev for c in e["choices"] if c["index"] == i and c["finish_reason"]] for i in range(4)]
+    check(done and got == want and all(len(f) == 1 for f in fins), "streamed batch: %s %s" % (got, fins))
+st, o = A.post("/v1/completions", {"prompt": "The cat", "max_tokens": 32, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+                                   "seed": 7, "n": 3})
+texts = [c["text"] for c in o.get("choices", [])]
+check(st == 200 and len(texts) == 3 and texts[0] == SAMPLED["text"] and len(set(texts)) > 1, "seeded n = 3: %s" % texts)
+# Chat: content as text parts (concatenated) and the developer role (as system) give the plain request's reply.
+chat_parts = {"messages": [{"role": "developer", "content": [{"type": "text", "text": "You tell "}, {"type": "text", "text": "stories."}]},
+                           {"role": "user", "content": [{"type": "text", "text": "Tell me about a dog."}]}],
+              "max_tokens": 24, "temperature": 0}
+st2, o2 = A.post("/v1/chat/completions", chat_parts)
+st, o = A.post("/v1/chat/completions", chat)
+check(st == 200 and st2 == 200 and o2["choices"][0]["message"] == o["choices"][0]["message"], "content parts + developer: %s vs %s" % (o2, o))
+st, o = A.post("/v1/chat/completions", dict(chat, n=2))
+check(st == 200 and [c["index"] for c in o["choices"]] == [0, 1] and o["choices"][0]["message"] == o["choices"][1]["message"],
+      "chat n = 2 (greedy): %s" % o)
+
 # 3. Concurrent requests (more than the slots): greedy ones, streamed or not, and a seeded sampled one.
 fns = [lambda p=p, s=s: check_greedy(A, p, "concurrent", stream=s) for p in PROMPTS for s in (False, True)]
 sampled = {}
@@ -240,8 +274,10 @@ bad = [
     ({"prompt": "x", "temperature": 3}, 400, "temperature"), ({"prompt": "x", "top_p": 0}, 400, "top_p"),
     ({"prompt": "x", "top_k": -1}, 400, "top_k"), ({"prompt": "x", "min_p": 2}, 400, "min_p"),
     ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"), ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),
-    ({"prompt": "x", "n": 2}, 400, "n"), ({"prompt": "x", "stream": "yes"}, 400, "stream"), ({"max_tokens": 4}, 400, "prompt"),
-    ({"prompt": 5}, 400, "prompt"), ({"prompt": [99999]}, 400, "prompt"), ({"prompt": ["a", "b"]}, 400, "prompt"),
+    ({"prompt": "x", "n": 65}, 400, "n"), ({"prompt": "x", "n": 0}, 400, "n"), ({"prompt": ["x"] * 33, "n": 2}, 400, "n"),
+    ({"prompt": "x", "stream": "yes"}, 400, "stream"), ({"max_tokens": 4}, 400, "prompt"),
+    ({"prompt": 5}, 400, "prompt"), ({"prompt": [99999]}, 400, "prompt"), ({"prompt": ["a", [1, 2]]}, 400, "prompt"),
+    ({"prompt": [[]]}, 400, "prompt"),
     ({"prompt": "x", "stop": [1]}, 400, "stop"), ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
     (b'{"prompt": "bad \xff byte"}', 400, "prompt"), (b'{"prompt": "x", "stop": "\xc3"}', 400, "stop"),
     (b'{"prompt": "' + b"a" * (2 << 20) + b'"}', 413, None),
@@ -255,9 +291,17 @@ for body, want_st, param in bad:
     if param:
         check(err.get("param") == param, "bad request %r: param %s" % (body, err.get("param")))
 for body, param in [({"messages": "hi"}, "messages"), ({"messages": [{"role": "user"}]}, "messages"),
-                    ({"prompt": "x"}, "messages"), ({"messages": [{"role": "user", "content": "hi"}], "n": 3}, "n")]:
+                    ({"prompt": "x"}, "messages"), ({"messages": [{"role": "user", "content": "hi"}], "n": 0}, "n")]:
     st, o = A.post("/v1/chat/completions", body)
     check(st == 400 and o.get("error", {}).get("param") == param, "bad chat %r: %d %s" % (body, st, o))
+# Content parts other than text, and tool messages, are refused by name.
+for content, err_want in (([{"type": "image_url", "image_url": {"url": "http://x/y.png"}}], "part type 'image_url' is not supported"),
+                      ([{"type": "text"}], "a text part needs a string 'text'"), (5, "must be a string or an array of text parts")):
+    st, o = A.post("/v1/chat/completions", {"messages": [{"role": "user", "content": content}]})
+    check(st == 400 and err_want in o.get("error", {}).get("message", "") and o["error"].get("param") == "messages",
+          "content %r: %d %s" % (content, st, o))
+st, o = A.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42", "tool_call_id": "a"}]})
+check(st == 400 and "tools are not implemented" in o.get("error", {}).get("message", ""), "tool message: %d %s" % (st, o))
 st, b = A.request("GET", "/v1/completions")
 check(st == 405 and json.loads(b)["error"]["message"], "GET /v1/completions: %d" % st)
 st, b = A.request("GET", "/v2/nothing")

@@ -44,11 +44,9 @@ Both acceptance rules (include/dspark.h ds_verify_rule) are tested: a-j use the 
 (the token at position t is the target's own draw from p_t with noise keyed by (seed, t); a draft
 is accepted iff the drafter, drawing with the same noise from q_t, proposed that token):
     k  coupled, dspark random drafter, T = 1
-    l  coupled, gated bigram, T = 1, top-p 0.9
     m  coupled, vanilla bigram, 3 tokens, T = 1, top-k 8, min-p 0.05
     n  coupled, vanilla bigram, T = 1, batch 8
     o  coupled, the random HF target (EOS likely), its bigram drafter, T = 1
-    p  coupled, ngram on the repetitive prompt, 3 tokens, T = 1, top-k 10
     q  coupled, no speculation, T = 1 (control)
 Under the coupled rule the outcome of a seed does not depend on the drafter at all, so k, n and q
 (same prompt, parameters and seeds) must also give identical counts, outcome for outcome.
@@ -135,16 +133,12 @@ CONFIGS = [
     dict(key="j", name="ngram, repetitive prompt, 3 tokens, T=1 top-k 10", spec="ngram", prompt="repeat",
          temp=1.0, top_k=10, gen=3),
     dict(key="k", name="coupled, dspark random, T=1", spec="dspark", drafter="random", temp=1.0, verify="coupled"),
-    dict(key="l", name="coupled, dspark gated bigram, T=1 top-p 0.9", spec="dspark", drafter="gated_bigram",
-         temp=1.0, top_p=0.9, prompt="want", verify="coupled"),
     dict(key="m", name="coupled, dspark vanilla bigram, 3 tokens, T=1 top-k 8 min-p 0.05", spec="dspark",
          drafter="vanilla_bigram", temp=1.0, top_k=8, min_p=0.05, gen=3, verify="coupled"),
     dict(key="n", name="coupled, dspark vanilla bigram, T=1, batch 8", spec="dspark", drafter="vanilla_bigram",
          temp=1.0, batch=8, verify="coupled"),
     dict(key="o", name="coupled, random HF target (EOS likely), dspark bigram, T=1", target="hf", prompt="hf",
          spec="dspark", drafter="hf_bigram", temp=1.0, verify="coupled"),
-    dict(key="p", name="coupled, ngram, repetitive prompt, 3 tokens, T=1 top-k 10", spec="ngram", prompt="repeat",
-         temp=1.0, top_k=10, gen=3, verify="coupled"),
     dict(key="q", name="coupled, no speculation, T=1 (control)", spec="none", temp=1.0, verify="coupled"),
 ]
 # Coupled configurations whose outcomes must be identical, seed for seed (so count for count).
