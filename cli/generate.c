@@ -15,6 +15,7 @@ typedef struct {
     ds_cost_table costs;
     unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
     int json, stats, chat;
+    long logprobs; // --logprobs N: -1 = off
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -28,6 +29,8 @@ static void gen_usage(FILE *f) {
             "  --top-p P          nucleus sampling mass (1 = off)\n"
             "  --min-p M          drop tokens below M x the top probability (0 = off)\n"
             "  --seed S           random seed (default 0)\n"
+            "  --presence-penalty P, --frequency-penalty F   OpenAI's penalties over the generated tokens\n"
+            "  --logit-bias ID:B  add B (-100..100) to token ID's logit (repeatable)\n"
             "  --verify RULE      coupled (default: the text of --spec none with this seed, whatever the\n"
             "                     drafter) | residual (min(1, p/q) acceptance, residual resampling)\n"
             "  -t, --threads N    threads (default: all cores)\n"
@@ -41,6 +44,8 @@ static void gen_usage(FILE *f) {
             "  --ngram N          ngram match length (default 3)\n"
             "  --chat             the prompt is a user message in the model's chat format (ds_chat_render);\n"
             "                     generation stops at the format's end-of-turn token\n"
+            "  --logprobs N       with --json: each generated token's log-probability and the N most\n"
+            "                     likely alternatives (0..20), from the target's processed distribution\n"
             "  --stats            print speculation statistics to stderr\n"
             "  --json             print one JSON object instead of streaming text\n");
 }
@@ -48,6 +53,7 @@ static void gen_usage(FILE *f) {
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->n_predict = 64;
+    a->logprobs = -1;
     a->sp = ds_sampler_default();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -73,6 +79,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         if (r < 0) return -r;
         if (r) continue;
         if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--logprobs")) {
+            if (!cli_parse_int(v, 0, 20, &a->logprobs)) return cli_usage_error("--logprobs expects 0..20, got '%s'", v);
+        }
         else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
             if (!cli_parse_int(v, 0, 1 << 24, &a->n_predict)) return cli_usage_error("-n expects a count, got '%s'", v);
         } else {
@@ -104,7 +113,7 @@ static void gen_free(gen_state *g) {
     ds_text_out_free(g->tx);
 }
 
-static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t) {
+static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t, int id) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "text", ds_text_out_text(g->tx, NULL));
     cJSON *pi = cJSON_AddArrayToObject(o, "prompt_ids");
@@ -122,6 +131,24 @@ static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int 
     cJSON *acc = cJSON_AddArrayToObject(o, "acceptance_by_position");
     for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)
         cJSON_AddItemToArray(acc, cJSON_CreateNumber((double)t->accepted_by_pos[k] / t->tried_by_pos[k]));
+    if (a->logprobs >= 0) { // [[logprob, [[id, logprob], ...]], ...]
+        cJSON *lps = cJSON_AddArrayToObject(o, "logprobs");
+        for (int i = 0; i < n_gen; i++) {
+            float lp, top_lp[20];
+            int32_t top_id[20];
+            const int n = ds_engine_logprobs(g->engine, id, i, &lp, top_id, top_lp);
+            cJSON *e = cJSON_CreateArray(), *tops = cJSON_CreateArray();
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(lp));
+            for (int j = 0; j < n; j++) {
+                cJSON *pair = cJSON_CreateArray();
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(top_id[j]));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(top_lp[j]));
+                cJSON_AddItemToArray(tops, pair);
+            }
+            cJSON_AddItemToArray(e, tops);
+            cJSON_AddItemToArray(lps, e);
+        }
+    }
     cJSON_AddNumberToObject(o, "draft_ms", t->draft_s * 1e3);
     cJSON_AddNumberToObject(o, "verify_ms", t->verify_s * 1e3);
     char *s = cJSON_PrintUnformatted(o);
@@ -189,7 +216,8 @@ int cmd_generate(int argc, char **argv) {
     }
     int id;
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.engine)) ||
-        (st = ds_engine_add(g.engine, g.prompt_ids, n_prompt, (int)a.n_predict, &a.sp, (uint64_t)a.seed, &id)))
+        (st = ds_engine_add(g.engine, g.prompt_ids, n_prompt, (int)a.n_predict, &a.sp, (uint64_t)a.seed, &id)) ||
+        (a.logprobs >= 0 && (st = ds_engine_set_logprobs(g.engine, id, (int)a.logprobs))))
         goto fail;
 
     // --chat: the output ends at the format's end-of-turn token (not shown).
@@ -211,7 +239,7 @@ int cmd_generate(int argc, char **argv) {
     if ((st = ds_text_out_finish(g.tx))) goto fail;
     const ds_seq_stats *t = ds_engine_stats(g.engine, id);
     if (a.json) {
-        print_json(&a, &g, n_prompt, n_gen, t);
+        print_json(&a, &g, n_prompt, n_gen, t, id);
     } else {
         show(&g, &shown, 1);
         putchar('\n');

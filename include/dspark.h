@@ -237,6 +237,7 @@ int ds_text_out_tokens(const ds_text_out *o);  // tokens in the output (a stop i
 ds_text_end ds_text_out_end(const ds_text_out *o);
 // The text length once token i (0-based) was pushed (capped at the cut of a stop string).
 size_t ds_text_out_token_end(const ds_text_out *o, int i);
+int32_t ds_text_out_token_id(const ds_text_out *o, int i); // token i of the output, or -1
 
 // ---------------------------------------------------------------------------------------------
 // Sampling
@@ -257,11 +258,22 @@ typedef enum {
 } ds_verify_rule;
 
 typedef struct {
+    int32_t id;
+    float bias; // added to the logit (OpenAI's logit_bias: -100 bans, +100 forces)
+} ds_logit_bias;
+
+typedef struct {
     float temperature; // 0 = greedy (argmax, lowest id on ties)
     int top_k;         // 0 = off
     float top_p;       // 1 = off
     float min_p;       // 0 = off
     ds_verify_rule verify; // how tokens are drawn and drafts verified (DS_VERIFY_COUPLED)
+    // Before everything else, on the logits (OpenAI's definitions, over the tokens generated so far:
+    // the history ds_probs_process_hist is given): z_i += bias_i - frequency_penalty * count_i
+    // - presence_penalty * [count_i > 0]. 0 / NULL = off.
+    float presence_penalty, frequency_penalty;
+    const ds_logit_bias *logit_bias; // (n_logit_bias), must outlive every use of these parameters
+    int n_logit_bias;
 } ds_sampler_params;
 
 ds_sampler_params ds_sampler_default(void);
@@ -283,6 +295,13 @@ double ds_rng_uniform(ds_rng *r); // in [0, 1)
 // `scratch` must hold ds_sampler_scratch_size(n) bytes, or be NULL to allocate per call.
 size_t ds_sampler_scratch_size(int n);
 ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch);
+// The same with the token history the penalties count: the tokens generated so far (hist), then
+// n_drafts drafted tokens after them (a draft slot's history includes the drafts before it). At
+// temperature 0 the one-hot sits at the argmax of the adjusted logits.
+ds_status ds_probs_process_hist(const ds_sampler_params *p, const float *logits, int n, const int32_t *hist,
+                                int n_hist, const int32_t *drafts, int n_drafts, float *probs, void *scratch);
+// Whether p adjusts logits by history or bias (then greedy decoding must go through the processing).
+int ds_sampler_adjusts(const ds_sampler_params *p);
 // Draw from a probability vector (sums to 1 up to rounding).
 int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng);
 // The coupled draw at sequence position `pos`: argmin over tokens with probs[i] > 0 of
@@ -340,6 +359,9 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
 void ds_draft_state_free(ds_draft_state *s);
 int ds_draft_state_len(const ds_draft_state *s);
 ds_status ds_draft_state_truncate(ds_draft_state *s, int len);
+// The sequence's generated tokens so far: the history that logit bias and penalties count when a
+// block is drafted (slot k's also holds the block's drafts before it). Valid until the next draft.
+void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n);
 // Append n committed positions from their tap rows (n, n_taps * hidden), as ds_model_forward
 // writes them with the drafter's tap_layers.
 ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n);
@@ -468,6 +490,14 @@ const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
 // *stop_token when non-NULL; -1 otherwise), DS_FINISH_LENGTH at its token budget.
 typedef enum { DS_FINISH_NONE = 0, DS_FINISH_STOP, DS_FINISH_LENGTH } ds_finish_reason;
 ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token);
+// Log-probabilities of a sequence's generated tokens (call after ds_engine_add, before its first
+// step), with `top` (0..20) most likely alternatives each: from the target's processed distribution
+// at each position (the one the token was drawn from; at temperature 0 the same at temperature 1),
+// never the drafter's.
+ds_status ds_engine_set_logprobs(ds_engine *e, int id, int top);
+// Generated token i's (0-based) log-probability in *logprob and its alternatives, best first (ties:
+// lower id), in top_ids / top_lps (room for `top`); returns how many, or -1 (not recorded).
+int ds_engine_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_t *top_ids, float *top_lps);
 // Drop a sequence (finished or not) and free its state.
 ds_status ds_engine_remove(ds_engine *e, int id);
 // Called after every verified round of every sequence: its drafted slots' confidences (NULL without

@@ -25,6 +25,7 @@ struct ds_text_out {
     char **stops;   // (n_stops) non-empty UTF-8 strings
     int n_stops;
     size_t *tok_end; // (cap_tok) text length after each token (before a stop-string cut)
+    int32_t *tok_id; // (cap_tok) the tokens
     int cap_tok;
 };
 
@@ -50,6 +51,7 @@ void ds_text_out_free(ds_text_out *o) {
     free(o->stops);
     free(o->text);
     free(o->tok_end);
+    free(o->tok_id);
     free(o);
 }
 
@@ -134,8 +136,10 @@ static ds_status push_one(ds_text_out *o, int32_t id) {
     if (o->n_tokens == o->cap_tok) {
         const int cap = o->cap_tok ? 2 * o->cap_tok : 64;
         size_t *te = realloc(o->tok_end, sizeof *te * (size_t)cap);
-        if (!te) return ds_fail(DS_ERR_NOMEM, "out of memory");
-        o->tok_end = te;
+        if (te) o->tok_end = te;
+        int32_t *ti = te ? realloc(o->tok_id, sizeof *ti * (size_t)cap) : NULL;
+        if (!ti) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        o->tok_id = ti;
         o->cap_tok = cap;
     }
     const size_t before = o->len;
@@ -145,6 +149,7 @@ static ds_status push_one(ds_text_out *o, int32_t id) {
     const int ok = buf && (w <= 0 || append(o, buf, (size_t)w));
     if (buf != piece) free(buf);
     if (!ok) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    o->tok_id[o->n_tokens] = id;
     o->tok_end[o->n_tokens++] = o->len;
     settle(o, before);
     return DS_OK;
@@ -177,6 +182,8 @@ const char *ds_text_out_text(const ds_text_out *o, size_t *len) {
 size_t ds_text_out_safe(const ds_text_out *o) { return o->safe; }
 int ds_text_out_tokens(const ds_text_out *o) { return o->n_tokens; }
 ds_text_end ds_text_out_end(const ds_text_out *o) { return o->end; }
+
+int32_t ds_text_out_token_id(const ds_text_out *o, int i) { return i >= 0 && i < o->n_tokens ? o->tok_id[i] : -1; }
 
 size_t ds_text_out_token_end(const ds_text_out *o, int i) {
     if (i < 0 || i >= o->n_tokens) return o->len;

@@ -3,6 +3,7 @@
 //
 // Processing order (the contract speculative verification relies on: the same function turns both
 // the target's and the drafter's logits into p and q):
+//   0. logit bias and the presence / frequency penalties over the token history (OpenAI's)
 //   1. temperature: z = logits / T  (T <= 0: one-hot at the argmax, lowest id on ties)
 //   2. top-k: keep the k largest z (ties broken by lower id, so exactly k survive)
 //   3. softmax over the survivors
@@ -104,18 +105,61 @@ static void sort_by_value(int32_t *idx, int n, const float *v) {
     qsort(idx, (size_t)n, sizeof *idx, cmp_before);
 }
 
+int ds_sampler_adjusts(const ds_sampler_params *p) {
+    return p->presence_penalty != 0 || p->frequency_penalty != 0 || (p->logit_bias && p->n_logit_bias > 0);
+}
+
+// Step 0 on z (a copy of the logits): bias, then the penalties over hist + drafts. cnt (n) is
+// scratch whose entries are only touched at history tokens.
+static void adjust(const ds_sampler_params *p, float *z, int n, const int32_t *hist, int n_hist, const int32_t *drafts,
+                   int n_drafts, int32_t *cnt) {
+    for (int i = 0; i < p->n_logit_bias && p->logit_bias; i++)
+        if (p->logit_bias[i].id >= 0 && p->logit_bias[i].id < n) z[p->logit_bias[i].id] += p->logit_bias[i].bias;
+    if (p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    for (int pass = 0; pass < 3; pass++) // zero the counts, count, apply (once per distinct token)
+        for (int j = 0; j < n_hist + n_drafts; j++) {
+            const int32_t t = j < n_hist ? hist[j] : drafts[j - n_hist];
+            if (t < 0 || t >= n) continue;
+            if (pass == 0) cnt[t] = 0;
+            else if (pass == 1) cnt[t]++;
+            else if (cnt[t] > 0) {
+                z[t] -= p->frequency_penalty * (float)cnt[t] + p->presence_penalty;
+                cnt[t] = 0;
+            }
+        }
+}
+
 ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch) {
+    return ds_probs_process_hist(p, logits, n, NULL, 0, NULL, 0, probs, scratch);
+}
+
+ds_status ds_probs_process_hist(const ds_sampler_params *p, const float *logits, int n, const int32_t *hist,
+                                int n_hist, const int32_t *drafts, int n_drafts, float *probs, void *scratch) {
     if (n <= 0) return ds_fail(DS_ERR_INVALID, "empty distribution");
-    if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1))
+    if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return ds_fail(DS_ERR_INVALID, "invalid sampling parameters (temperature %g, top-k %d, top-p %g, min-p %g)",
                        p->temperature, p->top_k, p->top_p, p->min_p);
-    if (p->temperature == 0) {
+    const int adj = ds_sampler_adjusts(p);
+    if (p->temperature == 0 && !adj) {
         memset(probs, 0, (size_t)n * sizeof *probs);
         probs[ds_argmax(logits, n)] = 1.0f;
         return DS_OK;
     }
     int32_t *idx = scratch ? scratch : malloc(ds_sampler_scratch_size(n));
     if (!idx) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (adj) { // 0. bias and penalties (into probs, the value array from here on)
+        memcpy(probs, logits, (size_t)n * sizeof *probs);
+        adjust(p, probs, n, hist, n_hist, drafts, n_drafts, idx);
+        logits = probs;
+    }
+    if (p->temperature == 0) {
+        const int32_t best = ds_argmax(probs, n);
+        memset(probs, 0, (size_t)n * sizeof *probs);
+        probs[best] = 1.0f;
+        if (!scratch) free(idx);
+        return DS_OK;
+    }
     // 1. temperature (into probs, used as the value array from here on)
     const float invT = 1.0f / p->temperature;
     for (int i = 0; i < n; i++) probs[i] = logits[i] * invT;

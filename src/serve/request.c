@@ -58,11 +58,14 @@ static ds_status add_prompt(ds_oa_request *r, int32_t *ids, int n) {
     if (np) r->prompts = np;
     int *nn = np ? realloc(r->n_prompt, sizeof *nn * (size_t)(r->n_prompts + 1)) : NULL;
     if (nn) r->n_prompt = nn;
-    if (!nn) {
+    char **pt = nn ? realloc(r->prompt_text, sizeof *pt * (size_t)(r->n_prompts + 1)) : NULL;
+    if (pt) r->prompt_text = pt;
+    if (!pt) {
         free(ids);
         return ds_fail(DS_ERR_NOMEM, "out of memory");
     }
     r->prompts[r->n_prompts] = ids;
+    r->prompt_text[r->n_prompts] = NULL; // filled for echo
     r->n_prompt[r->n_prompts++] = n;
     r->prompt_tokens += n;
     return DS_OK;
@@ -86,6 +89,8 @@ static ds_status tokenize(const ds_model *m, const char *text, ds_oa_request *r,
         return st;
     }
     if ((st = add_prompt(r, ids, n))) *param = name;
+    if (!st && !r->chat && !(r->prompt_text[r->n_prompts - 1] = strdup(text))) // the text echo gives back
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
     return st;
 }
 
@@ -107,6 +112,8 @@ static ds_status token_prompt(const cJSON *p, const ds_model *m, ds_oa_request *
     }
     ds_status st = add_prompt(r, ids, n);
     if (st) *param = "prompt";
+    if (!st && (st = ds_detokenize(ds_model_tokenizer(m), ids, n, 1, &r->prompt_text[r->n_prompts - 1], NULL)))
+        r->prompt_text[r->n_prompts - 1] = NULL; // (echo's text for token ids)
     return st;
 }
 
@@ -241,6 +248,93 @@ static ds_status parse_stops(const cJSON *root, ds_oa_request *r, const char **p
     return DS_OK;
 }
 
+// Fields OpenAI defines that we do not implement: a 400 naming them, never silently ignored.
+static ds_status refuse_unsupported(const cJSON *root, int chat, const char **param) {
+    const cJSON *f;
+    static const char *tool_fields[] = {"tools", "functions"};
+    for (int i = 0; i < 2; i++)
+        if ((f = field(root, tool_fields[i])) && (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > 0))
+            return bad(param, tool_fields[i], "'%s' is not supported (tool calling is not implemented)", tool_fields[i]);
+    static const char *choice_fields[] = {"tool_choice", "function_call"};
+    for (int i = 0; i < 2; i++)
+        if ((f = field(root, choice_fields[i])) &&
+            !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
+            return bad(param, choice_fields[i], "'%s' is not supported (tool calling is not implemented)", choice_fields[i]);
+    if ((f = field(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
+        if (!cJSON_IsString(t)) return bad(param, "response_format", "'%s' must be an object with a string 'type'", "response_format");
+        if (strcmp(t->valuestring, "text")) {
+            *param = "response_format";
+            return ds_fail(DS_ERR_INVALID, "'response_format' type '%.40s' is not supported (only 'text': no constrained decoding)",
+                           t->valuestring);
+        }
+    }
+    if (!chat && (f = field(root, "suffix")) && !(cJSON_IsString(f) && !f->valuestring[0]))
+        return bad(param, "suffix", "'%s' is not supported (no insertion)", "suffix");
+    if ((f = field(root, "best_of")) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
+        return bad(param, "best_of", "'%s' other than 1 is not supported", "best_of");
+    if (chat && (f = field(root, "audio"))) return bad(param, "audio", "'%s' is not supported (text only)", "audio");
+    if (chat && (f = field(root, "prediction"))) return bad(param, "prediction", "'%s' is not supported", "prediction");
+    if (chat && (f = field(root, "modalities"))) {
+        const cJSON *only = cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 ? f->child : NULL;
+        if (!only || !cJSON_IsString(only) || strcmp(only->valuestring, "text"))
+            return bad(param, "modalities", "'%s' other than [\"text\"] is not supported", "modalities");
+    }
+    return DS_OK;
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}.
+static ds_status parse_logit_bias(const cJSON *root, const ds_model *m, ds_oa_request *r, const char **param) {
+    const cJSON *b = field(root, "logit_bias");
+    if (!b) return DS_OK;
+    if (!cJSON_IsObject(b)) return bad(param, "logit_bias", "'%s' must be an object of token ids to biases", "logit_bias");
+    const int n = cJSON_GetArraySize(b), V = ds_model_get_info(m)->vocab_size;
+    if (n > 1024) return bad(param, "logit_bias", "'%s' takes at most 1024 tokens", "logit_bias");
+    if (n && !(r->bias = calloc((size_t)n, sizeof *r->bias))) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *e = b->child; e; e = e->next, i++) {
+        char *end;
+        const long id = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || id < 0 || id >= V) {
+            *param = "logit_bias";
+            return ds_fail(DS_ERR_INVALID, "'logit_bias' keys must be token ids in 0..%d", V - 1);
+        }
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
+            return bad(param, "logit_bias", "'%s' values must be numbers in [-100, 100]", "logit_bias");
+        r->bias[i] = (ds_logit_bias){(int32_t)id, (float)e->valuedouble};
+    }
+    r->sp.logit_bias = r->bias;
+    r->sp.n_logit_bias = n;
+    return DS_OK;
+}
+
+// logprobs: completions take an integer (alternatives per token, 0..20); chat a boolean with
+// top_logprobs (0..20).
+static ds_status parse_logprobs(const cJSON *root, int chat, ds_oa_request *r, const char **param) {
+    const cJSON *f = field(root, "logprobs");
+    double v = 0;
+    ds_status st;
+    if (chat) {
+        if (f && !cJSON_IsBool(f)) return bad(param, "logprobs", "'%s' must be a boolean", "logprobs");
+        r->logprobs = f && cJSON_IsTrue(f);
+        if ((st = get_int(root, "top_logprobs", 0, 20, &v, param))) return st;
+        if (field(root, "top_logprobs") && !r->logprobs)
+            return bad(param, "top_logprobs", "'%s' needs 'logprobs': true", "top_logprobs");
+        r->top_logprobs = (int)v;
+        return DS_OK;
+    }
+    if ((st = get_int(root, "logprobs", 0, 20, &v, param))) return st;
+    r->logprobs = f != NULL;
+    r->top_logprobs = (int)v;
+    if ((f = field(root, "echo"))) {
+        if (!cJSON_IsBool(f)) return bad(param, "echo", "'%s' must be a boolean", "echo");
+        r->echo = cJSON_IsTrue(f);
+    }
+    if (r->echo && r->logprobs)
+        return bad(param, "echo", "'%s' with 'logprobs' is not supported (no log-probabilities for prompt tokens)", "echo");
+    return DS_OK;
+}
+
 ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, ds_oa_request *r, const char **param) {
     memset(r, 0, sizeof *r);
     *param = NULL;
@@ -293,6 +387,15 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
         r->has_seed = 1;
         r->seed = (uint64_t)(int64_t)v;
     }
+    if ((st = refuse_unsupported(root, chat, param))) goto out;
+    v = 0;
+    if ((st = get_number(root, "presence_penalty", -2, 2, 0, &v, param))) goto out;
+    r->sp.presence_penalty = (float)v;
+    v = 0;
+    if ((st = get_number(root, "frequency_penalty", -2, 2, 0, &v, param))) goto out;
+    r->sp.frequency_penalty = (float)v;
+    if ((st = parse_logit_bias(root, m, r, param))) goto out;
+    if ((st = parse_logprobs(root, chat, r, param))) goto out;
     if ((f = field(root, "verify"))) { // dspark's own: how sampled drafts are verified
         if (!cJSON_IsString(f) || (strcmp(f->valuestring, "coupled") && strcmp(f->valuestring, "residual"))) {
             st = bad(param, "verify", "'%s' must be \"coupled\" or \"residual\"", "verify");
@@ -335,11 +438,77 @@ out:
 }
 
 void ds_oa_request_free(ds_oa_request *r) {
-    for (int i = 0; i < r->n_prompts; i++) free(r->prompts[i]);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i]);
+        if (r->prompt_text) free(r->prompt_text[i]);
+    }
     free(r->prompts);
+    free(r->prompt_text);
+    free(r->bias);
+    r->prompt_text = NULL;
+    r->bias = NULL;
     free(r->n_prompt);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     r->prompts = NULL;
     r->n_prompt = NULL;
     r->n_prompts = r->n_stops = r->prompt_tokens = 0;
+}
+
+static ds_status get_bool(const cJSON *o, const char *name, int *v, const char **param) {
+    const cJSON *f = field(o, name);
+    if (!f) return DS_OK;
+    if (!cJSON_IsBool(f)) return bad(param, name, "'%s' must be a boolean", name);
+    *v = cJSON_IsTrue(f);
+    return DS_OK;
+}
+
+ds_status ds_oa_parse_tokenize(const char *body, size_t n, char **content, int *add_special, int *with_pieces,
+                               const char **param) {
+    *param = NULL;
+    *content = NULL;
+    *add_special = *with_pieces = 0;
+    cJSON *root = cJSON_ParseWithLength(body, n);
+    if (!root) return ds_fail(DS_ERR_INVALID, "the body is not valid JSON");
+    ds_status st = DS_OK;
+    const cJSON *c = cJSON_IsObject(root) ? field(root, "content") : NULL;
+    if (!cJSON_IsObject(root)) st = ds_fail(DS_ERR_INVALID, "the body must be a JSON object");
+    else if (!cJSON_IsString(c)) st = bad(param, "content", "'%s' must be a string", "content");
+    else if (!utf8_ok(c->valuestring)) st = bad(param, "content", "'%s' is not valid UTF-8", "content");
+    if (!st) st = get_bool(root, "add_special", add_special, param);
+    if (!st) st = get_bool(root, "with_pieces", with_pieces, param);
+    if (!st && !(*content = strdup(c->valuestring))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    cJSON_Delete(root);
+    return st;
+}
+
+ds_status ds_oa_parse_detokenize(const char *body, size_t n, const ds_model *m, int32_t **ids, int *n_ids,
+                                 const char **param) {
+    *param = NULL;
+    *ids = NULL;
+    *n_ids = 0;
+    cJSON *root = cJSON_ParseWithLength(body, n);
+    if (!root) return ds_fail(DS_ERR_INVALID, "the body is not valid JSON");
+    ds_status st = DS_OK;
+    const cJSON *t = cJSON_IsObject(root) ? field(root, "tokens") : NULL;
+    const int V = ds_model_get_info(m)->vocab_size;
+    if (!cJSON_IsObject(root)) st = ds_fail(DS_ERR_INVALID, "the body must be a JSON object");
+    else if (!cJSON_IsArray(t)) st = bad(param, "tokens", "'%s' must be an array of token ids", "tokens");
+    else if (cJSON_GetArraySize(t) > ds_model_get_info(m)->max_ctx * 4)
+        st = bad(param, "tokens", "'%s' holds too many ids", "tokens");
+    else if (!(*ids = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(t) + 1)))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    for (const cJSON *e = t && !st ? t->child : NULL; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= V) {
+            *param = "tokens";
+            st = ds_fail(DS_ERR_INVALID, "'tokens' must be integers in 0..%d", V - 1);
+            break;
+        }
+        (*ids)[(*n_ids)++] = (int32_t)e->valuedouble;
+    }
+    if (st) {
+        free(*ids);
+        *ids = NULL;
+        *n_ids = 0;
+    }
+    cJSON_Delete(root);
+    return st;
 }

@@ -11,11 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "base/status.h"
 #include "serve/serve.h"
+#include "tokenizer/utf8.h"
 
 typedef enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE } rq_state;
 enum { PH_START, PH_TEXT, PH_END }; // streaming phases
@@ -29,6 +31,11 @@ typedef struct {
     int eid;               // engine sequence, -1 when not in the engine (engine thread only)
     size_t sent;           // streaming: bytes of text sent (HTTP side)
     int ended;             // streaming: its finish chunk was sent (HTTP side)
+    // logprobs (under mu): per output token its log-probability, then top_logprobs alternatives
+    float *lp;             // (cap_lp, 1 + top)
+    int32_t *lp_ids;       // (cap_lp, top)
+    int n_lp, cap_lp;
+    int lp_sent;           // streaming: tokens whose logprobs were sent
 } srv_choice;
 
 typedef struct srv_req {
@@ -91,7 +98,11 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     if (--r->refs > 0) return;
     ds_oa_request_free(&r->oa);
     pthread_cond_destroy(&r->cv);
-    for (int i = 0; i < r->n_ch; i++) ds_text_out_free(r->ch[i].tx);
+    for (int i = 0; i < r->n_ch; i++) {
+        ds_text_out_free(r->ch[i].tx);
+        free(r->ch[i].lp);
+        free(r->ch[i].lp_ids);
+    }
     free(r->ch);
     free(r->out);
     free(r);
@@ -153,6 +164,31 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
 // Hand the tokens committed in the last round to r's text output (detokenized, cut at a stop string
 // or the chat format's end of turn, the tail that could begin a stop string held back). Returns 1
 // when r is finished. Under mu.
+// Copy the logprobs of c's new output tokens out of the engine (before the sequence leaves it).
+static int take_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
+    const int want = ds_text_out_tokens(c->tx), top = r->oa.top_logprobs;
+    if (want > c->cap_lp) {
+        const int cap = want > 2 * c->cap_lp ? want + 16 : 2 * c->cap_lp;
+        float *lp = realloc(c->lp, sizeof(float) * (size_t)cap * (size_t)(1 + top));
+        if (lp) c->lp = lp;
+        int32_t *ids = lp ? realloc(c->lp_ids, sizeof(int32_t) * (size_t)cap * (size_t)(top ? top : 1)) : NULL;
+        if (!ids) return 0;
+        c->lp_ids = ids;
+        c->cap_lp = cap;
+    }
+    for (; c->n_lp < want; c->n_lp++) {
+        float *lp = c->lp + (size_t)c->n_lp * (1 + top);
+        int32_t *ids = c->lp_ids + (size_t)c->n_lp * top;
+        const int got = ds_engine_logprobs(s->e, c->eid, c->n_lp, lp, ids, lp + 1);
+        for (int j = got < 0 ? 0 : got; j < top; j++) { // fewer tokens possible than asked for
+            ids[j] = -1;
+            lp[1 + j] = 0;
+        }
+        if (got < 0) lp[0] = 0;
+    }
+    return 1;
+}
+
 static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
     if (c->eid < 0) return 1;
     const int fin = ds_engine_finished(s->e, c->eid);
@@ -160,6 +196,7 @@ static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
     while (!ds_text_out_end(c->tx) && (n = ds_engine_take(s->e, c->eid, s->take_buf, 256)) > 0) {
         if (r->t_first == 0) r->t_first = now_s();
         if (ds_text_out_push(c->tx, s->take_buf, n, NULL)) oom = 1; // out of memory: end here
+        if (!oom && r->oa.logprobs && !take_logprobs(s, r, c)) oom = 1;
         if (oom) ds_text_out_finish(c->tx);
     }
     if (!ds_text_out_end(c->tx) && fin) ds_text_out_finish(c->tx);
@@ -225,6 +262,8 @@ static void *engine_main(void *arg) {
                 srv_choice *c = &r->ch[k];
                 st = ds_engine_add(s->e, r->oa.prompts[c->prompt], r->oa.n_prompt[c->prompt], r->oa.max_tokens,
                                    &r->oa.sp, c->seed, &c->eid);
+                if (!st && r->oa.logprobs && (st = ds_engine_set_logprobs(s->e, c->eid, r->oa.top_logprobs)))
+                    ds_engine_remove(s->e, c->eid);
                 if (st) c->eid = -1;
                 else s->n_seqs++; // (only the engine thread changes n_seqs)
             }
@@ -284,6 +323,13 @@ static void count_status(ds_server *s, unsigned status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// Headers every response carries: CORS when --cors gave an origin.
+static void common_headers(const ds_server *s, struct MHD_Response *resp) {
+    if (!s->p.cors_origin) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->p.cors_origin);
+    if (strcmp(s->p.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result respond(ds_server *s, struct MHD_Connection *c, unsigned status, char *body,
                                const char *type) {
     if (!body) return MHD_NO;
@@ -293,6 +339,8 @@ static enum MHD_Result respond(ds_server *s, struct MHD_Connection *c, unsigned 
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    common_headers(s, resp);
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     const enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     count_status(s, status);
@@ -323,7 +371,8 @@ static cJSON *error_body(const char *msg, const char *type, const char *param, c
 static enum MHD_Result respond_error(ds_server *s, struct MHD_Connection *c, unsigned status, const char *msg,
                                      const char *param) {
     const char *type = status == 503 ? "server_error" : status >= 500 ? "server_error" : "invalid_request_error";
-    const char *code = status == 503 ? "overloaded" : status == 404 ? "not_found" : status == 413 ? "request_too_large" : NULL;
+    const char *code = status == 503 ? "overloaded" : status == 404 ? "not_found" : status == 413 ? "request_too_large"
+                       : status == 401 ? "invalid_api_key" : NULL;
     return respond_json(s, c, status, error_body(msg, type, param, code));
 }
 
@@ -373,9 +422,82 @@ static cJSON *envelope(const ds_server *s, const srv_req *r, int chunk) {
     return o;
 }
 
-// Choice `index`: text (len bytes; NULL = none, as in a chat stream's last chunk) and finish reason.
-static cJSON *choice(const srv_req *r, int index, const char *text, size_t len, int chunk, const char *finish,
-                     int role) {
+// A token's text for logprobs: its raw bytes, invalid UTF-8 replaced by U+FFFD (into buf, NUL-ended).
+static const char *token_text(const ds_server *s, int32_t id, char *buf, size_t cap, uint8_t *raw, int *n_raw) {
+    char tmp[256];
+    int n = ds_token_bytes(s->tok, id, tmp, sizeof tmp);
+    if (n > (int)sizeof tmp) n = sizeof tmp;
+    memcpy(raw, tmp, (size_t)n);
+    *n_raw = n;
+    size_t w = 0;
+    for (int i = 0; i < n && w + 4 < cap;) {
+        const int L = ds_utf8_seq_len((uint8_t)tmp[i]);
+        size_t bad;
+        if (L > 0 && i + L <= n && ds_utf8_valid((const uint8_t *)tmp + i, (size_t)L, &bad)) {
+            memcpy(buf + w, tmp + i, (size_t)L);
+            w += (size_t)L;
+            i += L;
+        } else {
+            memcpy(buf + w, "\xef\xbf\xbd", 3);
+            w += 3;
+            i++;
+        }
+    }
+    buf[w] = 0;
+    return buf;
+}
+
+// Logprobs of c's output tokens [from, to): OpenAI's completions shape (tokens, token_logprobs,
+// top_logprobs, text_offset, offsets after `echo` bytes) or chat's (content: token, logprob, bytes,
+// top_logprobs).
+static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choice *c, int from, int to, size_t echo) {
+    const int top = r->oa.top_logprobs;
+    char buf[1024];
+    uint8_t raw[256];
+    int n_raw;
+    cJSON *o = cJSON_CreateObject();
+    if (r->oa.chat) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (int i = from; i < to && i < c->n_lp; i++) {
+            const int32_t tok = ds_text_out_token_id(c->tx, i);
+            const float *lp = c->lp + (size_t)i * (1 + top);
+            cJSON *t = cJSON_CreateObject(), *tops;
+            cJSON_AddStringToObject(t, "token", token_text(s, tok, buf, sizeof buf, raw, &n_raw));
+            cJSON_AddNumberToObject(t, "logprob", lp[0]);
+            cJSON *bytes = cJSON_AddArrayToObject(t, "bytes");
+            for (int k = 0; k < n_raw; k++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(raw[k]));
+            tops = cJSON_AddArrayToObject(t, "top_logprobs");
+            for (int j = 0; j < top && c->lp_ids[(size_t)i * top + j] >= 0; j++) {
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddStringToObject(a, "token", token_text(s, c->lp_ids[(size_t)i * top + j], buf, sizeof buf, raw, &n_raw));
+                cJSON_AddNumberToObject(a, "logprob", lp[1 + j]);
+                cJSON *ab = cJSON_AddArrayToObject(a, "bytes");
+                for (int k = 0; k < n_raw; k++) cJSON_AddItemToArray(ab, cJSON_CreateNumber(raw[k]));
+                cJSON_AddItemToArray(tops, a);
+            }
+            cJSON_AddItemToArray(content, t);
+        }
+        return o;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (int i = from; i < to && i < c->n_lp; i++) {
+        const float *lp = c->lp + (size_t)i * (1 + top);
+        cJSON_AddItemToArray(toks, cJSON_CreateString(token_text(s, ds_text_out_token_id(c->tx, i), buf, sizeof buf, raw, &n_raw)));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[0]));
+        cJSON *t = cJSON_CreateObject();
+        for (int j = 0; j < top && c->lp_ids[(size_t)i * top + j] >= 0; j++)
+            cJSON_AddNumberToObject(t, token_text(s, c->lp_ids[(size_t)i * top + j], buf, sizeof buf, raw, &n_raw), lp[1 + j]);
+        cJSON_AddItemToArray(tops, t);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(echo + (i ? ds_text_out_token_end(c->tx, i - 1) : 0))));
+    }
+    return o;
+}
+
+// Choice `index`: text (len bytes; NULL = none, as in a chat stream's last chunk), the logprobs of
+// output tokens [lp_from, lp_to) of c when asked for, and the finish reason.
+static cJSON *choice(const ds_server *s, const srv_req *r, const srv_choice *ch, int index, const char *text, size_t len,
+                     int chunk, const char *finish, int role, int lp_from, int lp_to) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", index);
     char *t = NULL;
@@ -383,13 +505,18 @@ static cJSON *choice(const srv_req *r, int index, const char *text, size_t len, 
         memcpy(t, text, len);
         t[len] = 0;
     }
+    const size_t echo = r->oa.echo ? strlen(r->oa.prompt_text[ch->prompt]) : 0;
+    cJSON *lp = r->oa.logprobs ? logprobs_json(s, r, ch, lp_from, lp_to, echo) : NULL;
     if (!r->oa.chat) {
         cJSON_AddStringToObject(c, "text", t ? t : "");
-        cJSON_AddNullToObject(c, "logprobs");
+        if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+        else cJSON_AddNullToObject(c, "logprobs");
     } else {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (role) cJSON_AddStringToObject(m, "role", "assistant");
         if (t || !chunk) cJSON_AddStringToObject(m, "content", t ? t : "");
+        if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+        else if (!chunk) cJSON_AddNullToObject(c, "logprobs");
     }
     free(t);
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -400,9 +527,22 @@ static cJSON *choice(const srv_req *r, int index, const char *text, size_t len, 
 static cJSON *completion_json(const ds_server *s, const srv_req *r) {
     cJSON *o = envelope(s, r, 0), *cs = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < r->n_ch; i++) {
+        const srv_choice *c = &r->ch[i];
         size_t len;
-        const char *text = ds_text_out_text(r->ch[i].tx, &len);
-        cJSON_AddItemToArray(cs, choice(r, i, text, len, 0, r->ch[i].finish, 1));
+        const char *text = ds_text_out_text(c->tx, &len);
+        char *full = NULL; // echo: the prompt's text first
+        if (r->oa.echo) {
+            const char *pt = r->oa.prompt_text[c->prompt];
+            const size_t pl = strlen(pt);
+            if ((full = malloc(pl + len + 1))) {
+                memcpy(full, pt, pl);
+                memcpy(full + pl, text, len + 1);
+                text = full;
+                len += pl;
+            }
+        }
+        cJSON_AddItemToArray(cs, choice(s, r, c, i, text, len, 0, c->finish, 1, 0, c->n_lp));
+        free(full);
     }
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     return o;
@@ -447,9 +587,10 @@ static int stream_next(ds_server *s, srv_req *r) {
     cJSON *o;
     if (r->phase == PH_START) { // chat streams open with the assistant role, for every choice
         r->phase = PH_TEXT;
-        for (int i = 0; i < r->n_ch && r->oa.chat; i++) {
+        for (int i = 0; i < r->n_ch && (r->oa.chat || r->oa.echo); i++) { // (echo: the prompt's text first)
             o = envelope(s, r, 1);
-            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, i, "", 0, 1, NULL, 1));
+            const char *pt = r->oa.echo ? r->oa.prompt_text[r->ch[i].prompt] : "";
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(s, r, &r->ch[i], i, pt, strlen(pt), 1, NULL, 1, 0, 0));
             if (!out_event(r, o)) return 0;
         }
         return 1;
@@ -463,18 +604,23 @@ static int stream_next(ds_server *s, srv_req *r) {
         srv_choice *c = &r->ch[i];
         if (!choice_pending(c)) continue;
         const size_t safe = ds_text_out_safe(c->tx);
-        if (safe > c->sent) {
+        if (safe > c->sent) { // the text, with the logprobs of the tokens it completes
+            int lp_to = c->lp_sent;
+            while (lp_to < c->n_lp && ds_text_out_token_end(c->tx, lp_to) <= safe) lp_to++;
             o = envelope(s, r, 1);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                                 choice(r, i, ds_text_out_text(c->tx, NULL) + c->sent, safe - c->sent, 1, NULL, 0));
+                                 choice(s, r, c, i, ds_text_out_text(c->tx, NULL) + c->sent, safe - c->sent, 1, NULL, 0,
+                                        c->lp_sent, lp_to));
             c->sent = safe;
+            c->lp_sent = lp_to;
             if (!out_event(r, o)) return 0;
         }
         if (c->finish && ds_text_out_safe(c->tx) == c->sent) {
             c->ended = 1;
             o = envelope(s, r, 1);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                                 choice(r, i, r->oa.chat ? NULL : "", 0, 1, c->finish, 0));
+                                 choice(s, r, c, i, r->oa.chat ? NULL : "", 0, 1, c->finish, 0, c->lp_sent, c->n_lp));
+            c->lp_sent = c->n_lp;
             if (!out_event(r, o)) return 0;
         }
     }
@@ -593,6 +739,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        common_headers(s, resp);
         const enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         count_status(s, 200);
@@ -612,6 +759,80 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     req_release(s, r);
     pthread_mutex_unlock(&s->mu);
     return respond_json(s, c, status, o);
+}
+
+// POST /tokenize (llama-server's shape): {"tokens": [ids]} or, with_pieces, [{"id", "piece"}].
+static enum MHD_Result handle_tokenize(ds_server *s, struct MHD_Connection *c, const conn_ctx *cx) {
+    char *text;
+    int add_special, with_pieces;
+    const char *param;
+    ds_status st = ds_oa_parse_tokenize(cx->body ? cx->body : "", cx->n, &text, &add_special, &with_pieces, &param);
+    int n = 0;
+    int32_t *ids = NULL;
+    const unsigned flags = DS_TOK_PARSE_SPECIAL | (add_special ? DS_TOK_ADD_SPECIAL : 0);
+    if (!st && !(st = ds_tokenize_ex(s->tok, text, strlen(text), flags, NULL, 0, &n)) &&
+        !(ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1))))
+        st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (!st) st = ds_tokenize_ex(s->tok, text, strlen(text), flags, ids, n, &n);
+    free(text);
+    if (st) {
+        free(ids);
+        return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param ? param : "content");
+    }
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < n; i++) {
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
+        char piece[1024];
+        uint8_t raw[256];
+        int n_raw;
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", ids[i]);
+        cJSON_AddStringToObject(t, "piece", token_text(s, ids[i], piece, sizeof piece, raw, &n_raw));
+        cJSON_AddItemToArray(arr, t);
+    }
+    free(ids);
+    return respond_json(s, c, 200, o);
+}
+
+// POST /detokenize: {"content": text} (special tokens as their text, as llama-server).
+static enum MHD_Result handle_detokenize(ds_server *s, struct MHD_Connection *c, const conn_ctx *cx) {
+    int32_t *ids;
+    int n;
+    const char *param;
+    ds_status st = ds_oa_parse_detokenize(cx->body ? cx->body : "", cx->n, s->p.model, &ids, &n, &param);
+    char *text = NULL;
+    if (!st) st = ds_detokenize(s->tok, ids, n, 0, &text, NULL);
+    free(ids);
+    if (st) return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param ? param : "tokens");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", text);
+    free(text);
+    return respond_json(s, c, 200, o);
+}
+
+static cJSON *model_json(const ds_server *s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "dspark");
+    return m;
+}
+
+// --api-key: "Authorization: Bearer KEY" (compared in time independent of where it differs).
+static int authorized(const ds_server *s, struct MHD_Connection *c) {
+    if (!s->p.api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    const size_t n = strlen(h), k = strlen(s->p.api_key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)(h[i] ^ s->p.api_key[i]);
+    return !diff;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -649,7 +870,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     const int get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->p.cors_origin) { // a browser's CORS preflight
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        common_headers(s, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+        const enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        count_status(s, 204);
+        return ret;
+    }
+    if (strcmp(url, "/health") && !authorized(s, c))
+        return respond_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY)", NULL);
     const int compl = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
+    const int tokz = !strcmp(url, "/tokenize"), detokz = !strcmp(url, "/detokenize");
+    if (tokz || detokz) {
+        if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
+        if (cx->too_big) return respond_error(s, c, 413, "the request body exceeds the limit", NULL);
+        return tokz ? handle_tokenize(s, c, cx) : handle_detokenize(s, c, cx);
+    }
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
+        if (strcmp(url + 11, s->model_name)) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "the model '%.200s' does not exist (this server has '%.180s')", url + 11, s->model_name);
+            return respond_json(s, c, 404, error_body(msg, "invalid_request_error", "model", "model_not_found"));
+        }
+        return respond_json(s, c, 200, model_json(s));
+    }
     if (compl || chat) {
         if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
         if (cx->too_big) {
@@ -673,13 +923,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!strcmp(url, "/v1/models")) {
         if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
-        cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+        cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "list");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
-        cJSON_AddStringToObject(m, "id", s->model_name);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", 0);
-        cJSON_AddStringToObject(m, "owned_by", "dspark");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_json(s));
         return respond_json(s, c, 200, o);
     }
     if (!strcmp(url, "/metrics")) {

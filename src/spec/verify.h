@@ -21,10 +21,12 @@ typedef struct {
 //   sampled, DS_VERIFY_RESIDUAL: accept d_k with probability min(1, p_k(d_k)/q_k(d_k)); at the
 //   first rejection draw next from normalize(max(p_a − q_a, 0)) (from p_a if that mass vanishes);
 //   if all are accepted, draw the bonus token next from p_ell (draws from rng in order).
-// p and q come from the same ds_probs_process. Returns the number accepted; *next is the token
-// that follows them.
+// p and q come from the same ds_probs_process_hist: row k's history is hist (n_hist tokens generated
+// before the row's anchor, the anchor included when it was generated) then d_0..d_{k-1}, so logit
+// bias and penalties shape p and q alike. Returns the number accepted; *next is the token that
+// follows them.
 ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *d, const float *p_logits,
-                    const float *q_logits, ds_rng *rng, int64_t pos, ds_verify_scratch *sc, int *accepted,
-                    int32_t *next);
+                    const float *q_logits, const int32_t *hist, int n_hist, ds_rng *rng, int64_t pos,
+                    ds_verify_scratch *sc, int *accepted, int32_t *next);
 
 #endif

@@ -4,7 +4,8 @@
 # --spec none, with a trained drafter at every schedule (fixed 1..7, threshold, auto) and with ngram,
 # on 1 and 2 threads; `eval --concurrency 4` checks every prompt against plain decoding at T = 1; and
 # a server with the drafter and --schedule auto answers 4 identical seeded requests sent at once
-# (next to other requests) with the text of `generate --seed S --spec none`.
+# (next to other requests) with the text of `generate --seed S --spec none`. Logit bias and penalties
+# keep all of it.
 set -u
 BIN=${DSPARK_BIN:?}/dspark
 MODEL=${DSPARK_SHARED:?}/models/stories260K/stories260K.gguf
@@ -58,6 +59,18 @@ echo "drafts accepted in $accepted of 22 runs"
 # The same holds with the sampling filters.
 f=(--top-k 20 --top-p 0.9 --min-p 0.02)
 [ "$(gen filt-none --spec none "${f[@]}")" = "$(gen filt-d -d "$TMP/d" "${f[@]}")" ] || fail "top-k/top-p/min-p: drafter output differs"
+# ... and with logit bias and penalties (part of the processed distribution of p and q), sampled and greedy.
+pen=(--presence-penalty 0.6 --frequency-penalty 0.9 --logit-bias 370:-100 --logit-bias 268:2)
+for T in 1 0; do
+  a=$(gen pen-none-$T --spec none "${pen[@]}" --temp $T)
+  for r in "fixed:-d $TMP/d --schedule fixed" "auto:-d $TMP/d --schedule auto" "ngram:--spec ngram"; do
+    name=${r%%:*}
+    # shellcheck disable=SC2086
+    [ "$(gen pen-$name-$T ${r#*:} "${pen[@]}" --temp $T)" = "$a" ] ||
+      fail "penalties + logit bias at T = $T, $name: output differs from --spec none"
+  done
+  [ "$a" != "$(gen nopen-$T --spec none --temp $T)" ] || fail "penalties + logit bias at T = $T changed nothing"
+done
 # The residual rule is exact in distribution only: it runs and reports its own rounds.
 gen residual -d "$TMP/d" --verify residual >/dev/null
 check_error() {

@@ -48,6 +48,8 @@ is accepted iff the drafter, drawing with the same noise from q_t, proposed that
     n  coupled, vanilla bigram, T = 1, batch 8
     o  coupled, the random HF target (EOS likely), its bigram drafter, T = 1
     q  coupled, no speculation, T = 1 (control)
+    r  coupled, vanilla bigram, 3 tokens, T = 1, top-k 12, logit bias and presence / frequency penalties
+    s  residual, the same
 Under the coupled rule the outcome of a seed does not depend on the drafter at all, so k, n and q
 (same prompt, parameters and seeds) must also give identical counts, outcome for outcome.
 (The bigram drafters are described at DRAFTERS.) With --gen 2 the first round drafts one token
@@ -117,6 +119,11 @@ DRAFTERS = {
                        taps=[0, 1], seed=8), True),
 }
 
+# OpenAI's logit bias and penalties (r, s): the first token's favourite (370) banned, another one
+# (268) favoured, and strong penalties on repeating a generated token, so p and q both change with
+# the history, a draft slot's including the drafts before it.
+PENALIZED = dict(bias={370: -100.0, 268: 1.5}, presence=1.0, frequency=1.5, top_k=12)  # (top-k: few contexts)
+
 CONFIGS = [
     dict(key="a", name="dspark random, T=1", spec="dspark", drafter="random", temp=1.0),
     dict(key="b", name="dspark random, T=0.7 top-k 20", spec="dspark", drafter="random", temp=0.7, top_k=20),
@@ -140,6 +147,10 @@ CONFIGS = [
     dict(key="o", name="coupled, random HF target (EOS likely), dspark bigram, T=1", target="hf", prompt="hf",
          spec="dspark", drafter="hf_bigram", temp=1.0, verify="coupled"),
     dict(key="q", name="coupled, no speculation, T=1 (control)", spec="none", temp=1.0, verify="coupled"),
+    dict(key="r", name="coupled, vanilla bigram, 3 tokens, T=1, logit bias + penalties", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, gen=3, verify="coupled", **PENALIZED),
+    dict(key="s", name="residual, vanilla bigram, 3 tokens, T=1, logit bias + penalties", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, gen=3, **PENALIZED),
 ]
 # Coupled configurations whose outcomes must be identical, seed for seed (so count for count).
 COUPLED_SAME = [("k", "q"), ("n", "q")]
@@ -222,12 +233,19 @@ def chi_square(counts, probs, n):
 # ---------------------------------------------------------------------------------------------
 # The processed distribution, written from its definition
 
-def processed(logits, temp, top_k=0, top_p=1.0, min_p=0.0):
-    """Processed distribution of one row of float64 logits. Returns (probs (V,), fragile reason or
-    None). Parameters are rounded to float32 first, as the engine receives them."""
-    temp, top_p, min_p = (float(np.float32(v)) for v in (temp, top_p, min_p))
-    logits = np.asarray(logits, dtype=np.float64)
+def processed(logits, temp, top_k=0, top_p=1.0, min_p=0.0, presence=0.0, frequency=0.0, bias=None, hist=()):
+    """Processed distribution of one row of float64 logits after the generated tokens `hist`.
+    Returns (probs (V,), fragile reason or None). Parameters are rounded to float32 first, as the
+    engine receives them. First OpenAI's logit bias and penalties: z_i += bias_i - frequency *
+    count_i - presence * [count_i > 0], counting the generated tokens so far."""
+    temp, top_p, min_p, presence, frequency = (float(np.float32(v)) for v in (temp, top_p, min_p, presence, frequency))
+    logits = np.array(logits, dtype=np.float64)
     V = logits.shape[0]
+    for t, b in (bias or {}).items():
+        logits[t] += float(np.float32(b))
+    for t in set(hist):
+        if t >= 0:
+            logits[t] -= frequency * hist.count(t) + presence
     ids = np.arange(V)
     z = logits / temp
     order = np.lexsort((ids, -z))  # z descending, then id ascending
@@ -365,7 +383,7 @@ def exact_distribution(ref, prompt, gen, sp):
         ctxs = list(level)
         nxt = {}
         for ctx, row in zip(ctxs, ref.logits(prompt, ctxs)):
-            p, why = processed(row, **sp)
+            p, why = processed(row, **sp, hist=ctx)
             if why:
                 fragile[ctx] = why
             for t in np.nonzero(p > 0)[0]:
@@ -391,9 +409,12 @@ def run_engine(model_path, prompt, cfg, drafter_dir, n_seeds):
     if drafter_dir:
         args += ["--drafter", drafter_dir]
     for opt, key in (("--top-k", "top_k"), ("--top-p", "top_p"), ("--min-p", "min_p"),
-                     ("--batch", "batch"), ("--draft-max", "draft_max"), ("--seed0", "seed0")):
+                     ("--batch", "batch"), ("--draft-max", "draft_max"), ("--seed0", "seed0"),
+                     ("--presence", "presence"), ("--frequency", "frequency")):
         if key in cfg:
             args += [opt, str(cfg[key])]
+    if cfg.get("bias"):
+        args += ["--bias", ",".join("%d:%r" % kv for kv in cfg["bias"].items())]
     counts = {}
     for line in common.run(args, timeout=900).splitlines():
         f = line.split()
@@ -416,7 +437,8 @@ def marginal(d, n=1):
 
 def check_config(chk, ref, model_path, cfg, prompt, drafter_dir, n_seeds):
     gen = cfg.get("gen", 2)
-    sp = dict(temp=cfg["temp"], top_k=cfg.get("top_k", 0), top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0))
+    sp = dict(temp=cfg["temp"], top_k=cfg.get("top_k", 0), top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0),
+              presence=cfg.get("presence", 0.0), frequency=cfg.get("frequency", 0.0), bias=cfg.get("bias"))
     label = f"({cfg['key']}) {cfg['name']}"
     t0 = time.time()
     counts = run_engine(model_path, prompt, cfg, drafter_dir, n_seeds)
