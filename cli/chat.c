@@ -27,6 +27,7 @@ static void chat_usage(FILE *f) {
             "  --system TEXT      a system message at the start of the conversation\n"
             "  -n, --n-predict N  most tokens per reply (default 256)\n"
             "  --temp T, --top-k K, --top-p P, --min-p M, --seed S   sampling (default greedy)\n"
+            "  --verify coupled|residual  how sampled drafts are verified (default coupled)\n"
             "  -t, --threads N    threads (default: all cores)\n"
             "  -d, --drafter DIR  a DeepSpec drafter paired with the model\n"
             "  --spec KIND, --draft-max K, --conf-threshold C, --schedule S, --costs FILE, --ngram N\n"
@@ -90,30 +91,12 @@ static void conv_free(conversation *c) {
     free(c->msgs);
 }
 
-// Push ids through the detokenizer to stdout and into *reply; returns 0 when out of memory.
-static int stream(ds_detok *dt, const int32_t *ids, int n, char **reply, size_t *len, size_t *cap) {
-    char piece[256];
-    for (int i = 0; i < n; i++) {
-        char *buf = piece;
-        int m = ds_detok_push(dt, ids[i], piece, sizeof piece);
-        if (m < 0 && (buf = malloc((size_t)-m))) m = ds_detok_push(dt, ids[i], buf, -m);
-        if (!buf) return 0;
-        if (m > 0) {
-            fwrite(buf, 1, (size_t)m, stdout);
-            if (*len + (size_t)m + 1 > *cap) {
-                size_t nc = 2 * *cap + (size_t)m + 64;
-                char *nr = realloc(*reply, nc);
-                if (!nr) return 0;
-                *reply = nr, *cap = nc;
-            }
-            memcpy(*reply + *len, buf, (size_t)m);
-            *len += (size_t)m;
-            (*reply)[*len] = 0;
-        }
-        if (buf != piece) free(buf);
-    }
+// Print the reply's text that became safe to show since *shown.
+static void show(const ds_text_out *tx, size_t *shown) {
+    const size_t safe = ds_text_out_safe(tx);
+    if (safe > *shown) fwrite(ds_text_out_text(tx, NULL) + *shown, 1, safe - *shown, stdout);
     fflush(stdout);
-    return 1;
+    *shown = safe;
 }
 
 // One line of `f` without its line ending into *buf (grown up to `max` bytes). Returns its length,
@@ -154,12 +137,13 @@ int cmd_chat(int argc, char **argv) {
     ds_drafter *dr = NULL;
     ds_engine *e = NULL;
     conversation conv = {0};
-    char *line = NULL, *text = NULL, *reply = NULL;
+    char *line = NULL, *text = NULL;
+    ds_text_out *tx = NULL; // this turn's reply
     int32_t *ids = NULL;
     size_t line_cap = 0;
     ds_status st = DS_OK;
     const ds_tokenizer *tok = ds_model_tokenizer(m);
-    const int eot = ds_chat_eot(tok), interactive = isatty(0);
+    const int interactive = isatty(0);
     if (a.drafter && !(dr = cli_load_drafter(a.drafter, m))) {
         rc = 1;
         goto done;
@@ -204,29 +188,19 @@ int cmd_chat(int argc, char **argv) {
         int max_new = (int)a.n_predict < max_ctx - n ? (int)a.n_predict : max_ctx - n;
         int id;
         if ((st = ds_engine_add(e, ids, n, max_new, &a.sp, (uint64_t)a.seed + (uint64_t)turn, &id))) goto fail;
-        ds_detok dt;
-        ds_detok_init(&dt, tok, 0);
-        size_t rlen = 0, rcap = 0;
-        free(reply);
-        reply = NULL;
-        int ended = 0;
-        while (!ended && !ds_engine_finished(e, id) && !cli_interrupted) {
+        ds_text_out_free(tx); // the reply ends at the format's end-of-turn token (not shown)
+        tx = NULL;
+        if ((st = ds_text_out_init(tok, &tx)) || (st = ds_text_out_add_stop_id(tx, ds_chat_eot(tok)))) goto fail;
+        size_t shown = 0;
+        while (!ds_text_out_end(tx) && !ds_engine_finished(e, id) && !cli_interrupted) {
             if ((st = ds_engine_step(e))) goto fail;
             int k;
-            while (!ended && (k = ds_engine_take(e, id, ids, 128)) > 0) {
-                int keep = k;
-                for (int i = 0; i < k; i++)
-                    if (ids[i] == eot || ds_model_is_stop(m, ids[i])) {
-                        keep = i;
-                        ended = 1;
-                        break;
-                    }
-                if (!stream(&dt, ids, keep, &reply, &rlen, &rcap)) goto oom;
-            }
+            while (!ds_text_out_end(tx) && (k = ds_engine_take(e, id, ids, 128)) > 0)
+                if ((st = ds_text_out_push(tx, ids, k, NULL))) goto fail;
+            show(tx, &shown);
         }
-        char tail[8];
-        int nt = ds_detok_flush(&dt, tail, sizeof tail);
-        if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
+        if ((st = ds_text_out_finish(tx))) goto fail;
+        show(tx, &shown);
         putchar('\n');
         fflush(stdout);
         if (a.stats) {
@@ -234,7 +208,7 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "dspark: %d tokens, %d rounds, tau %.3f\n", s->generated, s->rounds, s->tau);
         }
         if ((st = ds_engine_remove(e, id))) goto fail;
-        if (!conv_add(&conv, "assistant", reply ? reply : "")) goto oom;
+        if (!conv_add(&conv, "assistant", ds_text_out_text(tx, NULL))) goto oom;
     }
     goto done;
 oom:
@@ -246,7 +220,7 @@ fail:
 done:
     free(line);
     free(text);
-    free(reply);
+    ds_text_out_free(tx);
     free(ids);
     conv_free(&conv);
     ds_engine_free(e);

@@ -30,7 +30,7 @@ void cli_catch_interrupt(void);
 // for an option the command does not take (it then stays unknown to this function).
 int cli_run_option(const char *o, const char *v, const char **model, const char **drafter, long *threads,
                    long *seed);
-// Sampling: --temp --top-k --top-p --min-p.
+// Sampling: --temp --top-k --top-p --min-p --presence-penalty --frequency-penalty --logit-bias --verify.
 int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp);
 // Speculation: --spec --draft-max --conf-threshold --ngram --schedule --costs. `given` collects
 // CLI_SPEC_GIVEN / CLI_SCHEDULE_GIVEN for cli_spec_finish.

@@ -152,6 +152,23 @@ int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp) {
     } else if (!strcmp(o, "--min-p")) {
         if (!cli_parse_float(v, 0, 1, &f)) return -cli_usage_error("--min-p expects [0, 1], got '%s'", v);
         sp->min_p = (float)f;
+    } else if (!strcmp(o, "--presence-penalty") || !strcmp(o, "--frequency-penalty")) {
+        if (!cli_parse_float(v, -2, 2, &f)) return -cli_usage_error("%s expects -2..2, got '%s'", o, v);
+        if (o[2] == 'p') sp->presence_penalty = (float)f;
+        else sp->frequency_penalty = (float)f;
+    } else if (!strcmp(o, "--logit-bias")) { // ID:BIAS, repeatable (one command per process)
+        static ds_logit_bias bias[256];
+        char *end;
+        const long id = strtol(v, &end, 10);
+        if (end == v || *end != ':' || id < 0 || id > INT32_MAX || !cli_parse_float(end + 1, -100, 100, &f))
+            return -cli_usage_error("--logit-bias expects TOKEN_ID:BIAS with BIAS in -100..100, got '%s'", v);
+        if (sp->n_logit_bias == 256) return -cli_usage_error("--logit-bias: at most 256 tokens");
+        bias[sp->n_logit_bias++] = (ds_logit_bias){(int32_t)id, (float)f};
+        sp->logit_bias = bias;
+    } else if (!strcmp(o, "--verify")) {
+        if (!strcmp(v, "coupled")) sp->verify = DS_VERIFY_COUPLED;
+        else if (!strcmp(v, "residual")) sp->verify = DS_VERIFY_RESIDUAL;
+        else return -cli_usage_error("--verify expects coupled or residual, got '%s'", v);
     } else {
         return 0;
     }

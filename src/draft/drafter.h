@@ -94,6 +94,8 @@ typedef struct {
 struct ds_draft_state {
     const ds_drafter *d;
     int len;        // committed context rows
+    const int32_t *hist; // (n_hist) the sequence's generated tokens (ds_draft_state_set_history)
+    int n_hist;
     int cap;        // allocated rows (context + one block)
     int max_ctx;
     float **k;      // (n_layers) each (nkv, hd, cap), K after k_norm and RoPE, transposed per head

@@ -103,6 +103,11 @@ void ds_draft_state_free(ds_draft_state *s) {
 
 int ds_draft_state_len(const ds_draft_state *s) { return s->len; }
 
+void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n) {
+    s->hist = hist;
+    s->n_hist = n;
+}
+
 ds_status ds_draft_state_truncate(ds_draft_state *s, int len) {
     if (len < 0 || len > s->len)
         return ds_fail(DS_ERR_INVALID, "cannot truncate a draft context of %d rows to %d", s->len, len);
@@ -360,12 +365,14 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
                 conf[k] = NAN;
             }
         }
-        if (sp->temperature == 0) {
+        if (sp->temperature == 0 && !ds_sampler_adjusts(sp)) {
             tokens[k] = ds_argmax(lk, V);
-        } else {
-            ds_status st = ds_probs_process(sp, lk, V, s->probs, s->sscratch);
+        } else { // the processed distribution, with the history and the drafts before slot k
+            ds_status st = ds_probs_process_hist(sp, lk, V, s->hist, s->n_hist, tokens, k, s->probs, s->sscratch);
             if (st) return st;
-            tokens[k] = ds_sample_probs(s->probs, V, rng);
+            if (sp->temperature == 0) tokens[k] = ds_argmax(s->probs, V);
+            else tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->len + 1 + k)
+                                                        : ds_sample_probs(s->probs, V, rng);
         }
         prev = tokens[k];
     }

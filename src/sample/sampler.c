@@ -3,6 +3,7 @@
 //
 // Processing order (the contract speculative verification relies on: the same function turns both
 // the target's and the drafter's logits into p and q):
+//   0. logit bias and the presence / frequency penalties over the token history (OpenAI's)
 //   1. temperature: z = logits / T  (T <= 0: one-hot at the argmax, lowest id on ties)
 //   2. top-k: keep the k largest z (ties broken by lower id, so exactly k survive)
 //   3. softmax over the survivors
@@ -38,11 +39,12 @@ ds_rng ds_rng_init(uint64_t seed, uint64_t stream) {
 
 // Draw i of stream (seed, stream) = mix(mix(seed ^ mix(stream)) + i·φ): a pure function of the
 // triple, so a draw never depends on threads or on what else was drawn elsewhere.
-double ds_rng_uniform(ds_rng *r) {
-    const uint64_t key = mix64(r->seed ^ mix64(r->stream + 0x632be59bd9b4e019ULL));
-    const uint64_t x = mix64(key + (r->counter++ + 1) * 0x9e3779b97f4a7c15ULL);
-    return (double)(x >> 11) * 0x1.0p-53;
+static uint64_t stream_key(uint64_t seed, uint64_t stream) { return mix64(seed ^ mix64(stream + 0x632be59bd9b4e019ULL)); }
+static double draw_at(uint64_t key, uint64_t i) {
+    return (double)(mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
 }
+
+double ds_rng_uniform(ds_rng *r) { return draw_at(stream_key(r->seed, r->stream), r->counter++); }
 
 // ---- processing ----------------------------------------------------------------------------------
 
@@ -103,18 +105,61 @@ static void sort_by_value(int32_t *idx, int n, const float *v) {
     qsort(idx, (size_t)n, sizeof *idx, cmp_before);
 }
 
+int ds_sampler_adjusts(const ds_sampler_params *p) {
+    return p->presence_penalty != 0 || p->frequency_penalty != 0 || (p->logit_bias && p->n_logit_bias > 0);
+}
+
+// Step 0 on z (a copy of the logits): bias, then the penalties over hist + drafts. cnt (n) is
+// scratch whose entries are only touched at history tokens.
+static void adjust(const ds_sampler_params *p, float *z, int n, const int32_t *hist, int n_hist, const int32_t *drafts,
+                   int n_drafts, int32_t *cnt) {
+    for (int i = 0; i < p->n_logit_bias && p->logit_bias; i++)
+        if (p->logit_bias[i].id >= 0 && p->logit_bias[i].id < n) z[p->logit_bias[i].id] += p->logit_bias[i].bias;
+    if (p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    for (int pass = 0; pass < 3; pass++) // zero the counts, count, apply (once per distinct token)
+        for (int j = 0; j < n_hist + n_drafts; j++) {
+            const int32_t t = j < n_hist ? hist[j] : drafts[j - n_hist];
+            if (t < 0 || t >= n) continue;
+            if (pass == 0) cnt[t] = 0;
+            else if (pass == 1) cnt[t]++;
+            else if (cnt[t] > 0) {
+                z[t] -= p->frequency_penalty * (float)cnt[t] + p->presence_penalty;
+                cnt[t] = 0;
+            }
+        }
+}
+
 ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int n, float *probs, void *scratch) {
+    return ds_probs_process_hist(p, logits, n, NULL, 0, NULL, 0, probs, scratch);
+}
+
+ds_status ds_probs_process_hist(const ds_sampler_params *p, const float *logits, int n, const int32_t *hist,
+                                int n_hist, const int32_t *drafts, int n_drafts, float *probs, void *scratch) {
     if (n <= 0) return ds_fail(DS_ERR_INVALID, "empty distribution");
-    if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1))
+    if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return ds_fail(DS_ERR_INVALID, "invalid sampling parameters (temperature %g, top-k %d, top-p %g, min-p %g)",
                        p->temperature, p->top_k, p->top_p, p->min_p);
-    if (p->temperature == 0) {
+    const int adj = ds_sampler_adjusts(p);
+    if (p->temperature == 0 && !adj) {
         memset(probs, 0, (size_t)n * sizeof *probs);
         probs[ds_argmax(logits, n)] = 1.0f;
         return DS_OK;
     }
     int32_t *idx = scratch ? scratch : malloc(ds_sampler_scratch_size(n));
     if (!idx) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (adj) { // 0. bias and penalties (into probs, the value array from here on)
+        memcpy(probs, logits, (size_t)n * sizeof *probs);
+        adjust(p, probs, n, hist, n_hist, drafts, n_drafts, idx);
+        logits = probs;
+    }
+    if (p->temperature == 0) {
+        const int32_t best = ds_argmax(probs, n);
+        memset(probs, 0, (size_t)n * sizeof *probs);
+        probs[best] = 1.0f;
+        if (!scratch) free(idx);
+        return DS_OK;
+    }
     // 1. temperature (into probs, used as the value array from here on)
     const float invT = 1.0f / p->temperature;
     for (int i = 0; i < n; i++) probs[i] = logits[i] * invT;
@@ -161,6 +206,21 @@ ds_status ds_probs_process(const ds_sampler_params *p, const float *logits, int 
     for (int i = 0; i < cut; i++) probs[idx[i]] = (float)(vals[i] / mass);
     if (!scratch) free(idx);
     return DS_OK;
+}
+
+int32_t ds_sample_coupled(const float *probs, int n, const ds_rng *rng, int64_t pos) {
+    const uint64_t key = stream_key(rng->seed, DS_RNG_POSITION | (uint64_t)pos);
+    int32_t best = -1;
+    double best_v = 0;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue; // u_i is draw i of the position's stream whatever is skipped
+        const double v = -log1p(-draw_at(key, (uint64_t)i)) / probs[i]; // E_i / p_i, E_i ~ Exp(1)
+        if (best < 0 || v < best_v) {
+            best = i;
+            best_v = v;
+        }
+    }
+    return best >= 0 ? best : 0;
 }
 
 int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng) {

@@ -1,8 +1,8 @@
 // OpenAI request bodies -> ds_oa_request: every field type- and range-checked; prompts tokenized
-// (text with BOS, as `dspark generate` does; chat through ds_chat_render); stop-string matching.
-#define _GNU_SOURCE // memmem
+// (text with BOS, as `dspark generate` does; chat through ds_chat_render).
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +49,29 @@ static int utf8_ok(const char *s) {
     return ds_utf8_valid((const uint8_t *)s, strlen(s), &off);
 }
 
+// Append a prompt (its ids are taken over) to r->prompts.
+static ds_status add_prompt(ds_oa_request *r, int32_t *ids, int n) {
+    if (r->n_prompts == DS_OA_MAX_CHOICES) {
+        free(ids);
+        return ds_fail(DS_ERR_INVALID, "a request takes at most %d prompts", DS_OA_MAX_CHOICES);
+    }
+    int32_t **np = realloc(r->prompts, sizeof *np * (size_t)(r->n_prompts + 1));
+    if (np) r->prompts = np;
+    int *nn = np ? realloc(r->n_prompt, sizeof *nn * (size_t)(r->n_prompts + 1)) : NULL;
+    if (nn) r->n_prompt = nn;
+    char **pt = nn ? realloc(r->prompt_text, sizeof *pt * (size_t)(r->n_prompts + 1)) : NULL;
+    if (pt) r->prompt_text = pt;
+    if (!pt) {
+        free(ids);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    r->prompts[r->n_prompts] = ids;
+    r->prompt_text[r->n_prompts] = NULL; // filled for echo
+    r->n_prompt[r->n_prompts++] = n;
+    r->prompt_tokens += n;
+    return DS_OK;
+}
+
 static ds_status tokenize(const ds_model *m, const char *text, ds_oa_request *r, const char *name,
                           const char **param) {
     const ds_tokenizer *tok = ds_model_tokenizer(m);
@@ -60,35 +83,102 @@ static ds_status tokenize(const ds_model *m, const char *text, ds_oa_request *r,
         *param = name;
         return ds_fail_prefix(st, "%s", name);
     }
-    if (!(r->prompt = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    if ((st = ds_tokenize(tok, text, len, 1, r->prompt, n, &n))) return st;
-    r->n_prompt = n;
-    return DS_OK;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!ids) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    if ((st = ds_tokenize(tok, text, len, 1, ids, n, &n))) {
+        free(ids);
+        return st;
+    }
+    if ((st = add_prompt(r, ids, n))) *param = name;
+    if (!st && !r->chat && !(r->prompt_text[r->n_prompts - 1] = strdup(text))) // the text echo gives back
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    return st;
 }
 
+// A prompt of token ids (a JSON array of integers).
+static ds_status token_prompt(const cJSON *p, const ds_model *m, ds_oa_request *r, const char **param) {
+    const int n = cJSON_GetArraySize(p), V = ds_model_get_info(m)->vocab_size;
+    if (n < 1) return bad(param, "prompt", "'%s' holds an empty array of token ids", "prompt");
+    if (n > ds_model_get_info(m)->max_ctx) return bad(param, "prompt", "'%s' is longer than the model's context", "prompt");
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+    if (!ids) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *t = p->child; t; t = t->next, i++) {
+        if (!ds_json_is_int(t, 0, V - 1)) {
+            free(ids);
+            *param = "prompt";
+            return ds_fail(DS_ERR_INVALID, "'prompt' token ids must be integers in 0..%d", V - 1);
+        }
+        ids[i] = (int32_t)t->valuedouble;
+    }
+    ds_status st = add_prompt(r, ids, n);
+    if (st) *param = "prompt";
+    if (!st && (st = ds_detokenize(ds_model_tokenizer(m), ids, n, 1, &r->prompt_text[r->n_prompts - 1], NULL)))
+        r->prompt_text[r->n_prompts - 1] = NULL; // (echo's text for token ids)
+    return st;
+}
+
+// `prompt`: a string, an array of token ids, or a batch: an array of strings or of token-id arrays.
 static ds_status parse_prompt(const cJSON *root, const ds_model *m, ds_oa_request *r, const char **param) {
     const cJSON *p = field(root, "prompt");
     if (!p) return bad(param, "prompt", "'%s' is required", "prompt");
     if (cJSON_IsString(p)) return tokenize(m, p->valuestring, r, "prompt", param);
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) < 1)
-        return bad(param, "prompt", "'%s' must be a string, an array of one string or an array of token ids", "prompt");
+        return bad(param, "prompt",
+                   "'%s' must be a string, an array of strings, an array of token ids or an array of such arrays",
+                   "prompt");
     const cJSON *first = cJSON_GetArrayItem(p, 0);
-    if (cJSON_IsString(first)) {
-        if (cJSON_GetArraySize(p) != 1) return bad(param, "prompt", "'%s' may hold only one string (batches are not supported)", "prompt");
-        return tokenize(m, first->valuestring, r, "prompt", param);
+    if (cJSON_IsNumber(first)) return token_prompt(p, m, r, param);
+    ds_status st = DS_OK;
+    for (const cJSON *e = p->child; e && !st; e = e->next) {
+        if (cJSON_IsString(e) && cJSON_IsString(first)) st = tokenize(m, e->valuestring, r, "prompt", param);
+        else if (cJSON_IsArray(e) && cJSON_IsArray(first)) st = token_prompt(e, m, r, param);
+        else st = bad(param, "prompt", "'%s' mixes strings and token arrays (or holds something else)", "prompt");
     }
-    const int n = cJSON_GetArraySize(p), V = ds_model_get_info(m)->vocab_size;
-    if (n > ds_model_get_info(m)->max_ctx) return bad(param, "prompt", "'%s' is longer than the model's context", "prompt");
-    if (!(r->prompt = malloc(sizeof(int32_t) * (size_t)n))) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    int i = 0;
-    for (const cJSON *t = p->child; t; t = t->next, i++) {
-        if (!ds_json_is_int(t, 0, V - 1)) {
-            *param = "prompt";
-            return ds_fail(DS_ERR_INVALID, "'prompt' token ids must be integers in 0..%d", V - 1);
+    return st;
+}
+
+// A message's content: a string, or an array of parts of which only {"type": "text", "text": ...}
+// is supported (the texts are concatenated). Returns a malloc'ed string in *out.
+static ds_status message_content(const cJSON *content, int i, char **out, const char **param) {
+    *out = NULL;
+    char msg[160];
+    if (cJSON_IsString(content)) return (*out = strdup(content->valuestring)) ? DS_OK : ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (!cJSON_IsArray(content)) {
+        snprintf(msg, sizeof msg, "messages[%d].content must be a string or an array of text parts", i);
+        return bad(param, "messages", "%s", msg);
+    }
+    size_t len = 0;
+    for (const cJSON *part = content->child; part; part = part->next) {
+        const cJSON *type = cJSON_IsObject(part) ? field(part, "type") : NULL;
+        const cJSON *text = cJSON_IsObject(part) ? field(part, "text") : NULL;
+        if (!cJSON_IsString(type)) {
+            snprintf(msg, sizeof msg, "messages[%d].content parts must be objects with a string 'type'", i);
+            free(*out);
+            return bad(param, "messages", "%s", msg);
         }
-        r->prompt[i] = (int32_t)t->valuedouble;
+        if (strcmp(type->valuestring, "text")) {
+            snprintf(msg, sizeof msg, "messages[%d].content: part type '%.40s' is not supported (only 'text')", i,
+                     type->valuestring);
+            free(*out);
+            return bad(param, "messages", "%s", msg);
+        }
+        if (!cJSON_IsString(text)) {
+            snprintf(msg, sizeof msg, "messages[%d].content: a text part needs a string 'text'", i);
+            free(*out);
+            return bad(param, "messages", "%s", msg);
+        }
+        const size_t n = strlen(text->valuestring);
+        char *t = realloc(*out, len + n + 1);
+        if (!t) {
+            free(*out);
+            return ds_fail(DS_ERR_NOMEM, "out of memory");
+        }
+        memcpy(t + len, text->valuestring, n + 1);
+        *out = t;
+        len += n;
     }
-    r->n_prompt = n;
+    if (!*out && !(*out = strdup(""))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     return DS_OK;
 }
 
@@ -105,22 +195,33 @@ static ds_status parse_messages(const cJSON *root, const ds_model *m, ds_oa_requ
     for (const cJSON *e = ms->child; e; e = e->next, i++) {
         const cJSON *role = cJSON_IsObject(e) ? field(e, "role") : NULL;
         const cJSON *content = cJSON_IsObject(e) ? field(e, "content") : NULL;
-        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-            st = bad(param, "messages", "each of '%s' must be an object with string 'role' and 'content'", "messages");
+        if (cJSON_IsObject(e) && (field(e, "tool_calls") || field(e, "function_call") ||
+                                  (cJSON_IsString(role) && (!strcmp(role->valuestring, "tool") ||
+                                                            !strcmp(role->valuestring, "function"))))) {
+            st = bad(param, "messages", "'%s' with tool calls or tool results are not supported (tools are not implemented)",
+                     "messages");
             break;
         }
-        if (!utf8_ok(role->valuestring) || !utf8_ok(content->valuestring)) {
+        if (!cJSON_IsString(role) || !content) {
+            st = bad(param, "messages", "each of '%s' must be an object with a string 'role' and a 'content'", "messages");
+            break;
+        }
+        char *text = NULL;
+        if ((st = message_content(content, i, &text, param))) break;
+        msgs[i].content = text;
+        if (!utf8_ok(role->valuestring) || !utf8_ok(text)) {
             st = bad(param, "messages", "'%s' is not valid UTF-8", "messages");
             break;
         }
-        msgs[i].role = role->valuestring;
-        msgs[i].content = content->valuestring;
+        // OpenAI's "developer" messages are the system instructions of newer models.
+        msgs[i].role = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
     }
     char *text = NULL;
     if (!st && (st = ds_chat_render(ds_model_tokenizer(m), msgs, n, 1, &text))) {
         *param = "messages";
         ds_fail_prefix(st, "messages");
     }
+    for (int k = 0; k < n; k++) free((char *)msgs[k].content);
     free(msgs);
     if (!st) st = tokenize(m, text, r, "messages", param);
     free(text);
@@ -145,6 +246,93 @@ static ds_status parse_stops(const cJSON *root, ds_oa_request *r, const char **p
         if (!(r->stops[r->n_stops] = strdup(e->valuestring))) return ds_fail(DS_ERR_NOMEM, "out of memory");
         r->n_stops++;
     }
+    return DS_OK;
+}
+
+// Fields OpenAI defines that we do not implement: a 400 naming them, never silently ignored.
+static ds_status refuse_unsupported(const cJSON *root, int chat, const char **param) {
+    const cJSON *f;
+    static const char *tool_fields[] = {"tools", "functions"};
+    for (int i = 0; i < 2; i++)
+        if ((f = field(root, tool_fields[i])) && (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > 0))
+            return bad(param, tool_fields[i], "'%s' is not supported (tool calling is not implemented)", tool_fields[i]);
+    static const char *choice_fields[] = {"tool_choice", "function_call"};
+    for (int i = 0; i < 2; i++)
+        if ((f = field(root, choice_fields[i])) &&
+            !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
+            return bad(param, choice_fields[i], "'%s' is not supported (tool calling is not implemented)", choice_fields[i]);
+    if ((f = field(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
+        if (!cJSON_IsString(t)) return bad(param, "response_format", "'%s' must be an object with a string 'type'", "response_format");
+        if (strcmp(t->valuestring, "text")) {
+            *param = "response_format";
+            return ds_fail(DS_ERR_INVALID, "'response_format' type '%.40s' is not supported (only 'text': no constrained decoding)",
+                           t->valuestring);
+        }
+    }
+    if (!chat && (f = field(root, "suffix")) && !(cJSON_IsString(f) && !f->valuestring[0]))
+        return bad(param, "suffix", "'%s' is not supported (no insertion)", "suffix");
+    if ((f = field(root, "best_of")) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
+        return bad(param, "best_of", "'%s' other than 1 is not supported", "best_of");
+    if (chat && (f = field(root, "audio"))) return bad(param, "audio", "'%s' is not supported (text only)", "audio");
+    if (chat && (f = field(root, "prediction"))) return bad(param, "prediction", "'%s' is not supported", "prediction");
+    if (chat && (f = field(root, "modalities"))) {
+        const cJSON *only = cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 ? f->child : NULL;
+        if (!only || !cJSON_IsString(only) || strcmp(only->valuestring, "text"))
+            return bad(param, "modalities", "'%s' other than [\"text\"] is not supported", "modalities");
+    }
+    return DS_OK;
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}.
+static ds_status parse_logit_bias(const cJSON *root, const ds_model *m, ds_oa_request *r, const char **param) {
+    const cJSON *b = field(root, "logit_bias");
+    if (!b) return DS_OK;
+    if (!cJSON_IsObject(b)) return bad(param, "logit_bias", "'%s' must be an object of token ids to biases", "logit_bias");
+    const int n = cJSON_GetArraySize(b), V = ds_model_get_info(m)->vocab_size;
+    if (n > 1024) return bad(param, "logit_bias", "'%s' takes at most 1024 tokens", "logit_bias");
+    if (n && !(r->bias = calloc((size_t)n, sizeof *r->bias))) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *e = b->child; e; e = e->next, i++) {
+        char *end;
+        const long id = strtol(e->string, &end, 10);
+        if (!e->string[0] || *end || id < 0 || id >= V) {
+            *param = "logit_bias";
+            return ds_fail(DS_ERR_INVALID, "'logit_bias' keys must be token ids in 0..%d", V - 1);
+        }
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
+            return bad(param, "logit_bias", "'%s' values must be numbers in [-100, 100]", "logit_bias");
+        r->bias[i] = (ds_logit_bias){(int32_t)id, (float)e->valuedouble};
+    }
+    r->sp.logit_bias = r->bias;
+    r->sp.n_logit_bias = n;
+    return DS_OK;
+}
+
+// logprobs: completions take an integer (alternatives per token, 0..20); chat a boolean with
+// top_logprobs (0..20).
+static ds_status parse_logprobs(const cJSON *root, int chat, ds_oa_request *r, const char **param) {
+    const cJSON *f = field(root, "logprobs");
+    double v = 0;
+    ds_status st;
+    if (chat) {
+        if (f && !cJSON_IsBool(f)) return bad(param, "logprobs", "'%s' must be a boolean", "logprobs");
+        r->logprobs = f && cJSON_IsTrue(f);
+        if ((st = get_int(root, "top_logprobs", 0, 20, &v, param))) return st;
+        if (field(root, "top_logprobs") && !r->logprobs)
+            return bad(param, "top_logprobs", "'%s' needs 'logprobs': true", "top_logprobs");
+        r->top_logprobs = (int)v;
+        return DS_OK;
+    }
+    if ((st = get_int(root, "logprobs", 0, 20, &v, param))) return st;
+    r->logprobs = f != NULL;
+    r->top_logprobs = (int)v;
+    if ((f = field(root, "echo"))) {
+        if (!cJSON_IsBool(f)) return bad(param, "echo", "'%s' must be a boolean", "echo");
+        r->echo = cJSON_IsTrue(f);
+    }
+    if (r->echo && r->logprobs)
+        return bad(param, "echo", "'%s' with 'logprobs' is not supported (no log-probabilities for prompt tokens)", "echo");
     return DS_OK;
 }
 
@@ -188,11 +376,8 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
         r->include_usage = u && cJSON_IsTrue(u);
     }
     v = 1;
-    if ((st = get_int(root, "n", 1, 1e9, &v, param))) goto out;
-    if (v != 1) {
-        st = bad(param, "n", "'%s' must be 1 (one choice per request)", "n");
-        goto out;
-    }
+    if ((st = get_int(root, "n", 1, DS_OA_MAX_CHOICES, &v, param))) goto out;
+    r->n = (int)v;
     v = r->sp.temperature;
     if ((st = get_number(root, "temperature", 0, 2, 0, &v, param))) goto out;
     r->sp.temperature = (float)v;
@@ -211,14 +396,39 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
         r->has_seed = 1;
         r->seed = (uint64_t)(int64_t)v;
     }
+    if ((st = refuse_unsupported(root, chat, param))) goto out;
+    v = 0;
+    if ((st = get_number(root, "presence_penalty", -2, 2, 0, &v, param))) goto out;
+    r->sp.presence_penalty = (float)v;
+    v = 0;
+    if ((st = get_number(root, "frequency_penalty", -2, 2, 0, &v, param))) goto out;
+    r->sp.frequency_penalty = (float)v;
+    if ((st = parse_logit_bias(root, m, r, param))) goto out;
+    if ((st = parse_logprobs(root, chat, r, param))) goto out;
+    if ((f = field(root, "verify"))) { // dspark's own: how sampled drafts are verified
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "coupled") && strcmp(f->valuestring, "residual"))) {
+            st = bad(param, "verify", "'%s' must be \"coupled\" or \"residual\"", "verify");
+            goto out;
+        }
+        r->has_verify = 1;
+        r->sp.verify = !strcmp(f->valuestring, "residual") ? DS_VERIFY_RESIDUAL : DS_VERIFY_COUPLED;
+    }
     if ((st = get_int(root, "max_tokens", 1, 1e9, &mt, param))) goto out;
     if (chat && mt < 0 && (st = get_int(root, "max_completion_tokens", 1, 1e9, &mt, param))) goto out;
     if ((st = parse_stops(root, r, param))) goto out;
     if ((st = chat ? parse_messages(root, m, r, param) : parse_prompt(root, m, r, param))) goto out;
-    const int room = in->max_ctx - r->n_prompt;
+    if (r->n_prompts * r->n > DS_OA_MAX_CHOICES) {
+        *param = "n";
+        st = ds_fail(DS_ERR_INVALID, "%d prompts x n = %d choices: at most %d per request", r->n_prompts, r->n,
+                     DS_OA_MAX_CHOICES);
+        goto out;
+    }
+    int longest = 0;
+    for (int i = 0; i < r->n_prompts; i++) longest = r->n_prompt[i] > longest ? r->n_prompt[i] : longest;
+    const int room = in->max_ctx - longest;
     if (room < 1) {
         *param = chat ? "messages" : "prompt";
-        st = ds_fail(DS_ERR_INVALID, "the prompt (%d tokens) fills the model's context of %d", r->n_prompt, in->max_ctx);
+        st = ds_fail(DS_ERR_INVALID, "the prompt (%d tokens) fills the model's context of %d", longest, in->max_ctx);
         goto out;
     }
     // Defaults: OpenAI's 16 for completions, the rest of the context for chat.
@@ -226,7 +436,7 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
     if (mt > room) {
         *param = "max_tokens";
         st = ds_fail(DS_ERR_INVALID, "the prompt (%d tokens) + max_tokens (%.0f) exceed the model's context of %d",
-                     r->n_prompt, mt, in->max_ctx);
+                     longest, mt, in->max_ctx);
         goto out;
     }
     r->max_tokens = (int)mt;
@@ -237,33 +447,77 @@ out:
 }
 
 void ds_oa_request_free(ds_oa_request *r) {
-    free(r->prompt);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i]);
+        if (r->prompt_text) free(r->prompt_text[i]);
+    }
+    free(r->prompts);
+    free(r->prompt_text);
+    free(r->bias);
+    r->prompt_text = NULL;
+    r->bias = NULL;
+    free(r->n_prompt);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
-    r->prompt = NULL;
-    r->n_prompt = r->n_stops = 0;
+    r->prompts = NULL;
+    r->n_prompt = NULL;
+    r->n_prompts = r->n_stops = r->prompt_tokens = 0;
 }
 
-long ds_stop_find(const char *text, size_t len, size_t from, char *const *stops, int n) {
-    long best = -1;
-    for (int i = 0; i < n; i++) {
-        const size_t sl = strlen(stops[i]);
-        if (sl > len) continue;
-        const size_t start = from + 1 > sl ? from + 1 - sl : 0; // a match must end after `from`
-        const char *p = memmem(text + start, len - start, stops[i], sl);
-        if (p && (best < 0 || p - text < best)) best = p - text;
-    }
-    return best;
+static ds_status get_bool(const cJSON *o, const char *name, int *v, const char **param) {
+    const cJSON *f = field(o, name);
+    if (!f) return DS_OK;
+    if (!cJSON_IsBool(f)) return bad(param, name, "'%s' must be a boolean", name);
+    *v = cJSON_IsTrue(f);
+    return DS_OK;
 }
 
-size_t ds_stop_holdback(const char *text, size_t len, char *const *stops, int n) {
-    size_t hold = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t sl = strlen(stops[i]);
-        for (size_t k = (sl - 1 < len ? sl - 1 : len); k > hold; k--)
-            if (!memcmp(text + len - k, stops[i], k)) {
-                hold = k;
-                break;
-            }
+ds_status ds_oa_parse_tokenize(const char *body, size_t n, char **content, int *add_special, int *with_pieces,
+                               const char **param) {
+    *param = NULL;
+    *content = NULL;
+    *add_special = *with_pieces = 0;
+    cJSON *root = cJSON_ParseWithLength(body, n);
+    if (!root) return ds_fail(DS_ERR_INVALID, "the body is not valid JSON");
+    ds_status st = DS_OK;
+    const cJSON *c = cJSON_IsObject(root) ? field(root, "content") : NULL;
+    if (!cJSON_IsObject(root)) st = ds_fail(DS_ERR_INVALID, "the body must be a JSON object");
+    else if (!cJSON_IsString(c)) st = bad(param, "content", "'%s' must be a string", "content");
+    else if (!utf8_ok(c->valuestring)) st = bad(param, "content", "'%s' is not valid UTF-8", "content");
+    if (!st) st = get_bool(root, "add_special", add_special, param);
+    if (!st) st = get_bool(root, "with_pieces", with_pieces, param);
+    if (!st && !(*content = strdup(c->valuestring))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    cJSON_Delete(root);
+    return st;
+}
+
+ds_status ds_oa_parse_detokenize(const char *body, size_t n, const ds_model *m, int32_t **ids, int *n_ids,
+                                 const char **param) {
+    *param = NULL;
+    *ids = NULL;
+    *n_ids = 0;
+    cJSON *root = cJSON_ParseWithLength(body, n);
+    if (!root) return ds_fail(DS_ERR_INVALID, "the body is not valid JSON");
+    ds_status st = DS_OK;
+    const cJSON *t = cJSON_IsObject(root) ? field(root, "tokens") : NULL;
+    const int V = ds_model_get_info(m)->vocab_size;
+    if (!cJSON_IsObject(root)) st = ds_fail(DS_ERR_INVALID, "the body must be a JSON object");
+    else if (!cJSON_IsArray(t)) st = bad(param, "tokens", "'%s' must be an array of token ids", "tokens");
+    else if (cJSON_GetArraySize(t) > ds_model_get_info(m)->max_ctx * 4)
+        st = bad(param, "tokens", "'%s' holds too many ids", "tokens");
+    else if (!(*ids = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(t) + 1)))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    for (const cJSON *e = t && !st ? t->child : NULL; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= V) {
+            *param = "tokens";
+            st = ds_fail(DS_ERR_INVALID, "'tokens' must be integers in 0..%d", V - 1);
+            break;
+        }
+        (*ids)[(*n_ids)++] = (int32_t)e->valuedouble;
     }
-    return hold;
+    if (st) {
+        free(*ids);
+        *ids = NULL;
+        *n_ids = 0;
+    }
+    cJSON_Delete(root);
+    return st;
 }

@@ -18,33 +18,45 @@
 // OpenAI requests (src/serve/request.c): parsing and validation, independent of HTTP.
 
 #define DS_OA_MAX_STOPS 4
+#define DS_OA_MAX_CHOICES 64 // prompts × n per request
 
 typedef struct {
     int chat;                // /v1/chat/completions (messages) vs /v1/completions (prompt)
     int stream;              // server-sent events
     int include_usage;       // stream_options.include_usage: a last chunk with the usage counts
-    int32_t *prompt;         // (n_prompt) token ids, BOS first for text prompts
-    int n_prompt;
+    int n_prompts;           // prompts in the request (a completions batch; chat: 1)
+    int32_t **prompts;       // (n_prompts) token ids each, BOS first for text prompts
+    int *n_prompt;           // (n_prompts) their lengths
+    int prompt_tokens;       // the sum of n_prompt
+    int n;                   // choices per prompt (choice i of prompt p has index p·n + i)
     int max_tokens;
     ds_sampler_params sp;
     uint64_t seed;
     int has_seed;
+    int has_verify;          // "verify" was given ("coupled" / "residual"), else the server's default
+    int logprobs;            // log-probabilities of the generated tokens (completions: logprobs >= 0; chat: true)
+    int top_logprobs;        // ... with this many most likely alternatives (0..20)
+    int echo;                // completions: the prompt's text before the completion
+    char **prompt_text;      // (n_prompts) echo: each prompt's text
+    ds_logit_bias *bias;     // (sp.n_logit_bias) logit_bias; sp.logit_bias points here
     char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
     int n_stops;
 } ds_oa_request;
 
 // Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for
-// the client and the offending field name in *param (or NULL); unknown fields are ignored.
+// the client and the offending field name in *param (or NULL); unknown fields are ignored, fields we
+// know but do not implement (tools, response_format json, suffix, ...) are a 400 naming them.
 ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, ds_oa_request *out,
                       const char **param);
 void ds_oa_request_free(ds_oa_request *r);
 
-// Stop strings over detokenized text. The earliest match of any stop string in text[from..len)
-// (matches may start before `from` when they end after it): returns its offset, or -1.
-long ds_stop_find(const char *text, size_t len, size_t from, char *const *stops, int n);
-// Bytes at the end of text that could be the beginning of a stop string (to hold back while
-// streaming): the longest proper prefix of any stop that text ends with.
-size_t ds_stop_holdback(const char *text, size_t len, char *const *stops, int n);
+// llama-server's POST /tokenize body {"content": string, "add_special": bool (false), "with_pieces":
+// bool (false)} and POST /detokenize body {"tokens": [ids]} (ids checked against the vocabulary;
+// *ids malloc'ed). Errors as ds_oa_parse.
+ds_status ds_oa_parse_tokenize(const char *body, size_t n, char **content, int *add_special, int *with_pieces,
+                               const char **param);
+ds_status ds_oa_parse_detokenize(const char *body, size_t n, const ds_model *m, int32_t **ids, int *n_ids,
+                                 const char **param);
 
 // ---------------------------------------------------------------------------------------------
 // Metrics (src/serve/metrics.c): Prometheus text format.
@@ -92,6 +104,9 @@ typedef struct {
     const char *model_name;       // the id /v1/models reports and responses carry
     int n_threads;                // forward-pass threads of the engine thread (0 = all cores)
     int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)
+    ds_verify_rule verify;        // requests that do not say ("verify") use this rule (default coupled)
+    const char *api_key;          // non-NULL: every endpoint but /health needs "Authorization: Bearer KEY" (else 401)
+    const char *cors_origin;      // non-NULL: Access-Control-Allow-Origin on every response, OPTIONS preflights answered
 } ds_serve_params;
 
 typedef struct ds_server ds_server;

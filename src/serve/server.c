@@ -18,12 +18,29 @@
 
 #include "base/status.h"
 #include "serve/serve.h"
+#include "tokenizer/utf8.h"
 
 // Idle seconds allowed once a request's headers are in (body upload, waiting for the response).
 #define DS_REQUEST_TIMEOUT_S 120
 
 typedef enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE } rq_state;
 enum { PH_START, PH_TEXT, PH_END }; // streaming phases
+
+// One choice of a request: its own sequence in the engine (prompt p·n + i of the request's choices).
+typedef struct {
+    int prompt;            // which of the request's prompts
+    uint64_t seed;         // the request's seed + i (choice 0 of every prompt has the request's seed)
+    ds_text_out *tx;       // the text (cut at a stop string or the end of turn) and how much may be sent
+    const char *finish;    // "stop" / "length" once finished normally (under mu)
+    int eid;               // engine sequence, -1 when not in the engine (engine thread only)
+    size_t sent;           // streaming: bytes of text sent (HTTP side)
+    int ended;             // streaming: its finish chunk was sent (HTTP side)
+    // logprobs (under mu): per output token its log-probability, then top_logprobs alternatives
+    float *lp;             // (cap_lp, 1 + top)
+    int32_t *lp_ids;       // (cap_lp, top)
+    int n_lp, cap_lp;
+    int lp_sent;           // streaming: tokens whose logprobs were sent
+} srv_choice;
 
 typedef struct srv_req {
     struct srv_req *next;  // queue link
@@ -35,22 +52,15 @@ typedef struct srv_req {
     long long created;     // unix seconds
     double t_arrive, t_first, t_done;
     // Output, written by the engine thread under mu.
-    char *text;            // (cap) generated text, cut at a stop string
-    size_t len, cap;
-    size_t safe;           // text[0..safe) may be sent (the rest could begin a stop string)
-    int n_completion;      // tokens generated (up to the stop string)
-    const char *finish;    // "stop" / "length" once finished normally
+    srv_choice *ch;        // (n_ch) prompts × n choices
+    int n_ch;
     int failed;            // it failed (engine error, shutdown): error says why
     char error[256];
     int error_status;      // HTTP status for a non-streamed failure
     pthread_cond_t cv;     // signalled on new output and when done
-    // Engine thread only.
-    int eid;
-    ds_detok dt;
     // HTTP side only (streaming).
     struct MHD_Connection *conn;
     struct ds_server *srv;
-    size_t sent;
     int phase;
     char *out;             // (out_cap) formatted events not yet handed to libmicrohttpd
     size_t out_len, out_off, out_cap;
@@ -69,8 +79,9 @@ struct ds_server {
     pthread_cond_t work_cv;  // the engine thread waits here for work
     srv_req *q_head, *q_tail;
     int q_len;
-    srv_req **active;        // (max_concurrency)
+    srv_req **active;        // (max_concurrency) requests in the engine
     int n_active;
+    int n_seqs;              // their choices: engine sequences (at most max_concurrency, or one request's)
     int draining, stopping, drained;
     int n_inflight;        // HTTP requests begun and not yet completed (their responses may still be sending)
     ds_metrics mt;
@@ -91,23 +102,14 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     if (--r->refs > 0) return;
     ds_oa_request_free(&r->oa);
     pthread_cond_destroy(&r->cv);
-    free(r->text);
+    for (int i = 0; i < r->n_ch; i++) {
+        ds_text_out_free(r->ch[i].tx);
+        free(r->ch[i].lp);
+        free(r->ch[i].lp_ids);
+    }
+    free(r->ch);
     free(r->out);
     free(r);
-}
-
-static int text_append(srv_req *r, const char *b, size_t n) {
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = 2 * r->cap + n + 256;
-        char *t = realloc(r->text, cap);
-        if (!t) return 0;
-        r->text = t;
-        r->cap = cap;
-    }
-    memcpy(r->text + r->len, b, n);
-    r->len += n;
-    r->text[r->len] = 0;
-    return 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -132,20 +134,25 @@ static void merge_rounds(ds_server *s) { // under mu
 
 // The request leaves the engine side: record it and wake its HTTP side. Under mu.
 static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
+    ds_metrics *m = &s->mt;
     r->state = RQ_DONE;
     r->t_done = now_s();
-    r->safe = r->len;
+    for (int i = 0; i < r->n_ch; i++) {
+        srv_choice *c = &r->ch[i];
+        if (!ds_text_out_end(c->tx)) ds_text_out_finish(c->tx); // all of it may be sent now
+        if (!c->finish) c->finish = "length";
+        if (r->cancelled || error) continue;
+        if (!strcmp(c->finish, "stop")) m->finished_stop++;
+        else m->finished_length++;
+        m->completion_tokens += (uint64_t)ds_text_out_tokens(c->tx);
+    }
     if (error) {
         r->failed = 1;
         r->error_status = status;
         snprintf(r->error, sizeof r->error, "%s", error);
     }
-    ds_metrics *m = &s->mt;
     if (r->cancelled) m->finished_cancelled++;
     else if (error) m->finished_error++;
-    else if (!strcmp(r->finish, "stop")) m->finished_stop++;
-    else m->finished_length++;
-    m->completion_tokens += (uint64_t)r->n_completion;
     if (r->t_first > 0) {
         m->ttft_sum += r->t_first - r->t_arrive;
         m->ttft_n++;
@@ -158,46 +165,74 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
     req_release(s, r);
 }
 
-// Hand the tokens committed in the last round to r: detokenize, apply stop strings, decide how
-// much may be streamed. Returns 1 when r is finished. Under mu.
-static int deliver(ds_server *s, srv_req *r) {
-    const int fin = ds_engine_finished(s->e, r->eid);
-    char piece[256];
-    int n;
-    while ((n = ds_engine_take(s->e, r->eid, s->take_buf, 256)) > 0) {
-        for (int i = 0; i < n && !r->finish; i++) {
-            r->n_completion++;
-            if (r->t_first == 0) r->t_first = now_s();
-            const size_t before = r->len;
-            char *buf = piece;
-            int w = ds_detok_push(&r->dt, s->take_buf[i], piece, sizeof piece);
-            if (w < 0 && (buf = malloc((size_t)-w))) w = ds_detok_push(&r->dt, s->take_buf[i], buf, -w);
-            if (!buf || (w > 0 && !text_append(r, buf, (size_t)w))) r->finish = "length"; // out of memory: end here
-            if (buf != piece) free(buf);
-            const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
-            if (at >= 0) {
-                r->len = (size_t)at;
-                r->finish = "stop";
-            }
+// Hand the tokens committed in the last round to r's text output (detokenized, cut at a stop string
+// or the chat format's end of turn, the tail that could begin a stop string held back). Returns 1
+// when r is finished. Under mu.
+// Copy the logprobs of c's new output tokens out of the engine (before the sequence leaves it).
+static int take_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
+    const int want = ds_text_out_tokens(c->tx), top = r->oa.top_logprobs;
+    if (want > c->cap_lp) {
+        const int cap = want > 2 * c->cap_lp ? want + 16 : 2 * c->cap_lp;
+        float *lp = realloc(c->lp, sizeof(float) * (size_t)cap * (size_t)(1 + top));
+        if (lp) c->lp = lp;
+        int32_t *ids = lp ? realloc(c->lp_ids, sizeof(int32_t) * (size_t)cap * (size_t)(top ? top : 1)) : NULL;
+        if (!ids) return 0;
+        c->lp_ids = ids;
+        c->cap_lp = cap;
+    }
+    for (; c->n_lp < want; c->n_lp++) {
+        float *lp = c->lp + (size_t)c->n_lp * (1 + top);
+        int32_t *ids = c->lp_ids + (size_t)c->n_lp * top;
+        const int got = ds_engine_logprobs(s->e, c->eid, c->n_lp, lp, ids, lp + 1);
+        for (int j = got < 0 ? 0 : got; j < top; j++) { // fewer tokens possible than asked for
+            ids[j] = -1;
+            lp[1 + j] = 0;
         }
+        if (got < 0) lp[0] = 0;
     }
-    if (!r->finish && fin) {
-        char tail[8];
-        const size_t before = r->len;
-        const int w = ds_detok_flush(&r->dt, tail, sizeof tail);
-        if (w > 0) text_append(r, tail, (size_t)w);
-        const long at = ds_stop_find(r->text, r->len, before, r->oa.stops, r->oa.n_stops);
-        if (at >= 0) r->len = (size_t)at;
-        r->finish = at >= 0 || ds_engine_finish_reason(s->e, r->eid, NULL) == DS_FINISH_STOP ? "stop" : "length";
+    return 1;
+}
+
+static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
+    if (c->eid < 0) return 1;
+    const int fin = ds_engine_finished(s->e, c->eid);
+    int n, oom = 0;
+    while (!ds_text_out_end(c->tx) && (n = ds_engine_take(s->e, c->eid, s->take_buf, 256)) > 0) {
+        if (r->t_first == 0) r->t_first = now_s();
+        if (ds_text_out_push(c->tx, s->take_buf, n, NULL)) oom = 1; // out of memory: end here
+        if (!oom && r->oa.logprobs && !take_logprobs(s, r, c)) oom = 1;
+        if (oom) ds_text_out_finish(c->tx);
     }
-    if (r->text) r->text[r->len] = 0;
-    r->safe = r->finish ? r->len : r->len - ds_stop_holdback(r->text, r->len, r->oa.stops, r->oa.n_stops);
+    if (!ds_text_out_end(c->tx) && fin) ds_text_out_finish(c->tx);
+    const ds_text_end end = ds_text_out_end(c->tx);
+    if (end && !c->finish)
+        c->finish = end != DS_TEXT_ENDED ? "stop"
+                    : !oom && ds_engine_finish_reason(s->e, c->eid, NULL) == DS_FINISH_STOP ? "stop"
+                                                                                             : "length";
+    if (c->finish) { // it leaves the engine
+        ds_engine_remove(s->e, c->eid);
+        c->eid = -1;
+        s->n_seqs--;
+    }
+    return c->finish != NULL;
+}
+
+// Every choice of r; returns 1 when all are finished. Under mu.
+static int deliver(ds_server *s, srv_req *r) {
+    int done = 1;
+    for (int i = 0; i < r->n_ch; i++) done &= deliver_choice(s, r, &r->ch[i]);
     pthread_cond_broadcast(&r->cv);
-    return r->finish != NULL;
+    return done;
 }
 
 static void drop_active(ds_server *s, int i) { // under mu
-    ds_engine_remove(s->e, s->active[i]->eid);
+    srv_req *r = s->active[i];
+    for (int k = 0; k < r->n_ch; k++)
+        if (r->ch[k].eid >= 0) {
+            ds_engine_remove(s->e, r->ch[k].eid);
+            r->ch[k].eid = -1;
+            s->n_seqs--;
+        }
     s->active[i] = s->active[--s->n_active];
 }
 
@@ -218,7 +253,9 @@ static void *engine_main(void *arg) {
             drop_active(s, i);
             req_done(s, r, s->stopping ? "the server is shutting down" : NULL, 503);
         }
-        while (s->n_active < maxc && s->q_head) {
+        // Admit in order while the choices fit (a request with more choices than max_concurrency
+        // runs alone).
+        while (s->n_active < maxc && s->q_head && (!s->n_seqs || s->n_seqs + s->q_head->n_ch <= maxc)) {
             srv_req *r = s->q_head;
             if (!(s->q_head = r->next)) s->q_tail = NULL;
             s->q_len--;
@@ -227,16 +264,25 @@ static void *engine_main(void *arg) {
                 continue;
             }
             r->state = RQ_RUNNING;
+            s->active[s->n_active++] = r;
             pthread_mutex_unlock(&s->mu);
-            const ds_status st = ds_engine_add(s->e, r->oa.prompt, r->oa.n_prompt, r->oa.max_tokens, &r->oa.sp, r->oa.seed, &r->eid);
+            ds_status st = DS_OK;
+            for (int k = 0; k < r->n_ch && !st; k++) {
+                srv_choice *c = &r->ch[k];
+                st = ds_engine_add(s->e, r->oa.prompts[c->prompt], r->oa.n_prompt[c->prompt], r->oa.max_tokens,
+                                   &r->oa.sp, c->seed, &c->eid);
+                if (!st && r->oa.logprobs && (st = ds_engine_set_logprobs(s->e, c->eid, r->oa.top_logprobs)))
+                    ds_engine_remove(s->e, c->eid);
+                if (st) c->eid = -1;
+                else s->n_seqs++; // (only the engine thread changes n_seqs)
+            }
             pthread_mutex_lock(&s->mu);
             if (st) {
+                drop_active(s, s->n_active - 1);
                 req_done(s, r, ds_last_error(), 500);
                 continue;
             }
-            ds_detok_init(&r->dt, s->tok, 0); // a continuation keeps its leading space, as dspark generate
-            s->mt.prompt_tokens += (uint64_t)r->oa.n_prompt;
-            s->active[s->n_active++] = r;
+            s->mt.prompt_tokens += (uint64_t)r->oa.prompt_tokens;
         }
         s->mt.queue_depth = s->q_len;
         s->mt.active = s->n_active;
@@ -286,6 +332,13 @@ static void count_status(ds_server *s, unsigned status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// Headers every response carries: CORS when --cors gave an origin.
+static void common_headers(const ds_server *s, struct MHD_Response *resp) {
+    if (!s->p.cors_origin) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->p.cors_origin);
+    if (strcmp(s->p.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result respond(ds_server *s, struct MHD_Connection *c, unsigned status, char *body,
                                const char *type) {
     if (!body) return MHD_NO;
@@ -295,6 +348,8 @@ static enum MHD_Result respond(ds_server *s, struct MHD_Connection *c, unsigned 
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    common_headers(s, resp);
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     const enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     count_status(s, status);
@@ -325,7 +380,8 @@ static cJSON *error_body(const char *msg, const char *type, const char *param, c
 static enum MHD_Result respond_error(ds_server *s, struct MHD_Connection *c, unsigned status, const char *msg,
                                      const char *param) {
     const char *type = status == 503 ? "server_error" : status >= 500 ? "server_error" : "invalid_request_error";
-    const char *code = status == 503 ? "overloaded" : status == 404 ? "not_found" : status == 413 ? "request_too_large" : NULL;
+    const char *code = status == 503 ? "overloaded" : status == 404 ? "not_found" : status == 413 ? "request_too_large"
+                       : status == 401 ? "invalid_api_key" : NULL;
     return respond_json(s, c, status, error_body(msg, type, param, code));
 }
 
@@ -356,10 +412,12 @@ static void cancel(ds_server *s, srv_req *r) { // under mu
 }
 
 static cJSON *usage_json(const srv_req *r) {
+    int completion = 0;
+    for (int i = 0; i < r->n_ch; i++) completion += ds_text_out_tokens(r->ch[i].tx);
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_completion);
-    cJSON_AddNumberToObject(u, "total_tokens", r->oa.n_prompt + r->n_completion);
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", r->oa.prompt_tokens + completion);
     return u;
 }
 
@@ -373,22 +431,101 @@ static cJSON *envelope(const ds_server *s, const srv_req *r, int chunk) {
     return o;
 }
 
-// One choice: text (len bytes; NULL = none, as in a chat stream's last chunk) and finish reason.
-static cJSON *choice(const srv_req *r, const char *text, size_t len, int chunk, const char *finish, int role) {
+// A token's text for logprobs: its raw bytes, invalid UTF-8 replaced by U+FFFD (into buf, NUL-ended).
+static const char *token_text(const ds_server *s, int32_t id, char *buf, size_t cap, uint8_t *raw, int *n_raw) {
+    char tmp[256];
+    int n = ds_token_bytes(s->tok, id, tmp, sizeof tmp);
+    if (n > (int)sizeof tmp) n = sizeof tmp;
+    memcpy(raw, tmp, (size_t)n);
+    *n_raw = n;
+    size_t w = 0;
+    for (int i = 0; i < n && w + 4 < cap;) {
+        const int L = ds_utf8_seq_len((uint8_t)tmp[i]);
+        size_t bad;
+        if (L > 0 && i + L <= n && ds_utf8_valid((const uint8_t *)tmp + i, (size_t)L, &bad)) {
+            memcpy(buf + w, tmp + i, (size_t)L);
+            w += (size_t)L;
+            i += L;
+        } else {
+            memcpy(buf + w, "\xef\xbf\xbd", 3);
+            w += 3;
+            i++;
+        }
+    }
+    buf[w] = 0;
+    return buf;
+}
+
+// Logprobs of c's output tokens [from, to): OpenAI's completions shape (tokens, token_logprobs,
+// top_logprobs, text_offset, offsets after `echo` bytes) or chat's (content: token, logprob, bytes,
+// top_logprobs).
+static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choice *c, int from, int to, size_t echo) {
+    const int top = r->oa.top_logprobs;
+    char buf[1024];
+    uint8_t raw[256];
+    int n_raw;
+    cJSON *o = cJSON_CreateObject();
+    if (r->oa.chat) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (int i = from; i < to && i < c->n_lp; i++) {
+            const int32_t tok = ds_text_out_token_id(c->tx, i);
+            const float *lp = c->lp + (size_t)i * (1 + top);
+            cJSON *t = cJSON_CreateObject(), *tops;
+            cJSON_AddStringToObject(t, "token", token_text(s, tok, buf, sizeof buf, raw, &n_raw));
+            cJSON_AddNumberToObject(t, "logprob", lp[0]);
+            cJSON *bytes = cJSON_AddArrayToObject(t, "bytes");
+            for (int k = 0; k < n_raw; k++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(raw[k]));
+            tops = cJSON_AddArrayToObject(t, "top_logprobs");
+            for (int j = 0; j < top && c->lp_ids[(size_t)i * top + j] >= 0; j++) {
+                cJSON *a = cJSON_CreateObject();
+                cJSON_AddStringToObject(a, "token", token_text(s, c->lp_ids[(size_t)i * top + j], buf, sizeof buf, raw, &n_raw));
+                cJSON_AddNumberToObject(a, "logprob", lp[1 + j]);
+                cJSON *ab = cJSON_AddArrayToObject(a, "bytes");
+                for (int k = 0; k < n_raw; k++) cJSON_AddItemToArray(ab, cJSON_CreateNumber(raw[k]));
+                cJSON_AddItemToArray(tops, a);
+            }
+            cJSON_AddItemToArray(content, t);
+        }
+        return o;
+    }
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    for (int i = from; i < to && i < c->n_lp; i++) {
+        const float *lp = c->lp + (size_t)i * (1 + top);
+        cJSON_AddItemToArray(toks, cJSON_CreateString(token_text(s, ds_text_out_token_id(c->tx, i), buf, sizeof buf, raw, &n_raw)));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[0]));
+        cJSON *t = cJSON_CreateObject();
+        for (int j = 0; j < top && c->lp_ids[(size_t)i * top + j] >= 0; j++)
+            cJSON_AddNumberToObject(t, token_text(s, c->lp_ids[(size_t)i * top + j], buf, sizeof buf, raw, &n_raw), lp[1 + j]);
+        cJSON_AddItemToArray(tops, t);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(echo + (i ? ds_text_out_token_end(c->tx, i - 1) : 0))));
+    }
+    return o;
+}
+
+// Choice `index`: text (len bytes; NULL = none, as in a chat stream's last chunk), the logprobs of
+// output tokens [lp_from, lp_to) of c when asked for, and the finish reason.
+static cJSON *choice(const ds_server *s, const srv_req *r, const srv_choice *ch, int index, const char *text, size_t len,
+                     int chunk, const char *finish, int role, int lp_from, int lp_to) {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
     char *t = NULL;
     if (text && (t = malloc(len + 1))) {
         memcpy(t, text, len);
         t[len] = 0;
     }
+    const size_t echo = r->oa.echo ? strlen(r->oa.prompt_text[ch->prompt]) : 0;
+    cJSON *lp = r->oa.logprobs ? logprobs_json(s, r, ch, lp_from, lp_to, echo) : NULL;
     if (!r->oa.chat) {
         cJSON_AddStringToObject(c, "text", t ? t : "");
-        cJSON_AddNullToObject(c, "logprobs");
+        if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+        else cJSON_AddNullToObject(c, "logprobs");
     } else {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (role) cJSON_AddStringToObject(m, "role", "assistant");
         if (t || !chunk) cJSON_AddStringToObject(m, "content", t ? t : "");
+        if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+        else if (!chunk) cJSON_AddNullToObject(c, "logprobs");
     }
     free(t);
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -397,8 +534,25 @@ static cJSON *choice(const srv_req *r, const char *text, size_t len, int chunk, 
 }
 
 static cJSON *completion_json(const ds_server *s, const srv_req *r) {
-    cJSON *o = envelope(s, r, 0);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->text ? r->text : "", r->len, 0, r->finish, 1));
+    cJSON *o = envelope(s, r, 0), *cs = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < r->n_ch; i++) {
+        const srv_choice *c = &r->ch[i];
+        size_t len;
+        const char *text = ds_text_out_text(c->tx, &len);
+        char *full = NULL; // echo: the prompt's text first
+        if (r->oa.echo) {
+            const char *pt = r->oa.prompt_text[c->prompt];
+            const size_t pl = strlen(pt);
+            if ((full = malloc(pl + len + 1))) {
+                memcpy(full, pt, pl);
+                memcpy(full + pl, text, len + 1);
+                text = full;
+                len += pl;
+            }
+        }
+        cJSON_AddItemToArray(cs, choice(s, r, c, i, text, len, 0, c->finish, 1, 0, c->n_lp));
+        free(full);
+    }
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     return o;
 }
@@ -426,37 +580,66 @@ static int out_event(srv_req *r, cJSON *o) {
     return ok;
 }
 
+// Whether choice c has something to stream now: text, or its finish chunk. Under mu.
+static int choice_pending(const srv_choice *c) {
+    return !c->ended && (ds_text_out_safe(c->tx) > c->sent || c->finish);
+}
+
+static int stream_pending(const srv_req *r) {
+    for (int i = 0; i < r->n_ch; i++)
+        if (choice_pending(&r->ch[i])) return 1;
+    return 0;
+}
+
 // Format the next events of a stream into r->out (under mu). Returns 0 on out of memory.
 static int stream_next(ds_server *s, srv_req *r) {
     cJSON *o;
-    if (r->phase == PH_START) { // chat streams open with the assistant role
+    if (r->phase == PH_START) { // chat streams open with the assistant role, for every choice
         r->phase = PH_TEXT;
-        if (r->oa.chat) {
+        for (int i = 0; i < r->n_ch && (r->oa.chat || r->oa.echo); i++) { // (echo: the prompt's text first)
             o = envelope(s, r, 1);
-            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, "", 0, 1, NULL, 1));
-            return out_event(r, o);
-        }
-    }
-    if (r->safe > r->sent) {
-        o = envelope(s, r, 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->text + r->sent, r->safe - r->sent, 1, NULL, 0));
-        r->sent = r->safe;
-        return out_event(r, o);
-    }
-    if (r->state != RQ_DONE) return 1;
-    r->phase = PH_END;
-    if (r->failed) {
-        if (!out_event(r, error_body(r->error, "server_error", NULL, NULL))) return 0;
-    } else {
-        o = envelope(s, r, 1);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(r, r->oa.chat ? NULL : "", 0, 1, r->finish, 0));
-        if (!out_event(r, o)) return 0;
-        if (r->oa.include_usage) {
-            o = envelope(s, r, 1);
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage_json(r));
+            const char *pt = r->oa.echo ? r->oa.prompt_text[r->ch[i].prompt] : "";
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice(s, r, &r->ch[i], i, pt, strlen(pt), 1, NULL, 1, 0, 0));
             if (!out_event(r, o)) return 0;
         }
+        return 1;
+    }
+    if (r->state == RQ_DONE && r->failed) {
+        r->phase = PH_END;
+        if (!out_event(r, error_body(r->error, "server_error", NULL, NULL))) return 0;
+        return out_put(r, "data: [DONE]\n\n", NULL, NULL);
+    }
+    for (int i = 0; i < r->n_ch; i++) {
+        srv_choice *c = &r->ch[i];
+        if (!choice_pending(c)) continue;
+        const size_t safe = ds_text_out_safe(c->tx);
+        if (safe > c->sent) { // the text, with the logprobs of the tokens it completes
+            int lp_to = c->lp_sent;
+            while (lp_to < c->n_lp && ds_text_out_token_end(c->tx, lp_to) <= safe) lp_to++;
+            o = envelope(s, r, 1);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                                 choice(s, r, c, i, ds_text_out_text(c->tx, NULL) + c->sent, safe - c->sent, 1, NULL, 0,
+                                        c->lp_sent, lp_to));
+            c->sent = safe;
+            c->lp_sent = lp_to;
+            if (!out_event(r, o)) return 0;
+        }
+        if (c->finish && ds_text_out_safe(c->tx) == c->sent) {
+            c->ended = 1;
+            o = envelope(s, r, 1);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                                 choice(s, r, c, i, r->oa.chat ? NULL : "", 0, 1, c->finish, 0, c->lp_sent, c->n_lp));
+            c->lp_sent = c->n_lp;
+            if (!out_event(r, o)) return 0;
+        }
+    }
+    if (r->state != RQ_DONE || stream_pending(r)) return 1;
+    r->phase = PH_END;
+    if (r->oa.include_usage) {
+        o = envelope(s, r, 1);
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage_json(r));
+        if (!out_event(r, o)) return 0;
     }
     return out_put(r, "data: [DONE]\n\n", NULL, NULL);
 }
@@ -474,9 +657,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_len = r->out_off = 0;
         if (r->phase == PH_END) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (r->phase != PH_START && r->state != RQ_DONE && r->safe <= r->sent) {
+        while (r->phase != PH_START && r->state != RQ_DONE && !stream_pending(r)) {
             wait_tick(r, &s->mu);
-            if (r->state != RQ_DONE && r->safe <= r->sent && peer_gone(r->conn)) {
+            if (r->state != RQ_DONE && !stream_pending(r) && peer_gone(r->conn)) {
                 cancel(s, r);
                 pthread_mutex_unlock(&s->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -509,6 +692,24 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         pthread_mutex_unlock(&s->mu);
         return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param);
     }
+    // Choice i of prompt p (index p·n + i): its own sequence, text output and seed (set below).
+    r->n_ch = r->oa.n_prompts * r->oa.n;
+    ds_status tst = (r->ch = calloc((size_t)r->n_ch, sizeof *r->ch)) ? DS_OK : DS_ERR_NOMEM;
+    for (int k = 0; k < r->n_ch && !tst; k++) {
+        srv_choice *ch = &r->ch[k];
+        ch->prompt = k / r->oa.n;
+        ch->eid = -1;
+        tst = ds_text_out_init(s->tok, &ch->tx);
+        for (int i = 0; i < r->oa.n_stops && !tst; i++) tst = ds_text_out_add_stop(ch->tx, r->oa.stops[i]);
+        if (!tst && r->oa.chat) tst = ds_text_out_add_stop_id(ch->tx, ds_chat_eot(s->tok)); // the end of the turn
+    }
+    if (tst) {
+        for (int k = 0; r->ch && k < r->n_ch; k++) ds_text_out_free(r->ch[k].tx);
+        free(r->ch);
+        ds_oa_request_free(&r->oa);
+        free(r);
+        return respond_error(s, c, 500, "out of memory", NULL);
+    }
     pthread_cond_init(&r->cv, NULL);
     r->refs = 2;
     r->srv = s;
@@ -529,6 +730,8 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     const uint64_t n = ++s->next_id;
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)n);
     if (!r->oa.has_seed) r->oa.seed = s->seed_base + n * 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < r->n_ch; k++) r->ch[k].seed = r->oa.seed + (uint64_t)(k % r->oa.n);
+    if (!r->oa.has_verify) r->oa.sp.verify = s->p.verify;
     if (s->q_tail) s->q_tail->next = r;
     else s->q_head = r;
     s->q_tail = r;
@@ -545,6 +748,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        common_headers(s, resp);
         const enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         count_status(s, 200);
@@ -580,6 +784,80 @@ static enum MHD_Result check_length_header(void *cls, enum MHD_ValueKind kind, c
     if (!h->first) h->first = value ? value : "";
     else if (strcmp(h->first, value ? value : "")) h->conflict = 1;
     return MHD_YES;
+}
+
+// POST /tokenize (llama-server's shape): {"tokens": [ids]} or, with_pieces, [{"id", "piece"}].
+static enum MHD_Result handle_tokenize(ds_server *s, struct MHD_Connection *c, const conn_ctx *cx) {
+    char *text;
+    int add_special, with_pieces;
+    const char *param;
+    ds_status st = ds_oa_parse_tokenize(cx->body ? cx->body : "", cx->n, &text, &add_special, &with_pieces, &param);
+    int n = 0;
+    int32_t *ids = NULL;
+    const unsigned flags = DS_TOK_PARSE_SPECIAL | (add_special ? DS_TOK_ADD_SPECIAL : 0);
+    if (!st && !(st = ds_tokenize_ex(s->tok, text, strlen(text), flags, NULL, 0, &n)) &&
+        !(ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1))))
+        st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (!st) st = ds_tokenize_ex(s->tok, text, strlen(text), flags, ids, n, &n);
+    free(text);
+    if (st) {
+        free(ids);
+        return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param ? param : "content");
+    }
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < n; i++) {
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
+        char piece[1024];
+        uint8_t raw[256];
+        int n_raw;
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", ids[i]);
+        cJSON_AddStringToObject(t, "piece", token_text(s, ids[i], piece, sizeof piece, raw, &n_raw));
+        cJSON_AddItemToArray(arr, t);
+    }
+    free(ids);
+    return respond_json(s, c, 200, o);
+}
+
+// POST /detokenize: {"content": text} (special tokens as their text, as llama-server).
+static enum MHD_Result handle_detokenize(ds_server *s, struct MHD_Connection *c, const conn_ctx *cx) {
+    int32_t *ids;
+    int n;
+    const char *param;
+    ds_status st = ds_oa_parse_detokenize(cx->body ? cx->body : "", cx->n, s->p.model, &ids, &n, &param);
+    char *text = NULL;
+    if (!st) st = ds_detokenize(s->tok, ids, n, 0, &text, NULL);
+    free(ids);
+    if (st) return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param ? param : "tokens");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", text);
+    free(text);
+    return respond_json(s, c, 200, o);
+}
+
+static cJSON *model_json(const ds_server *s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "dspark");
+    return m;
+}
+
+// --api-key: "Authorization: Bearer KEY" (compared in time independent of where it differs).
+static int authorized(const ds_server *s, struct MHD_Connection *c) {
+    if (!s->p.api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    const size_t n = strlen(h), k = strlen(s->p.api_key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)(h[i] ^ s->p.api_key[i]);
+    return !diff;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -620,7 +898,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     const int get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->p.cors_origin) { // a browser's CORS preflight
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        common_headers(s, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+        const enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        count_status(s, 204);
+        return ret;
+    }
+    if (strcmp(url, "/health") && !authorized(s, c))
+        return respond_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY)", NULL);
     const int compl = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
+    const int tokz = !strcmp(url, "/tokenize"), detokz = !strcmp(url, "/detokenize");
+    if (tokz || detokz) {
+        if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
+        if (cx->too_big) return respond_error(s, c, 413, "the request body exceeds the limit", NULL);
+        return tokz ? handle_tokenize(s, c, cx) : handle_detokenize(s, c, cx);
+    }
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
+        if (strcmp(url + 11, s->model_name)) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "the model '%.200s' does not exist (this server has '%.180s')", url + 11, s->model_name);
+            return respond_json(s, c, 404, error_body(msg, "invalid_request_error", "model", "model_not_found"));
+        }
+        return respond_json(s, c, 200, model_json(s));
+    }
     if (compl || chat) {
         if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
         length_headers lh = {0};
@@ -652,13 +959,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!strcmp(url, "/v1/models")) {
         if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);
-        cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+        cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "list");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
-        cJSON_AddStringToObject(m, "id", s->model_name);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", 0);
-        cJSON_AddStringToObject(m, "owned_by", "dspark");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_json(s));
         return respond_json(s, c, 200, o);
     }
     if (!strcmp(url, "/metrics")) {

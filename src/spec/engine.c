@@ -10,6 +10,7 @@
 //           max_new); crop the target KV cache to s + a + 1; pending taps = rows 0..a; s += a + 1;
 //           anchor = next.
 // Plain decoding is the same loop with ℓ = 0: every generated token goes through ds_verify.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -45,6 +46,9 @@ typedef struct {
     float conf[DS_MAX_DRAFT];
     float *p_logits;     // (ℓ + 1, V) target logits of this round
     float *taps;         // (ℓ + 1, T·H) this round's tap rows
+    int lp_top;          // logprobs: alternatives per token (ds_engine_set_logprobs); lp NULL = off
+    float *lp;           // (max_new, 1 + lp_top) per generated token: its log-probability, then the top ones'
+    int32_t *lp_ids;     // (max_new, lp_top) their ids
     ds_seq_stats stats;
 } seq;
 
@@ -155,6 +159,8 @@ static void seq_release(seq *s) {
     free(s->q_logits);
     free(s->p_logits);
     free(s->taps);
+    free(s->lp);
+    free(s->lp_ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -319,6 +325,7 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
     if (ds_draft_state_len(s->ds) != s->n_toks - 1)
         return ds_fail(DS_ERR_INVALID, "internal: draft context holds %d rows for anchor position %d",
                        ds_draft_state_len(s->ds), s->n_toks - 1);
+    ds_draft_state_set_history(s->ds, s->toks + s->n_prompt, s->n_toks - s->n_prompt); // penalties count these
     const int j = e->bt_n++;
     e->bt_states[j] = s->ds;
     e->bt_anchor[j] = s->toks[s->n_toks - 1];
@@ -381,6 +388,34 @@ static ds_status reserve_pending(ds_engine *e, seq *s, int n) {
     return st;
 }
 
+// Log-probabilities of the token committed from row k (history: the generated tokens, then the
+// drafts before the row) into generated slot g: the target's processed distribution, at
+// temperature 1 when decoding greedily.
+static ds_status record_logprobs(ds_engine *e, seq *s, int k, int32_t tok, int g) {
+    const int V = e->m->info.vocab_size, N = s->lp_top;
+    ds_sampler_params sp = s->sp;
+    if (sp.temperature == 0) sp.temperature = 1;
+    float *p = e->vs.p;
+    ds_status st = ds_probs_process_hist(&sp, s->p_logits + (size_t)k * V, V, s->toks + s->n_prompt,
+                                         s->n_toks - s->n_prompt, s->rows + 1, k, p, e->vs.sscratch);
+    if (st) return st;
+    float *lp = s->lp + (size_t)g * (1 + N);
+    int32_t *ids = s->lp_ids + (size_t)g * N;
+    lp[0] = logf(p[tok]);
+    for (int j = 0; j < N; j++) { // the N most likely (ties: lower id), best first
+        int32_t best = -1;
+        for (int i = 0; i < V; i++) {
+            if (p[i] <= 0 || (best >= 0 && p[i] <= p[best])) continue;
+            int taken = 0;
+            for (int q = 0; q < j && !taken; q++) taken = ids[q] == i;
+            if (!taken) best = i;
+        }
+        ids[j] = best;
+        lp[1 + j] = best >= 0 ? logf(p[best]) : -INFINITY;
+    }
+    return DS_OK;
+}
+
 // Verify and commit s's round after the shared forward.
 static ds_status finish_round(ds_engine *e, seq *s) {
     const int V = e->m->info.vocab_size;
@@ -388,7 +423,8 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     int a;
     int32_t next;
     ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
-                             e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, &s->rng, &e->vs, &a, &next);
+                             e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, s->toks + s->n_prompt,
+                             s->n_toks - s->n_prompt, &s->rng, s->n_toks, &e->vs, &a, &next);
     if (st) return st;
     if (e->observer)
         e->observer(e->observer_ctx, (int)(s - e->seqs), s->n_drafted,
@@ -402,6 +438,8 @@ static ds_status finish_round(ds_engine *e, seq *s) {
         t->tried_by_pos[k]++;
         if (k < a) t->accepted_by_pos[k]++;
     }
+    for (int k = 0; k <= a && s->lp && s->n_gen + k < s->max_new; k++)
+        if ((st = record_logprobs(e, s, k, k < a ? s->rows[1 + k] : next, s->n_gen + k))) return st;
     int more = 1;
     for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
     if (more) commit(e, s, next);
@@ -547,6 +585,38 @@ int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap) {
     if (n > cap) n = cap;
     memcpy(out, s->toks + s->n_prompt + s->taken, sizeof(int32_t) * (size_t)n);
     s->taken += n;
+    return n;
+}
+
+ds_status ds_engine_set_logprobs(ds_engine *e, int id, int top) {
+    seq *s = get(e, id);
+    if (!s) return ds_fail(DS_ERR_INVALID, "no sequence %d", id);
+    if (top < 0 || top > 20) return ds_fail(DS_ERR_INVALID, "top log-probabilities %d outside 0..20", top);
+    free(s->lp);
+    free(s->lp_ids);
+    s->lp_top = top;
+    s->lp = malloc(sizeof(float) * (size_t)(s->max_new ? s->max_new : 1) * (size_t)(1 + top));
+    s->lp_ids = malloc(sizeof(int32_t) * (size_t)(s->max_new ? s->max_new : 1) * (size_t)(top ? top : 1));
+    if (!s->lp || !s->lp_ids) {
+        free(s->lp);
+        free(s->lp_ids);
+        s->lp = NULL;
+        s->lp_ids = NULL;
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    return DS_OK;
+}
+
+int ds_engine_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_t *top_ids, float *top_lps) {
+    const seq *s = get(e, id);
+    if (!s || !s->lp || i < 0 || i >= s->n_gen) return -1;
+    const float *lp = s->lp + (size_t)i * (1 + s->lp_top);
+    *logprob = lp[0];
+    int n = 0;
+    for (; n < s->lp_top && s->lp_ids[(size_t)i * s->lp_top + n] >= 0; n++) {
+        top_ids[n] = s->lp_ids[(size_t)i * s->lp_top + n];
+        top_lps[n] = lp[1 + n];
+    }
     return n;
 }
 

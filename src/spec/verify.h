@@ -14,12 +14,19 @@ typedef struct {
 // Verify drafts d[0..ell) given the target logits of rows 0..ell (ell+1 rows of V) and the raw
 // draft logits (ell rows; NULL = deterministic proposals, q one-hot at d_k, as for ngram).
 //   greedy (temperature 0): accept d_k iff it is the target's argmax; next = argmax of row a.
-//   sampled: accept d_k with probability min(1, p_k(d_k)/q_k(d_k)); at the first rejection draw
-//   next from normalize(max(p_a − q_a, 0)) (from p_a if that mass vanishes); if all are accepted,
-//   draw the bonus token next from p_ell.
-// p and q come from the same ds_probs_process. Returns the number accepted; *next is the token
-// that follows them.
+//   sampled, DS_VERIFY_COUPLED: x_k = ds_sample_coupled(p_k, rng, pos + k), the target's own draw
+//   at the position of row k (d_0 sits at `pos`); accept d_k iff d_k == x_k; next = x_a at the
+//   first mismatch, or the bonus x_ell. The committed tokens are the target's draws whatever was
+//   drafted (q is not needed: the drafter drew d_k with the same noise on q_k).
+//   sampled, DS_VERIFY_RESIDUAL: accept d_k with probability min(1, p_k(d_k)/q_k(d_k)); at the
+//   first rejection draw next from normalize(max(p_a − q_a, 0)) (from p_a if that mass vanishes);
+//   if all are accepted, draw the bonus token next from p_ell (draws from rng in order).
+// p and q come from the same ds_probs_process_hist: row k's history is hist (n_hist tokens generated
+// before the row's anchor, the anchor included when it was generated) then d_0..d_{k-1}, so logit
+// bias and penalties shape p and q alike. Returns the number accepted; *next is the token that
+// follows them.
 ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *d, const float *p_logits,
-                    const float *q_logits, ds_rng *rng, ds_verify_scratch *sc, int *accepted, int32_t *next);
+                    const float *q_logits, const int32_t *hist, int n_hist, ds_rng *rng, int64_t pos,
+                    ds_verify_scratch *sc, int *accepted, int32_t *next);
 
 #endif

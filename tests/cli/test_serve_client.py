@@ -3,7 +3,11 @@
 Starts servers on free loopback ports (--port 0; the port is read from stderr) and checks, against
 `dspark generate` run as a separate process (and the model's known continuation):
   1. greedy completions are byte-identical to `dspark generate` (with and without a drafter);
-  2. streamed text concatenates to the non-streamed text (completions and chat);
+  2. streamed text concatenates to the non-streamed text (completions and chat); batched prompts and
+     n > 1 give one choice per (prompt, i), indexed as OpenAI does; chat content as text parts and
+     the developer role; other content parts and tool messages are refused by name; penalties and
+     logit_bias give generate's text, logprobs generate's numbers; echo; every field we know but do
+     not implement (tools, response_format json, suffix, ...) is a 400 naming it;
   3. concurrent requests are all correct (greedy, and sampled with a seed);
   4. stop strings cut the text (streamed or not) and finish_reason says why;
   5. bad requests get 400/404/405/413 with an OpenAI-style error body, and the server stays up;
@@ -111,6 +115,66 @@ check(all(e["object"] == "chat.completion.chunk" for e in ev), "chat chunk objec
 check(stream_text(ev, True) == o["choices"][0]["message"]["content"], "chat stream %r != %r" % (stream_text(ev, True), o["choices"][0]["message"]["content"]))
 check(finish_of(ev) == [o["choices"][0]["finish_reason"]], "chat finish %s vs %s" % (finish_of(ev), o["choices"][0]["finish_reason"]))
 
+# 2b. Batched prompts and n > 1: each choice its own sequence, indexed p*n + i as OpenAI does (streamed
+#     too); greedy choices equal generate; choice 0 of a seeded request has the request's seed.
+two = [PROMPTS[0], PROMPTS[1]]
+for body in ({"prompt": two, "n": 2}, {"prompt": [REF[p]["prompt_ids"] for p in two], "n": 2}):
+    body = dict(body, max_tokens=N, temperature=0)
+    st, o = A.post("/v1/completions", body)
+    want = [REF[two[0]]["text"]] * 2 + [REF[two[1]]["text"]] * 2
+    check(st == 200 and [c["index"] for c in o["choices"]] == [0, 1, 2, 3] and [c["text"] for c in o["choices"]] == want,
+          "batched prompts, n = 2: %s" % o)
+    if st == 200:
+        pt = sum(REF[p]["prompt_tokens"] for p in two)
+        ct = 2 * sum(REF[p]["generated_tokens"] for p in two)
+        check(o["usage"] == {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}, "batch usage %s" % o["usage"])
+    ev, done = A.stream("/v1/completions", body)
+    got = ["".join(c["text"] for e in ev for c in e["choices"] if c["index"] == i) for i in range(4)]
+    fins = [[c["finish_reason"] for e in ev for c in e["choices"] if c["index"] == i and c["finish_reason"]] for i in range(4)]
+    check(done and got == want and all(len(f) == 1 for f in fins), "streamed batch: %s %s" % (got, fins))
+st, o = A.post("/v1/completions", {"prompt": "The cat", "max_tokens": 32, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+                                   "seed": 7, "n": 3})
+texts = [c["text"] for c in o.get("choices", [])]
+check(st == 200 and len(texts) == 3 and texts[0] == SAMPLED["text"] and len(set(texts)) > 1, "seeded n = 3: %s" % texts)
+# Chat: content as text parts (concatenated) and the developer role (as system) give the plain request's reply.
+chat_parts = {"messages": [{"role": "developer", "content": [{"type": "text", "text": "You tell "}, {"type": "text", "text": "stories."}]},
+                           {"role": "user", "content": [{"type": "text", "text": "Tell me about a dog."}]}],
+              "max_tokens": 24, "temperature": 0}
+st2, o2 = A.post("/v1/chat/completions", chat_parts)
+st, o = A.post("/v1/chat/completions", chat)
+check(st == 200 and st2 == 200 and o2["choices"][0]["message"] == o["choices"][0]["message"], "content parts + developer: %s vs %s" % (o2, o))
+st, o = A.post("/v1/chat/completions", dict(chat, n=2))
+check(st == 200 and [c["index"] for c in o["choices"]] == [0, 1] and o["choices"][0]["message"] == o["choices"][1]["message"],
+      "chat n = 2 (greedy): %s" % o)
+
+# 2c. Penalties and logit bias are part of the processed distribution (the text of generate with the
+#     same options); logprobs are generate's (the target's processed distribution); echo.
+pen = {"presence_penalty": 0.5, "frequency_penalty": 0.8, "logit_bias": {"370": -100, "268": 2}}
+pen_args = ["--presence-penalty", "0.5", "--frequency-penalty", "0.8", "--logit-bias", "370:-100", "--logit-bias", "268:2"]
+for temp in (0, 1):
+    ref_pen = generate("Tom saw a", 24, "--temp", str(temp), "--seed", "5", "--logprobs", "2", *pen_args)
+    st, o = A.post("/v1/completions", dict(pen, prompt="Tom saw a", max_tokens=24, temperature=temp, seed=5, logprobs=2))
+    c = o.get("choices", [{}])[0]
+    lp = c.get("logprobs") or {}
+    check(st == 200 and c.get("text") == ref_pen["text"], "penalties + bias at T=%d: %s vs %r" % (temp, o, ref_pen["text"]))
+    check(st == 200 and len(lp.get("token_logprobs", [])) == len(ref_pen["logprobs"]) and
+          all(abs(a - b[0]) < 1e-5 for a, b in zip(lp["token_logprobs"], ref_pen["logprobs"])),
+          "logprobs vs generate --logprobs at T=%d: %s" % (temp, lp))
+    check(st == 200 and "".join(lp.get("tokens", [])) == c["text"] and lp["text_offset"][0] == 0 and
+          all(len(t) == 2 for t in lp["top_logprobs"]), "completions logprobs shape: %s" % lp)
+st, o = A.post("/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=3))
+content = (o.get("choices", [{}])[0].get("logprobs") or {}).get("content", [])
+check(st == 200 and len(content) == o["usage"]["completion_tokens"] and all(
+    set(t) == {"token", "logprob", "bytes", "top_logprobs"} and len(t["top_logprobs"]) == 3 and
+    t["top_logprobs"][0]["logprob"] >= t["logprob"] - 1e-6 for t in content), "chat logprobs: %s" % o)
+ev, done = A.stream("/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=1))
+streamed = [t for e in ev for c in e["choices"] for t in (c.get("logprobs") or {}).get("content", [])]
+check(done and [t["token"] for t in streamed] == [t["token"] for t in content], "streamed chat logprobs %s" % streamed)
+st, o = A.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": N, "temperature": 0, "echo": True})
+check(st == 200 and o["choices"][0]["text"] == "Once upon a time" + REF["Once upon a time"]["text"], "echo: %s" % o)
+ev, done = A.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": N, "temperature": 0, "echo": True})
+check(stream_text(ev, False) == "Once upon a time" + REF["Once upon a time"]["text"], "streamed echo: %r" % stream_text(ev, False))
+
 # 3. Concurrent requests (more than the slots): greedy ones, streamed or not, and a seeded sampled one.
 fns = [lambda p=p, s=s: check_greedy(A, p, "concurrent", stream=s) for p in PROMPTS for s in (False, True)]
 sampled = {}
@@ -141,8 +205,10 @@ bad = [
     ({"prompt": "x", "temperature": 3}, 400, "temperature"), ({"prompt": "x", "top_p": 0}, 400, "top_p"),
     ({"prompt": "x", "top_k": -1}, 400, "top_k"), ({"prompt": "x", "min_p": 2}, 400, "min_p"),
     ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"), ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),
-    ({"prompt": "x", "n": 2}, 400, "n"), ({"prompt": "x", "stream": "yes"}, 400, "stream"), ({"max_tokens": 4}, 400, "prompt"),
-    ({"prompt": 5}, 400, "prompt"), ({"prompt": [99999]}, 400, "prompt"), ({"prompt": ["a", "b"]}, 400, "prompt"),
+    ({"prompt": "x", "n": 65}, 400, "n"), ({"prompt": "x", "n": 0}, 400, "n"), ({"prompt": ["x"] * 33, "n": 2}, 400, "n"),
+    ({"prompt": "x", "stream": "yes"}, 400, "stream"), ({"max_tokens": 4}, 400, "prompt"),
+    ({"prompt": 5}, 400, "prompt"), ({"prompt": [99999]}, 400, "prompt"), ({"prompt": ["a", [1, 2]]}, 400, "prompt"),
+    ({"prompt": [[]]}, 400, "prompt"),
     ({"prompt": "x", "stop": [1]}, 400, "stop"), ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
     (b'{"prompt": "bad \xff byte"}', 400, "prompt"), (b'{"prompt": "x", "stop": "\xc3"}', 400, "stop"),
     (b'{"prompt": "' + b"a" * (2 << 20) + b'"}', 413, None),
@@ -155,17 +221,59 @@ for body, want_st, param in bad:
           "bad request %r: %d %s" % (body if raw is None else raw[:40], st, o))
     if param:
         check(err.get("param") == param, "bad request %r: param %s" % (body, err.get("param")))
+# Fields OpenAI defines that are not implemented: a 400 naming each, never silently ignored.
+refused = [
+    ("/v1/completions", {"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calling is not implemented"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools", "tool calling"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}, "functions", "tool calling"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice", "tool calling"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+     "response_format", "type 'json_object' is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}},
+     "response_format", "type 'json_schema' is not supported"),
+    ("/v1/completions", {"prompt": "x", "suffix": "end"}, "suffix", "no insertion"),
+    ("/v1/completions", {"prompt": "x", "best_of": 2}, "best_of", "other than 1"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "audio": {"voice": "a"}}, "audio", "text only"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "modalities": ["text", "audio"]}, "modalities", "not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content"}}, "prediction", "not supported"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, "echo", "no log-probabilities for prompt tokens"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs", "[0, 20]"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs", "needs 'logprobs': true"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, "logprobs", "must be a boolean"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias", "keys must be token ids"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias", "[-100, 100]"),
+    ("/v1/completions", {"prompt": "x", "presence_penalty": 3}, "presence_penalty", "[-2, 2]"),
+    ("/v1/completions", {"prompt": "x", "frequency_penalty": "a"}, "frequency_penalty", "must be a number"),
+]
+for path, body, param, msg in refused:
+    st, o = A.post(path, body)
+    err = o.get("error", {}) if isinstance(o, dict) else {}
+    check(st == 400 and err.get("param") == param and msg in err.get("message", ""), "refused %s %r: %d %s" % (path, body, st, o))
+for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "none",
+                                             "response_format": {"type": "text"}, "max_tokens": 2}),
+                   ("/v1/completions", {"prompt": "x", "suffix": "", "best_of": 1, "max_tokens": 2})):
+    st, o = A.post(path, body)
+    check(st == 200, "harmless values of those fields are accepted: %d %s" % (st, o))
 for body, param in [({"messages": "hi"}, "messages"), ({"messages": [{"role": "user"}]}, "messages"),
-                    ({"prompt": "x"}, "messages"), ({"messages": [{"role": "user", "content": "hi"}], "n": 3}, "n")]:
+                    ({"prompt": "x"}, "messages"), ({"messages": [{"role": "user", "content": "hi"}], "n": 0}, "n")]:
     st, o = A.post("/v1/chat/completions", body)
     check(st == 400 and o.get("error", {}).get("param") == param, "bad chat %r: %d %s" % (body, st, o))
+# Content parts other than text, and tool messages, are refused by name.
+for content, err_want in (([{"type": "image_url", "image_url": {"url": "http://x/y.png"}}], "part type 'image_url' is not supported"),
+                      ([{"type": "text"}], "a text part needs a string 'text'"), (5, "must be a string or an array of text parts")):
+    st, o = A.post("/v1/chat/completions", {"messages": [{"role": "user", "content": content}]})
+    check(st == 400 and err_want in o.get("error", {}).get("message", "") and o["error"].get("param") == "messages",
+          "content %r: %d %s" % (content, st, o))
+st, o = A.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42", "tool_call_id": "a"}]})
+check(st == 400 and "tools are not implemented" in o.get("error", {}).get("message", ""), "tool message: %d %s" % (st, o))
 st, b = A.request("GET", "/v1/completions")
 check(st == 405 and json.loads(b)["error"]["message"], "GET /v1/completions: %d" % st)
 st, b = A.request("GET", "/v2/nothing")
 check(st == 404 and json.loads(b)["error"]["message"], "GET /v2/nothing: %d" % st)
 check_greedy(A, PROMPTS[3], "after bad requests")
 m = A.metrics()
-check(m.get("dspark_requests_invalid_total", 0) >= len(bad) + 4, "requests_invalid_total %s" % m.get("dspark_requests_invalid_total"))
+check(m.get("dspark_requests_invalid_total", 0) >= len(bad) + len(refused) + 4, "requests_invalid_total %s" % m.get("dspark_requests_invalid_total"))
 check(m.get("dspark_active_requests") == 0 and m.get("dspark_queue_depth") == 0, "idle gauges %s" % m)
 check(A.stop() == 0, "server A: exit status after SIGTERM")
 

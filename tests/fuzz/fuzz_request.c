@@ -1,6 +1,6 @@
 // The HTTP request body parser of dspark serve (src/serve/request.c) with the committed tiny target
 // and its tokenizer (fixtures/target). Byte 0 picks /v1/completions or /v1/chat/completions; the
-// rest is the body. A parsed request's stop strings are then applied to a sample text.
+// rest is the body. A parsed request's stop strings are then applied to its prompt's text.
 #include "fuzz.h"
 #include "serve/serve.h"
 
@@ -24,10 +24,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ds_oa_request r;
     const char *param = NULL;
     if (ds_oa_parse(body, size - 1, data[0] & 1, g_model, &r, &param) == DS_OK) {
-        static const char text[] = "Once upon a time, there was a little girl. The end.";
-        ds_stop_find(text, sizeof text - 1, 0, r.stops, r.n_stops);
-        ds_stop_find(text, sizeof text - 1, 10, r.stops, r.n_stops);
-        ds_stop_holdback(text, sizeof text - 1, r.stops, r.n_stops);
+        // The request's stop strings applied to a text output fed with its first prompt's tokens.
+        ds_text_out *o;
+        if (ds_text_out_init(ds_model_tokenizer(g_model), &o) == DS_OK) {
+            for (int i = 0; i < r.n_stops; i++) ds_text_out_add_stop(o, r.stops[i]);
+            int used;
+            if (r.n_prompts > 0 && ds_text_out_push(o, r.prompts[0], r.n_prompt[0], &used) == DS_OK)
+                ds_text_out_finish(o);
+            size_t len;
+            (void)ds_text_out_text(o, &len);
+            (void)ds_text_out_safe(o);
+            ds_text_out_free(o);
+        }
         ds_oa_request_free(&r);
     }
     free(body);

@@ -39,11 +39,24 @@ Configurations (N = 20000 seeds each):
     i  a random HF Llama target with vocabulary 32 (EOS a few percent likely at each step, and drafted
        by its bigram drafter), T = 1: the EOS semantics
     j  ngram on the repetitive prompt, 3 tokens (two deterministic drafts), T = 1, top-k 10
-    k  a random Gemma 4 E-series target (make_hf_models.py gemma4e: per-layer embeddings, KV
+    t  a random Gemma 4 E-series target (make_hf_models.py gemma4e: per-layer embeddings, KV
        sharing, sliding + full layers, softcap; reference hf_ref.py) drafted by a fresh
        `dspark init-drafter` drafter (Gemma4DSparkModel), T = 1
-    l  the same target, its bigram drafter (init-drafter's, with the bigram table written in),
+    u  the same target, its bigram drafter (init-drafter's, with the bigram table written in),
        3 tokens, T = 1, top-k 8
+Both acceptance rules (include/dspark.h ds_verify_rule) are tested: a-j use the residual rule
+(min(1, p/q) acceptance, residual resampling, draws in order from one stream), as do t-u; k-q the coupled rule
+(the token at position t is the target's own draw from p_t with noise keyed by (seed, t); a draft
+is accepted iff the drafter, drawing with the same noise from q_t, proposed that token):
+    k  coupled, dspark random drafter, T = 1
+    m  coupled, vanilla bigram, 3 tokens, T = 1, top-k 8, min-p 0.05
+    n  coupled, vanilla bigram, T = 1, batch 8
+    o  coupled, the random HF target (EOS likely), its bigram drafter, T = 1
+    q  coupled, no speculation, T = 1 (control)
+    r  coupled, vanilla bigram, 3 tokens, T = 1, top-k 12, logit bias and presence / frequency penalties
+    s  residual, the same
+Under the coupled rule the outcome of a seed does not depend on the drafter at all, so k, n and q
+(same prompt, parameters and seeds) must also give identical counts, outcome for outcome.
 (The bigram drafters are described at DRAFTERS.) With --gen 2 the first round drafts one token
 (the engine caps drafts at max_new - 1), so t2 is a bonus token or a plain step; only g and j
 verify a second draft slot.
@@ -120,6 +133,11 @@ DRAFTERS = {
     "g4e_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "300", "--seed", "10"], True),
 }
 
+# OpenAI's logit bias and penalties (r, s): the first token's favourite (370) banned, another one
+# (268) favoured, and strong penalties on repeating a generated token, so p and q both change with
+# the history, a draft slot's including the drafts before it.
+PENALIZED = dict(bias={370: -100.0, 268: 1.5}, presence=1.0, frequency=1.5, top_k=12)  # (top-k: few contexts)
+
 CONFIGS = [
     dict(key="a", name="dspark random, T=1", spec="dspark", drafter="random", temp=1.0),
     dict(key="b", name="dspark random, T=0.7 top-k 20", spec="dspark", drafter="random", temp=0.7, top_k=20),
@@ -135,11 +153,25 @@ CONFIGS = [
          spec="dspark", drafter="hf_bigram", temp=1.0),
     dict(key="j", name="ngram, repetitive prompt, 3 tokens, T=1 top-k 10", spec="ngram", prompt="repeat",
          temp=1.0, top_k=10, gen=3),
-    dict(key="k", name="Gemma 4 E-series target, fresh init-drafter, T=1", target="g4e", prompt="g4e",
+    dict(key="t", name="Gemma 4 E-series target, fresh init-drafter, T=1", target="g4e", prompt="g4e",
          spec="dspark", drafter="g4e_init", temp=1.0, stops=(2, 3)),
-    dict(key="l", name="Gemma 4 E-series target, bigram drafter, 3 tokens, T=1 top-k 8", target="g4e", prompt="g4e",
+    dict(key="u", name="Gemma 4 E-series target, bigram drafter, 3 tokens, T=1 top-k 8", target="g4e", prompt="g4e",
          spec="dspark", drafter="g4e_bigram", temp=1.0, top_k=8, gen=3, stops=(2, 3)),
+    dict(key="k", name="coupled, dspark random, T=1", spec="dspark", drafter="random", temp=1.0, verify="coupled"),
+    dict(key="m", name="coupled, dspark vanilla bigram, 3 tokens, T=1 top-k 8 min-p 0.05", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, top_k=8, min_p=0.05, gen=3, verify="coupled"),
+    dict(key="n", name="coupled, dspark vanilla bigram, T=1, batch 8", spec="dspark", drafter="vanilla_bigram",
+         temp=1.0, batch=8, verify="coupled"),
+    dict(key="o", name="coupled, random HF target (EOS likely), dspark bigram, T=1", target="hf", prompt="hf",
+         spec="dspark", drafter="hf_bigram", temp=1.0, verify="coupled"),
+    dict(key="q", name="coupled, no speculation, T=1 (control)", spec="none", temp=1.0, verify="coupled"),
+    dict(key="r", name="coupled, vanilla bigram, 3 tokens, T=1, logit bias + penalties", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, gen=3, verify="coupled", **PENALIZED),
+    dict(key="s", name="residual, vanilla bigram, 3 tokens, T=1, logit bias + penalties", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, gen=3, **PENALIZED),
 ]
+# Coupled configurations whose outcomes must be identical, seed for seed (so count for count).
+COUPLED_SAME = [("k", "q"), ("n", "q")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,12 +251,19 @@ def chi_square(counts, probs, n):
 # ---------------------------------------------------------------------------------------------
 # The processed distribution, written from its definition
 
-def processed(logits, temp, top_k=0, top_p=1.0, min_p=0.0):
-    """Processed distribution of one row of float64 logits. Returns (probs (V,), fragile reason or
-    None). Parameters are rounded to float32 first, as the engine receives them."""
-    temp, top_p, min_p = (float(np.float32(v)) for v in (temp, top_p, min_p))
-    logits = np.asarray(logits, dtype=np.float64)
+def processed(logits, temp, top_k=0, top_p=1.0, min_p=0.0, presence=0.0, frequency=0.0, bias=None, hist=()):
+    """Processed distribution of one row of float64 logits after the generated tokens `hist`.
+    Returns (probs (V,), fragile reason or None). Parameters are rounded to float32 first, as the
+    engine receives them. First OpenAI's logit bias and penalties: z_i += bias_i - frequency *
+    count_i - presence * [count_i > 0], counting the generated tokens so far."""
+    temp, top_p, min_p, presence, frequency = (float(np.float32(v)) for v in (temp, top_p, min_p, presence, frequency))
+    logits = np.array(logits, dtype=np.float64)
     V = logits.shape[0]
+    for t, b in (bias or {}).items():
+        logits[t] += float(np.float32(b))
+    for t in set(hist):
+        if t >= 0:
+            logits[t] -= frequency * hist.count(t) + presence
     ids = np.arange(V)
     z = logits / temp
     order = np.lexsort((ids, -z))  # z descending, then id ascending
@@ -375,7 +414,7 @@ def exact_distribution(ref, prompt, gen, sp, stops=(EOS,)):
         ctxs = list(level)
         nxt = {}
         for ctx, row in zip(ctxs, ref.logits(prompt, ctxs)):
-            p, why = processed(row, **sp)
+            p, why = processed(row, **sp, hist=ctx)
             if why:
                 fragile[ctx] = why
             for t in np.nonzero(p > 0)[0]:
@@ -397,13 +436,16 @@ def exact_distribution(ref, prompt, gen, sp, stops=(EOS,)):
 def run_engine(model_path, prompt, cfg, drafter_dir, n_seeds):
     args = [common.tool("ds_spec_sample"), model_path, "--prompt-ids", common.ids_arg(prompt),
             "--spec", cfg["spec"], "--temp", repr(cfg["temp"]), "--seeds", str(n_seeds),
-            "--gen", str(cfg.get("gen", 2))]
+            "--gen", str(cfg.get("gen", 2)), "--verify", cfg.get("verify", "residual")]
     if drafter_dir:
         args += ["--drafter", drafter_dir]
     for opt, key in (("--top-k", "top_k"), ("--top-p", "top_p"), ("--min-p", "min_p"),
-                     ("--batch", "batch"), ("--draft-max", "draft_max"), ("--seed0", "seed0")):
+                     ("--batch", "batch"), ("--draft-max", "draft_max"), ("--seed0", "seed0"),
+                     ("--presence", "presence"), ("--frequency", "frequency")):
         if key in cfg:
             args += [opt, str(cfg[key])]
+    if cfg.get("bias"):
+        args += ["--bias", ",".join("%d:%r" % kv for kv in cfg["bias"].items())]
     counts = {}
     for line in common.run(args, timeout=900).splitlines():
         f = line.split()
@@ -426,7 +468,8 @@ def marginal(d, n=1):
 
 def check_config(chk, ref, model_path, cfg, prompt, drafter_dir, n_seeds):
     gen = cfg.get("gen", 2)
-    sp = dict(temp=cfg["temp"], top_k=cfg.get("top_k", 0), top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0))
+    sp = dict(temp=cfg["temp"], top_k=cfg.get("top_k", 0), top_p=cfg.get("top_p", 1.0), min_p=cfg.get("min_p", 0.0),
+              presence=cfg.get("presence", 0.0), frequency=cfg.get("frequency", 0.0), bias=cfg.get("bias"))
     label = f"({cfg['key']}) {cfg['name']}"
     t0 = time.time()
     counts = run_engine(model_path, prompt, cfg, drafter_dir, n_seeds)
@@ -492,7 +535,7 @@ def main():
     targets = {"stories": (stories, llama_ref.load_gguf(stories))}
     hf_dir = make_hf_llama.make_hf_llama(os.path.join(common.tmp_dir(), "spec_sampling_hf_target"), **HF_TARGET)
     targets["hf"] = (hf_dir, llama_ref.load_hf(hf_dir))
-    if not only or only & {"k", "l"}:
+    if not only or only & {"t", "u"}:
         g4e_dir = make_hf_models.make_hf_model(os.path.join(common.tmp_dir(), "spec_sampling_g4e_target"), "gemma4e",
                                                **G4E_TARGET)
         targets["g4e"] = (g4e_dir, hf_ref.load(g4e_dir))
@@ -516,6 +559,10 @@ def main():
     if "a" in results and "e" in results:  # informational: per-sequence random streams
         diff = sum(abs(results["a"].get(o, 0) - results["e"].get(o, 0)) for o in set(results["a"]) | set(results["e"]))
         print(f"   batch 8 vs batch 1 (same seeds): {diff // 2} of {n_seeds} outcomes differ")
+    for x, y in COUPLED_SAME:
+        if x in results and y in results:
+            chk.equal(f"coupled rule: ({x}) and ({y}) give the same outcome counts (the drafter changes nothing)",
+                      results[x], results[y])
     print(f"   total {time.time() - t_start:.1f} s")
     chk.finish()
 

@@ -1,7 +1,9 @@
 // Test tool for the statistical losslessness test (tests/reference/test_spec_sampling.py): run the
 // engine from a fixed prompt with many seeds and count the first `gen` generated tokens.
 //   ds_spec_sample MODEL --prompt-ids 1,2,3 [--drafter DIR] [--spec none|dspark|ngram] [--draft-max K]
-//                  [--temp T --top-k K --top-p P --min-p M] --seeds N [--seed0 S] [--gen 2] [--batch R]
+//                  [--temp T --top-k K --top-p P --min-p M] [--verify coupled|residual]
+//                  [--presence P --frequency F --bias ID:B,ID:B] --seeds N [--seed0 S]
+//                  [--gen 2] [--batch R]
 // Prints one line per distinct outcome: "count t1 t2 ..." (-1 where the sequence ended at EOS).
 // --batch R runs R sequences at a time through one engine (the batched path).
 #include <stdio.h>
@@ -36,9 +38,12 @@ int main(int argc, char **argv) {
     ds_sampler_params sp = ds_sampler_default();
     sp.temperature = 1.0f;
     long seeds = 0, seed0 = 0;
+    ds_logit_bias bias[64];
+    int n_bias = 0;
     int gen = 2, batch = 1;
     for (int i = 2; i + 1 < argc; i += 2) {
-        const char *o = argv[i], *v = argv[i + 1];
+        const char *o = argv[i];
+        char *v = argv[i + 1];
         if (!strcmp(o, "--prompt-ids")) n_prompt = parse_list(v, prompt, 4096);
         else if (!strcmp(o, "--drafter")) drafter = v;
         else if (!strcmp(o, "--spec")) spec.kind = !strcmp(v, "dspark") ? DS_SPEC_DSPARK : !strcmp(v, "ngram") ? DS_SPEC_NGRAM : DS_SPEC_NONE;
@@ -47,6 +52,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--top-k")) sp.top_k = atoi(v);
         else if (!strcmp(o, "--top-p")) sp.top_p = (float)atof(v);
         else if (!strcmp(o, "--min-p")) sp.min_p = (float)atof(v);
+        else if (!strcmp(o, "--verify")) sp.verify = !strcmp(v, "residual") ? DS_VERIFY_RESIDUAL : DS_VERIFY_COUPLED;
+        else if (!strcmp(o, "--presence")) sp.presence_penalty = (float)atof(v);
+        else if (!strcmp(o, "--frequency")) sp.frequency_penalty = (float)atof(v);
+        else if (!strcmp(o, "--bias")) { // id:bias,id:bias
+            for (char *t = strtok(v, ","); t && n_bias < 64; t = strtok(NULL, ","))
+                bias[n_bias++] = (ds_logit_bias){(int32_t)atoi(t), (float)atof(strchr(t, ':') ? strchr(t, ':') + 1 : "0")};
+            sp.logit_bias = bias;
+            sp.n_logit_bias = n_bias;
+        }
         else if (!strcmp(o, "--seeds")) seeds = atol(v);
         else if (!strcmp(o, "--seed0")) seed0 = atol(v);
         else if (!strcmp(o, "--gen")) gen = atoi(v);

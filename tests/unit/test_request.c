@@ -37,7 +37,7 @@ static void expect_ok(const char *body, size_t n, int chat) {
     ds_oa_request r;
     const char *param = NULL;
     if (ds_oa_parse(body, n, chat, g_model, &r, &param) != DS_OK) fail_msg("%s: %s", body, ds_last_error());
-    assert_true(r.n_prompt > 1);
+    assert_true(r.n_prompts >= 1 && r.n_prompt[0] > 1);
     ds_oa_request_free(&r);
 }
 

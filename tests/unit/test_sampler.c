@@ -139,12 +139,46 @@ static void test_sample_frequencies(void **state) {
     assert_true(chi2 < 16.27); // chi-square, 3 degrees of freedom, p = 0.001
 }
 
+// The coupled draw: distributed as p over positions (and over seeds), a pure function of (probs,
+// seed, position) that leaves the stream alone, and a coupling of two distributions that agrees
+// with probability between (1 - TV) / (1 + TV) (Gumbel-max's guarantee) and 1 - TV (any coupling).
+static void test_sample_coupled(void **state) {
+    (void)state;
+    const float p[4] = {0.5f, 0.3f, 0.2f, 0.0f}, q[4] = {0.3f, 0.3f, 0.2f, 0.2f}; // TV(p, q) = 0.2
+    ds_rng r = ds_rng_init(7, 0);
+    r.counter = 5;
+    assert_int_equal(ds_sample_coupled(p, 4, &r, 11), ds_sample_coupled(p, 4, &r, 11));
+    assert_int_equal(r.counter, 5);
+    const int N = 200000;
+    int count[4] = {0}, count_seeds[4] = {0}, agree = 0;
+    for (int t = 0; t < N; t++) {
+        const int32_t x = ds_sample_coupled(p, 4, &r, t);
+        count[x]++;
+        agree += x == ds_sample_coupled(q, 4, &r, t);
+        ds_rng other = ds_rng_init((uint64_t)t * 7919 + 1, 0);
+        count_seeds[ds_sample_coupled(p, 4, &other, 3)]++;
+    }
+    assert_int_equal(count[3], 0);
+    assert_int_equal(count_seeds[3], 0);
+    double chi2 = 0, chi2_seeds = 0;
+    for (int i = 0; i < 3; i++) {
+        chi2 += pow(count[i] - N * p[i], 2) / (N * p[i]);
+        chi2_seeds += pow(count_seeds[i] - N * p[i], 2) / (N * p[i]);
+    }
+    assert_true(chi2 < 13.82);       // chi-square, 2 degrees of freedom, p = 0.001
+    assert_true(chi2_seeds < 13.82);
+    const double rate = (double)agree / N; // standard error ~0.001
+    assert_true(rate > 0.8 / 1.2 - 0.005);
+    assert_true(rate < 0.8 + 0.005);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_ties_lowest),   cmocka_unit_test(test_temperature_softmax),
         cmocka_unit_test(test_top_k_exact_count_with_ties), cmocka_unit_test(test_top_p),
         cmocka_unit_test(test_min_p_and_combination), cmocka_unit_test(test_invalid_params),
         cmocka_unit_test(test_rng_is_counter_based), cmocka_unit_test(test_sample_frequencies),
+        cmocka_unit_test(test_sample_coupled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

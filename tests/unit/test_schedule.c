@@ -321,6 +321,7 @@ static void cx_init(cx_ctx *c) {
     c->vs = (ds_verify_scratch){.p = c->p, .q = c->q, .sscratch = c->sscratch};
     c->sp = ds_sampler_default();
     c->sp.temperature = 1.0f;
+    c->sp.verify = DS_VERIFY_RESIDUAL; // drafts drawn from q's own stream, as that rule takes them
 }
 
 static int cx_round(cx_ctx *c, sched_fn schedule, const ds_cost_table *t, ds_rng *rng, int32_t *out) {
@@ -335,7 +336,7 @@ static int cx_round(cx_ctx *c, sched_fn schedule, const ds_cost_table *t, ds_rng
     schedule(cp, K, 1, t, ell, NULL);
     int a;
     int32_t next;
-    assert_int_equal(ds_verify(&c->sp, 2, ell[0], d, c->p_logits, c->q_logits, rng, &c->vs, &a, &next), DS_OK);
+    assert_int_equal(ds_verify(&c->sp, 2, ell[0], d, c->p_logits, c->q_logits, NULL, 0, rng, 0, &c->vs, &a, &next), DS_OK);
     assert_true(a >= 0 && a <= ell[0]);
     for (int k = 0; k < a; k++) out[k] = d[k];
     out[a] = next;
