@@ -286,6 +286,7 @@ static void test_verify_exact_with_zero_q(void **state) {
     ds_sampler_params sp = ds_sampler_default();
     sp.temperature = 1.0f;
     sp.top_k = 4; // keeps a -inf entry next to the set, drops p's smallest token (2) from both
+    sp.verify = DS_VERIFY_RESIDUAL; // the rule in which q enters the acceptance (coupled never reads q)
     const float want[W] = {0.1f / 0.95f, 0.25f / 0.95f, 0.0f, 0.4f / 0.95f, 0.2f / 0.95f};
     ds_rng rng = ds_rng_init(77, 0);
     long count[W] = {0};
@@ -296,7 +297,7 @@ static void test_verify_exact_with_zero_q(void **state) {
         assert_true(q_set[d] > 0); // drafts come from the set
         int a;
         int32_t next;
-        assert_int_equal(ds_verify(&sp, W, 1, &d, p_logits, q_logits, &rng, &vs, &a, &next), DS_OK);
+        assert_int_equal(ds_verify(&sp, W, 1, &d, p_logits, q_logits, NULL, 0, &rng, 0, &vs, &a, &next), DS_OK);
         count[a ? d : next]++;
     }
     double chi2 = 0;
