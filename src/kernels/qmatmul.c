@@ -10,10 +10,12 @@
 #include "kernels/simd.h"
 #include "quant/affine.h"
 
-// Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c) and the most groups
-// per pass (bounds the per-group Σx table on the stack: 8 × 512 floats).
+// Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c), the most groups per
+// pass (bounds the per-group Σx table on the stack: 8 × 512 floats), and the columns of one
+// segment, the unit of the arithmetic (qmatmul_isa.inc): 8 input rows of one segment fill the block.
 #define DS_QX_BLOCK_BYTES 32768
 #define DS_QX_GROUPS 512
+#define DS_QSEG 1024
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 #define ISA avx512
