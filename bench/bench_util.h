@@ -108,6 +108,55 @@ static inline double bench_read_bandwidth(int threads) {
     return best;
 }
 
+// ---- compute peak -------------------------------------------------------------------------------
+
+// Best-of-5 f32 multiply-adds per second with `threads`: 16 independent AVX-512 FMA chains per
+// thread (enough to cover the latency of two FMA ports), or AVX2 where AVX-512 is absent. The
+// roofline's compute side for the kernels, which are f32 FMA after widening.
+__attribute__((target("avx512f"))) static inline float bench_fma_avx512(long iters) {
+    __m512 a[16];
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    __m512 s = a[0];
+    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static inline float bench_fma_avx2(long iters) {
+    __m256 a[16];
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 16; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < 16; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    __m256 s = a[0];
+    for (int i = 1; i < 16; i++) s = _mm256_add_ps(s, a[i]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0] + out[7];
+}
+
+static inline double bench_fma_peak(int threads) {
+    __builtin_cpu_init();
+    const int wide = __builtin_cpu_supports("avx512f");
+    const long iters = 1L << 22; // 2^22 x 16 FMAs per thread: ~20-50 ms
+    double best = 0;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        const double t0 = bench_now();
+        float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+        total += wide ? bench_fma_avx512(iters) : bench_fma_avx2(iters);
+        const double dt = bench_now() - t0;
+        sink += total;
+        const double macs = (double)threads * (double)iters * 16.0 * (wide ? 16 : 8) / dt;
+        best = macs > best ? macs : best;
+    }
+    (void)sink;
+    return best;
+}
+
 // ---- synthetic model ----------------------------------------------------------------------------
 
 typedef struct {
