@@ -3,6 +3,7 @@
 //   bench_draft [--dim 4096 --ffn 12288 --heads 32 --kv-heads 8 --vocab 151936] (default: Qwen3-8B)
 //               [--target-layers 5] [--full-layers 36] [--threads 1,2] [--repeats 5] [--ctx 128]
 //               [--append 3] [--rs 1,4] [--drafters bf16,q8,q4] [--draft-vocab 0,32768] [--profile 0|1]
+//               [--slots N]
 //
 // The drafter is what init-drafter writes for the target (5 layers, block 7, Markov rank 256,
 // confidence head, bf16; quantized to 8 or 4 bits, group 64, by `quantize` for q8 / q4), with the
@@ -15,8 +16,9 @@
 //              same repeat (best of 5 passes over 1 GiB: the bound a memory-bound step could reach).
 // A drafting round is what the engine runs per round: the context projection of `--append` newly
 // committed rows per sequence (ds_drafter_append) plus the block forward, LM head and Markov walk of
-// every sequence (ds_drafter_draft_batch, all block slots), for R sequences with --ctx context rows
-// each; the decode step it is compared with is one plain decoding step of the same R sequences.
+// every sequence (ds_drafter_draft_batch, all block slots, or --slots N of them: the block forward
+// still runs every slot), for R sequences with --ctx context rows each; the decode step it is
+// compared with is one plain decoding step of the same R sequences.
 // Within a repeat every measurement is taken back to back (step, then each drafter), so each ratio
 // comes from one repeat's pair; the lines give median, min and max over the repeats. The LM head
 // term of the round is also timed alone (lm_head_ms); rest_ms = round - append - LM head (the block
@@ -45,7 +47,13 @@
 #define MAX_R 16
 #define MAX_REPEATS 64
 
-static int g_nseq = 1; // sequences set up (the largest R asked for)
+static int g_nseq = 1;  // sequences set up (the largest R asked for)
+static int g_slots = 0; // --slots: slots drafted per sequence (0 = the block)
+
+// Slots a round drafts per sequence of drafter d.
+static int round_slots(const ds_drafter *d) {
+    return g_slots > 0 && g_slots < d->info.block_size ? g_slots : d->info.block_size;
+}
 
 typedef struct {
     double v[MAX_REPEATS];
@@ -234,7 +242,7 @@ static void prof_mm(draft_bench *b, const ds_weight *w, int n, double *acc, doub
 // One timing of every term of a round for R sequences into t[P_N] (seconds); their costs into c.
 static void draft_profile(draft_bench *b, int R, double *t, prof_cost *c) {
     const ds_drafter *d = b->d;
-    const int B = d->info.block_size, M = R * B, K = ds_drafter_vocab_size(d);
+    const int B = d->info.block_size, M = R * B, K = ds_drafter_vocab_size(d), S = round_slots(d), Ms = R * S;
     memset(c, 0, sizeof *c);
     for (int i = 0; i < P_N; i++) t[i] = 0;
     for (int r = 0; r < R; r++) prof_mm(b, &d->fc, b->append, &t[P_FC], &c->bytes[P_FC], &c->macs[P_FC]);
@@ -255,10 +263,10 @@ static void draft_profile(draft_bench *b, int R, double *t, prof_cost *c) {
     const ds_weight *head = K < d->V ? &d->vocab_head : &d->lm_head;
     { // the LM head over every slot: one product, as the round does it
         const double t0 = bench_now();
-        ds_matmul(b->u, b->h, head, M, b->scratch);
+        ds_matmul(b->u, b->h, head, Ms, b->scratch);
         t[P_HEAD] = bench_now() - t0;
         c->bytes[P_HEAD] = (double)ds_weight_bytes(head);
-        c->macs[P_HEAD] = (double)M * head->rows * head->cols;
+        c->macs[P_HEAD] = (double)Ms * head->rows * head->cols;
     }
     // The walk's pieces per slot: Markov (W1 row, the head's projection, W2 · v over the draft
     // vocabulary), the confidence dot product, the argmax over V.
@@ -267,35 +275,34 @@ static void draft_profile(draft_bench *b, int R, double *t, prof_cost *c) {
     float *w1 = b->py, *z = b->px; // (r) W1[prev]; (proj cols) the gated / rnn head's input
     volatile float sink = 0;
     double t0 = bench_now();
-    for (int k = 0; k < M && d->r > 0; k++) {
+    for (int k = 0; k < Ms && d->r > 0; k++) {
         ds_weight_row_f32(&d->markov_w1, (k * 7919 + 3) % d->V, w1);
         if (proj) ds_matmul(b->py + d->r, z, proj, 1, b->pscratch);
         ds_matmul(b->u + (size_t)k * K, w1, w2, 1, b->pscratch);
     }
     t[P_MARKOV] = bench_now() - t0;
     if (d->r > 0) {
-        c->bytes[P_MARKOV] = (double)M * (double)ds_weight_bytes(w2); // W2 once per slot (L3 may hold it)
-        c->macs[P_MARKOV] = (double)M * ((double)w2->rows * w2->cols + (proj ? (double)proj->rows * proj->cols : 0));
-        if (proj) c->bytes[P_MARKOV] += (double)M * ds_weight_bytes(proj);
+        c->bytes[P_MARKOV] = (double)Ms * (double)ds_weight_bytes(w2); // W2 once per slot (L3 may hold it)
+        c->macs[P_MARKOV] = (double)Ms * ((double)w2->rows * w2->cols + (proj ? (double)proj->rows * proj->cols : 0));
+        if (proj) c->bytes[P_MARKOV] += (double)Ms * ds_weight_bytes(proj);
     }
     t0 = bench_now();
-    for (int k = 0; k < M && d->conf_w; k++) sink += ds_dot(d->conf_w, b->h + (size_t)k * d->H, d->H);
+    for (int k = 0; k < Ms && d->conf_w; k++) sink += ds_dot(d->conf_w, b->h + (size_t)k * d->H, d->H);
     t[P_CONF] = bench_now() - t0;
-    c->macs[P_CONF] = d->conf_w ? (double)M * d->H : 0;
+    c->macs[P_CONF] = d->conf_w ? (double)Ms * d->H : 0;
     c->bytes[P_CONF] = d->conf_w ? 4.0 * d->H : 0;
     t0 = bench_now();
-    for (int k = 0; k < M; k++) sink += (float)ds_argmax(b->logits[k / B] + (size_t)(k % B) * d->V, d->V);
+    for (int k = 0; k < Ms; k++) sink += (float)ds_argmax(b->logits[k / S] + (size_t)(k % S) * d->V, d->V);
     t[P_ARGMAX] = bench_now() - t0;
-    c->bytes[P_ARGMAX] = 4.0 * M * d->V; // the slots' logits (in cache: this is a floor)
+    c->bytes[P_ARGMAX] = 4.0 * Ms * d->V; // the slots' logits (in cache: this is a floor)
     (void)sink;
 }
 
 // Seconds of one round for R sequences (greedy): the append of b->append rows per sequence and the
-// drafting of every block slot; then the contexts are rolled back to b->ctx. *append_s gets the
+// drafting of round_slots() slots; then the contexts are rolled back to b->ctx. *append_s gets the
 // append part.
 static double draft_round(draft_bench *b, int R, double *append_s) {
     const ds_drafter *d = b->d;
-    const int B = d->info.block_size;
     int32_t anchors[MAX_R];
     int slots[MAX_R];
     const ds_sampler_params greedy = {.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0};
@@ -303,7 +310,7 @@ static double draft_round(draft_bench *b, int R, double *append_s) {
     ds_rng *rng[MAX_R];
     for (int r = 0; r < R; r++) {
         anchors[r] = (int32_t)((r * 7919 + 5) % d->V);
-        slots[r] = B;
+        slots[r] = round_slots(d);
         sp[r] = &greedy;
         rng[r] = &b->rng[r];
     }
@@ -322,7 +329,7 @@ static double draft_round(draft_bench *b, int R, double *append_s) {
 static double draft_head(draft_bench *b, int R) {
     const ds_weight *w = ds_drafter_vocab_size(b->d) < b->d->V ? &b->d->vocab_head : &b->d->lm_head;
     const double t0 = bench_now();
-    ds_matmul(b->u, b->h, w, R * b->d->info.block_size, b->scratch);
+    ds_matmul(b->u, b->h, w, R * round_slots(b->d), b->scratch);
     return bench_now() - t0;
 }
 
@@ -400,6 +407,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--drafters")) drafters = v;
         else if (!strcmp(o, "--draft-vocab")) vocabs = v;
         else if (!strcmp(o, "--profile")) profile = atoi(v);
+        else if (!strcmp(o, "--slots")) g_slots = atoi(v);
         else {
             fprintf(stderr, "bench_draft: unknown option %s\n", o);
             return 2;
@@ -516,9 +524,9 @@ int main(int argc, char **argv) {
             printf(", \"full_bytes\": %.0f, \"bw_full_step_ms\": %.1f}\n", full_bytes, full_bytes / bw * 1e3);
             for (int i = 0; i < nd; i++) {
                 printf("{\"bench\": \"draft_round\", \"drafter\": \"%s\", \"draft_vocab\": %d, \"threads\": %d, \"R\": %d, "
-                       "\"block\": %d, \"draft_layers\": %d, \"append_rows\": %d",
+                       "\"block\": %d, \"slots\": %d, \"draft_layers\": %d, \"append_rows\": %d",
                        db[i].name, ds_drafter_vocab_size(db[i].d), th, r, db[i].d->info.block_size,
-                       db[i].d->info.n_layers, append);
+                       round_slots(db[i].d), db[i].d->info.n_layers, append);
                 series_print("round_ms", &round[i], 1e3);
                 series_print("append_ms", &app[i], 1e3);
                 series_print("lm_head_ms", &dhead[i], 1e3);
