@@ -24,7 +24,7 @@
 #include "dspark.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
-#include "quant/affine.h"
+#include "kernels/affine.h"
 #include "quant/quantize.h"
 
 // ---- GEMV ---------------------------------------------------------------------------------------

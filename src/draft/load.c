@@ -14,7 +14,7 @@
 #include "kernels/half.h"
 #include "model/model.h"
 #include "model/st_weights.h"
-#include "quant/qconfig.h"
+#include "io/qconfig.h"
 
 const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d) { return &d->info; }
 

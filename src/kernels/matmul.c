@@ -10,7 +10,7 @@
 #include "kernels/half.h"
 #include "kernels/qmatmul.h"
 #include "kernels/simd.h"
-#include "quant/affine.h"
+#include "kernels/affine.h"
 
 // Columns per partial sum of the multi-row kernels (matmul_isa.inc). It fixes the summation order,
 // so it is a constant, never a function of the batch. When the kernel goes segment by segment, 8

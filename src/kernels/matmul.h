@@ -14,7 +14,7 @@ typedef struct {
     ds_dtype type;    // F32, F16, BF16, Q8_0, AFFINE4 or AFFINE8
     int rows, cols;
     const void *data; // (rows, cols) elements of `type` (Q8_0: rows * cols/32 blocks;
-                      //  AFFINE4/8: (rows, cols * bits/32) packed uint32 words, see quant/affine.h)
+                      //  AFFINE4/8: (rows, cols * bits/32) packed uint32 words, see kernels/affine.h)
     // MLX affine quantization only (../shared/docs/mlx-affine-quant.md):
     int group_size;       // 32 or 64 elements per (scale, bias)
     ds_dtype scale_type;  // F32, F16 or BF16: the stored type of scales and biases

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "serve/serve.h"
+#include "serve/server.h"
 #include "tokenizer/utf8.h"
 
 // Idle seconds allowed once a request's headers are in (body upload, waiting for the response).

@@ -17,8 +17,8 @@
 #include "dspark.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
-#include "quant/affine.h"
-#include "spec/verify.h"
+#include "kernels/affine.h"
+#include "speculate/verify.h"
 #include "stories.h"
 
 enum { V = 512 };

@@ -17,7 +17,7 @@
 #include "dspark.h"
 #include "model/moe.h"
 #include "sched/schedule.h"
-#include "spec/verify.h"
+#include "speculate/verify.h"
 
 // ---- cost tables ------------------------------------------------------------------------------
 

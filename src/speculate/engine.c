@@ -18,8 +18,8 @@
 #include "base/status.h"
 #include "model/model.h"
 #include "sched/schedule.h"
-#include "spec/ngram.h"
-#include "spec/verify.h"
+#include "speculate/ngram.h"
+#include "speculate/verify.h"
 
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
