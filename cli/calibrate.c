@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "io/json.h"
 #include "sched/calibrate.h"
+#include "gen/prompts.h"
 #include "train/data.h"
 
 typedef struct {
@@ -116,17 +117,20 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *engine;
     ds_prompt_set *prompts;
-    int32_t *ptoks, *out;
+    ds_gen_prompts pt;  // the prompts tokenized
+    ds_gen_request *req; // (pt.n)
     rounds R;
 } cal_state;
+
+static int interrupted(void *ctx) { return cli_interrupted; }
 
 static void cal_free(cal_state *g) {
     ds_engine_free(g->engine);
     ds_drafter_free(g->drafter);
     ds_model_free(g->model);
     ds_prompts_free(g->prompts);
-    free(g->ptoks);
-    free(g->out);
+    ds_gen_prompts_free(&g->pt);
+    free(g->req);
     free(g->R.z);
     free(g->R.n_slots);
     free(g->R.accepted);
@@ -282,7 +286,6 @@ int cmd_calibrate(int argc, char **argv) {
         cal_free(&g);
         return 1;
     }
-    const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
     const ds_drafter_info *di = ds_drafter_get_info(g.drafter);
     if (!di->has_confidence) {
@@ -304,50 +307,25 @@ int cmd_calibrate(int argc, char **argv) {
     g.R.K = di->block_size;
     ds_engine_set_observer(g.engine, observe, &g.R);
     const int L = (int)a.max_tokens;
-    g.out = malloc(sizeof(int32_t) * (size_t)L);
-    if (!g.out) goto oom;
     ds_sampler_params sp = ds_sampler_default();
     sp.temperature = (float)a.temp;
 
+    if ((st = ds_gen_prompts_tokenize(g.model, g.prompts, L, &g.pt))) goto fail; // (naming the file and line)
+    // Every prompt in turn through the drafter's engine (one at a time); the observer sees the rounds.
+    g.req = calloc((size_t)g.pt.n, sizeof *g.req);
+    if (!g.req) goto oom;
+    for (int i = 0; i < g.pt.n; i++)
+        g.req[i] = (ds_gen_request){.ids = g.pt.ids[i], .n_ids = g.pt.len[i], .max_new = L, .sp = sp,
+                                    .seed = (uint64_t)a.seed + (uint64_t)i};
     cli_catch_interrupt();
-    int ptok_cap = 0;
-    for (int i = 0; i < g.prompts->n; i++) {
-        const char *text = g.prompts->text[i];
-        const int line = g.prompts->line[i];
-        int n = 0;
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) goto fail_line;
-        if (n > ptok_cap) {
-            int32_t *p = realloc(g.ptoks, sizeof(int32_t) * (size_t)n);
-            if (!p) goto oom;
-            g.ptoks = p;
-            ptok_cap = n;
-        }
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, g.ptoks, n, &n))) goto fail_line;
-        if (n < 1 || (long)n + L > info->max_ctx) {
-            fprintf(stderr, "dspark: %s:%d: prompt (%d tokens) + %d new tokens %s the model's context of %d\n", a.prompts,
-                    line, n, L, n < 1 ? "(no BOS?) do not fit" : "exceed", info->max_ctx);
-            cal_free(&g);
-            return 1;
-        }
-        int id;
-        if ((st = ds_engine_add(g.engine, g.ptoks, n, L, &sp, (uint64_t)a.seed + (uint64_t)i, &id))) goto fail;
-        while (!ds_engine_finished(g.engine, id)) {
-            if (cli_interrupted) {
-                fprintf(stderr, "dspark: interrupted: nothing written\n");
-                cal_free(&g);
-                return 130;
-            }
-            if ((st = ds_engine_step(g.engine))) goto fail;
-            ds_engine_take(g.engine, id, g.out, L);
-        }
-        ds_engine_remove(g.engine, id);
-        if (g.R.oom) goto oom;
-        continue;
-    fail_line:
-        fprintf(stderr, "dspark: %s:%d: %s\n", a.prompts, line, ds_last_error());
+    const ds_gen_run_params run = {.max_active = 1, .interrupted = interrupted};
+    if ((st = ds_gen_run(g.engine, tok, g.req, g.pt.n, &run, NULL)) == DS_ERR_INTERRUPTED) {
+        fprintf(stderr, "dspark: interrupted: nothing written\n");
         cal_free(&g);
-        return 1;
+        return 130;
     }
+    if (st) goto fail;
+    if (g.R.oom) goto oom;
 
     const ds_calib_data d = {.K = g.R.K, .n = g.R.n, .z = g.R.z, .n_slots = g.R.n_slots, .accepted = g.R.accepted};
     ds_sts_result res;

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "cli.h"
+#include "gen/prompts.h"
 #include "train/data.h"
 
 typedef struct {
@@ -105,8 +106,7 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *spec, *base;
     ds_prompt_set *prompts;
-    int32_t **ptoks;              // (prompts->n) tokenized prompts
-    int *plen;                    // (prompts->n)
+    ds_gen_prompts pt;            // the prompts tokenized
     int32_t *out_spec, *out_base; // (prompts->n, max_tokens) generated tokens
     int *n_spec, *n_base;         // (prompts->n) how many
     int *done_spec, *done_base;   // (prompts->n) completed
@@ -117,10 +117,8 @@ static void ev_free(ev_state *g) {
     ds_engine_free(g->base);
     ds_drafter_free(g->drafter);
     ds_model_free(g->model);
-    for (int i = 0; g->ptoks && i < g->prompts->n; i++) free(g->ptoks[i]);
+    ds_gen_prompts_free(&g->pt);
     ds_prompts_free(g->prompts);
-    free(g->ptoks);
-    free(g->plen);
     free(g->out_spec);
     free(g->out_base);
     free(g->n_spec);
@@ -250,45 +248,20 @@ int cmd_eval(int argc, char **argv) {
         ev_free(&g);
         return 1;
     }
-    const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.spec)) || (st = ds_engine_init(g.model, NULL, &none, &g.base)))
         goto fail;
     const int L = (int)a.max_tokens, P = g.prompts->n, R = (int)a.concurrency;
-    g.ptoks = calloc((size_t)P, sizeof *g.ptoks);
-    g.plen = calloc((size_t)P, sizeof *g.plen);
     g.out_spec = malloc(sizeof(int32_t) * (size_t)L * P);
     g.out_base = malloc(sizeof(int32_t) * (size_t)L * P);
     g.n_spec = calloc((size_t)P, sizeof(int));
     g.n_base = calloc((size_t)P, sizeof(int));
     g.done_spec = calloc((size_t)P, sizeof(int));
     g.done_base = calloc((size_t)P, sizeof(int));
-    if (!g.ptoks || !g.plen || !g.out_spec || !g.out_base || !g.n_spec || !g.n_base || !g.done_spec || !g.done_base)
+    if (!g.out_spec || !g.out_base || !g.n_spec || !g.n_base || !g.done_spec || !g.done_base)
         goto oom;
-    for (int i = 0; i < P; i++) {
-        const char *text = g.prompts->text[i];
-        const int line = g.prompts->line[i];
-        ds_gen *pg; // the prompt tokenized as every request is (text with BOS)
-        if ((st = ds_gen_init(tok, &(ds_gen_request){.text = text}, &pg))) goto fail_line;
-        int n;
-        const int32_t *ids = ds_gen_prompt(pg, &n);
-        if ((g.ptoks[i] = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) memcpy(g.ptoks[i], ids, sizeof(int32_t) * (size_t)n);
-        ds_gen_free(pg);
-        if (!g.ptoks[i]) goto oom;
-        g.plen[i] = n;
-        if (n < 1 || (long)n + L > info->max_ctx) {
-            fprintf(stderr, "dspark: %s:%d: prompt (%d tokens) + %d new tokens %s the model's context of %d\n", a.prompts,
-                    line, n, L, n < 1 ? "(no BOS?) do not fit" : "exceed", info->max_ctx);
-            ev_free(&g);
-            return 1;
-        }
-        continue;
-    fail_line:
-        fprintf(stderr, "dspark: %s:%d: %s\n", a.prompts, line, ds_last_error());
-        ev_free(&g);
-        return 1;
-    }
+    if ((st = ds_gen_prompts_tokenize(g.model, g.prompts, L, &g.pt))) goto fail; // (naming the file and line)
 
     cli_catch_interrupt();
     ev_total ts = {0}, tb = {0};
@@ -296,17 +269,17 @@ int cmd_eval(int argc, char **argv) {
     // baseline's tokens with any drafter; the residual rule only matches it in distribution.
     const int greedy = a.sp.temperature == 0 || a.sp.verify == DS_VERIFY_COUPLED;
     // Warm-up (page faults, caches), not counted: the first prompt, 8 tokens, plain decoding.
-    if ((st = run_set(g.base, tok, g.ptoks, g.plen, 1, 1, L < 8 ? L : 8, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
+    if ((st = run_set(g.base, tok, g.pt.ids, g.pt.len, 1, 1, L < 8 ? L : 8, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
                       g.done_base, NULL)) &&
         st != DS_ERR_INTERRUPTED)
         goto fail;
     // The whole set with the requested drafting, then the baseline at the same concurrency.
-    if (!cli_interrupted && (st = run_set(g.spec, tok, g.ptoks, g.plen, P, R, L, &a.sp, (uint64_t)a.seed, g.out_spec, g.n_spec,
+    if (!cli_interrupted && (st = run_set(g.spec, tok, g.pt.ids, g.pt.len, P, R, L, &a.sp, (uint64_t)a.seed, g.out_spec, g.n_spec,
                                           g.done_spec, &ts)) &&
         st != DS_ERR_INTERRUPTED)
         goto fail;
     memset(g.done_base, 0, sizeof(int) * (size_t)P);
-    if (!cli_interrupted && (st = run_set(g.base, tok, g.ptoks, g.plen, P, R, L, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
+    if (!cli_interrupted && (st = run_set(g.base, tok, g.pt.ids, g.pt.len, P, R, L, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
                                           g.done_base, &tb)) &&
         st != DS_ERR_INTERRUPTED)
         goto fail;
