@@ -148,7 +148,8 @@ static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_par
             if (active[k]) continue;
             const int j = next++, p = j % ps->n;
             t_join[k] = bench_now();
-            if (ds_engine_add(e, ps->ptoks[p], ps->plen[p], budget, &smp, (uint64_t)j, &id[k])) die("add");
+            if (ds_engine_add(e, &(ds_seq_params){.prompt = ps->ptoks[p], .n_prompt = ps->plen[p], .max_new = budget, .sp = &smp,
+                    .seed = (uint64_t)j}, &id[k])) die("add");
             req[k] = j;
             n_out[j] = 0;
             active[k] = 1;
@@ -219,7 +220,8 @@ static void record_trace(const ds_model *m, const ds_drafter *d, const prompt_se
     const ds_sampler_params smp = ds_sampler_default();
     for (int p = 0; p < ps->n; p++) {
         int id;
-        if (ds_engine_add(e, ps->ptoks[p], ps->plen[p], budget, &smp, (uint64_t)p, &id)) die("add");
+        if (ds_engine_add(e, &(ds_seq_params){.prompt = ps->ptoks[p], .n_prompt = ps->plen[p], .max_new = budget, .sp = &smp,
+                .seed = (uint64_t)p}, &id)) die("add");
         while (!ds_engine_finished(e, id))
             if (ds_engine_step(e)) die("step");
         t->draft_s += ds_engine_stats(e, id)->draft_s;

@@ -145,6 +145,10 @@ typedef struct {
     int n_taps;
     float *taps;           // (n_tokens, n_taps * dim), or NULL
     float *hidden;         // (n_tokens, dim) final normed hidden state, or NULL
+    // This sequence's rows must not depend on what else is in the batch: every product of this
+    // forward then runs on the multi-row kernel (whose result for a row is a function of that row
+    // alone) instead of sgemm for large batches. Costs nothing on memory-bound decoding.
+    int batch_invariant;
 } ds_forward_seq;
 
 // One forward pass over a ragged batch of sequences (prefill, single-token decode and multi-token
@@ -504,13 +508,28 @@ typedef struct ds_engine ds_engine;
 // `drafter` is required for DS_SPEC_DSPARK and ignored otherwise.
 ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out);
 void ds_engine_free(ds_engine *e);
+// One sequence's parameters (read by ds_engine_add, which copies what it keeps).
+#define DS_SEQ_MAX_STOP_IDS 8
+typedef struct {
+    const int32_t *prompt;       // (n_prompt) token ids, BOS first where the model wants one
+    int n_prompt;
+    int max_new;                 // token budget
+    const ds_sampler_params *sp; // NULL = ds_sampler_default() (greedy)
+    uint64_t seed;
+    const int32_t *stop_ids;     // (n_stop_ids, at most DS_SEQ_MAX_STOP_IDS) ids that end this
+    int n_stop_ids;              // sequence (not included), besides the model's (ds_model_is_stop)
+    int batch_invariant;         // its decoding rounds run every product on the multi-row kernel
+                                 // (ds_forward_seq.batch_invariant): its tokens never depend on what
+                                 // runs alongside it (prefill chunks are the same rows whatever runs
+                                 // and keep the fastest kernels)
+} ds_seq_params;
+
 // Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks of 256, at most
 // one chunk's worth per round, before the round's drafting and verification, so a long prompt
 // never stalls the running sequences for long); the last becomes its first round's anchor (so
 // every generated token goes through verification). Stops after max_new tokens or at a stop id
-// (ds_model_is_stop; not included). Returns its id in *id.
-ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
-                        uint64_t seed, int *id);
+// (not included). Returns its id in *id.
+ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id);
 // One round for every unfinished sequence.
 ds_status ds_engine_step(ds_engine *e);
 // Sequences still generating.

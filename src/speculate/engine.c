@@ -36,6 +36,9 @@ typedef struct {
     int32_t stop_token;  // the stop id that ended it (DS_FINISH_STOP), else -1
     ds_sampler_params sp;
     ds_rng rng;
+    int32_t stop_ids[DS_SEQ_MAX_STOP_IDS]; // its own stop ids (besides the model's)
+    int n_stop_ids;
+    int batch_invariant; // decoding forwards on the multi-row kernel (ds_seq_params)
     int n_pending;       // tap rows waiting for the drafter
     int cap_pending;     // rows `pending` holds
     float *pending;      // (cap_pending, T·H)
@@ -189,8 +192,14 @@ void ds_engine_free(ds_engine *e) {
 static seq *get(const ds_engine *e, int id) { return id >= 0 && id < e->n_seqs && e->seqs[id].used ? &e->seqs[id] : NULL; }
 
 // Append committed token t; returns 0 when the sequence ends here (EOS or max_new reached).
+static int is_stop(const ds_engine *e, const seq *s, int32_t t) {
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == t) return 1;
+    return ds_model_is_stop(e->m, t);
+}
+
 static int commit(const ds_engine *e, seq *s, int32_t t) {
-    if (ds_model_is_stop(e->m, t)) {
+    if (is_stop(e, s, t)) {
         s->finished = 1;
         s->reason = DS_FINISH_STOP;
         s->stop_token = t;
@@ -250,9 +259,12 @@ static ds_status slot_for(ds_engine *e, int *id) {
     return DS_OK;
 }
 
-ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
-                        uint64_t seed, int *id) {
+ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     const ds_model_info *in = &e->m->info;
+    const int32_t *prompt = p->prompt;
+    const int n_prompt = p->n_prompt, max_new = p->max_new;
+    if (p->n_stop_ids < 0 || p->n_stop_ids > DS_SEQ_MAX_STOP_IDS || (p->n_stop_ids && !p->stop_ids))
+        return ds_fail(DS_ERR_INVALID, "a sequence takes 0..%d stop ids, not %d", DS_SEQ_MAX_STOP_IDS, p->n_stop_ids);
     if (n_prompt < 1) return ds_fail(DS_ERR_INVALID, "empty prompt (at least BOS is needed)");
     if (max_new < 0) return ds_fail(DS_ERR_INVALID, "negative token budget");
     if ((long)n_prompt + max_new > in->max_ctx)
@@ -262,8 +274,11 @@ ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int m
     if (st) return st;
     seq *s = &e->seqs[*id];
     s->used = 1;
-    s->sp = *sp;
-    s->rng = ds_rng_init(seed, 0);
+    s->sp = p->sp ? *p->sp : ds_sampler_default();
+    s->rng = ds_rng_init(p->seed, 0);
+    if (p->n_stop_ids) memcpy(s->stop_ids, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
+    s->n_stop_ids = p->n_stop_ids;
+    s->batch_invariant = p->batch_invariant != 0;
     s->n_prompt = n_prompt;
     s->max_new = max_new;
     s->cap_toks = n_prompt + max_new + 1;
@@ -479,10 +494,8 @@ static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 static ds_status prefill_chunks(ds_engine *e) {
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     ds_status st = DS_OK;
-    // A chunk is the same rows whatever else runs, so it keeps the fastest kernels even when the
-    // caller pinned decode rows to one kernel (datagen, for results independent of the batch).
-    const int pinned = ds_matmul_gemm_min_rows_setting();
-    ds_matmul_set_gemm_min_rows(0);
+    // A chunk is the same rows whatever else runs, so it keeps the fastest kernels even for a
+    // sequence that asked for batch invariance (its decoding rounds do not).
     for (int i = 0, budget = DS_PREFILL_CHUNK; i < e->n_seqs && budget > 0; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished || !prefilling(s)) continue;
@@ -501,7 +514,6 @@ static ds_status prefill_chunks(ds_engine *e) {
         if (di) s->n_pending += rows;
         budget -= rows;
     }
-    ds_matmul_set_gemm_min_rows(pinned);
     return st;
 }
 
@@ -530,7 +542,7 @@ ds_status ds_engine_step(ds_engine *e) {
         ds_forward_seq *f = &e->fwd[n];
         s->rows[0] = s->toks[s->n_toks - 1];
         *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->ell + 1, .n_logits = s->ell + 1,
-                              .logits = s->p_logits};
+                              .logits = s->p_logits, .batch_invariant = s->batch_invariant};
         if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;
