@@ -29,7 +29,7 @@ demo: build
 test: build test-asan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The unit tests and the CLI tests that take under 15 s each (tests/CMakeLists.txt), ~40 s in all.
+# The unit tests and the CLI tests that take under 15 s each (tests/CMakeLists.txt), 1-2 min at -j2.
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
 
