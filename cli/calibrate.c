@@ -6,7 +6,6 @@
 // Each round gives z_k = logit(c_k) for its slots and the labels 1{a ≥ k}. A round near the end of a
 // token budget drafts (and verifies) fewer than K slots: it contributes only those positions; the
 // positions it never drafted are missing data, not rejections.
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,9 +14,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/json.h"
-#include "sched/calibrate.h"
+#include "draft/calibration.h"
 #include "gen/prompts.h"
+#include "sched/calibrate.h"
 #include "train/data.h"
 
 typedef struct {
@@ -136,37 +135,24 @@ static void cal_free(cal_state *g) {
     free(g->R.accepted);
 }
 
-static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
-
-static cJSON *array_of(const double *x, int n) {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, num_or_null(x[i]));
-    return a;
-}
-
-// The calibration file's content (NULL when out of memory).
-static cJSON *calibration_json(const cal_args *a, const ds_sts_result *r, int n_rounds) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    double n[DS_CALIB_MAX_POS], acc[DS_CALIB_MAX_POS];
+// The calibration file's content (draft/calibration.h writes it).
+static void calibration_of(const cal_args *a, const ds_sts_result *r, int n_rounds, ds_calibration *c) {
+    memset(c, 0, sizeof *c);
+    c->K = r->K;
     for (int k = 0; k < r->K; k++) {
-        n[k] = r->n[k];
-        acc[k] = r->n[k] ? (double)r->n_pos[k] / r->n[k] : NAN;
+        c->temps[k] = r->temps[k];
+        c->ece_before[k] = r->ece_before[k];
+        c->ece_after[k] = r->ece_after[k];
+        c->auc_after[k] = r->auc_after[k];
+        c->auc_before[k] = r->auc_before[k];
+        c->n[k] = r->n[k];
+        c->acceptance[k] = r->n[k] ? (double)r->n_pos[k] / r->n[k] : NAN;
     }
-    cJSON_AddStringToObject(o, "method", "sts");
-    cJSON_AddItemToObject(o, "temperatures", array_of(r->temps, r->K));
-    cJSON_AddItemToObject(o, "ece_before", array_of(r->ece_before, r->K));
-    cJSON_AddItemToObject(o, "ece_after", array_of(r->ece_after, r->K));
-    cJSON_AddItemToObject(o, "auc", array_of(r->auc_after, r->K));
-    cJSON_AddItemToObject(o, "auc_before", array_of(r->auc_before, r->K));
-    cJSON_AddItemToObject(o, "n", array_of(n, r->K));
-    cJSON_AddItemToObject(o, "acceptance", array_of(acc, r->K)); // realized 1{a >= k} rate
-    cJSON_AddNumberToObject(o, "rounds", n_rounds);
-    cJSON_AddNumberToObject(o, "temp", a->temp);
-    cJSON_AddStringToObject(o, "prompts", a->prompts);
-    cJSON_AddNumberToObject(o, "max_tokens", (double)a->max_tokens);
-    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
-    return o;
+    c->rounds = n_rounds;
+    c->temp = a->temp;
+    c->prompts = a->prompts;
+    c->max_tokens = a->max_tokens;
+    c->seed = a->seed;
 }
 
 // gnuplot single-quoted string: '' stands for one quote.
@@ -336,11 +322,9 @@ int cmd_calibrate(int argc, char **argv) {
         return 1;
     }
     print_table(&a, g.prompts->n, d.n, &res);
-    cJSON *cal = calibration_json(&a, &res, d.n);
-    if (!cal) goto oom;
-    st = ds_json_save(cal, out_path); // atomically
-    cJSON_Delete(cal);
-    if (st) goto fail;
+    ds_calibration cal;
+    calibration_of(&a, &res, d.n, &cal);
+    if ((st = ds_calibration_save(&cal, out_path))) goto fail; // atomically
     printf("calibration written to %s\n", out_path);
     fflush(stdout);
     if (a.plot) plot(a.plot, &d, &res);
