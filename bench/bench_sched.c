@@ -428,7 +428,11 @@ static void time_drafter(const ds_model *m, const ds_drafter *d, const int *rs, 
                 const double t0 = bench_now();
                 for (int i = 0; i < R; i++)
                     if (ds_drafter_append(d, st[i], taps + (size_t)(ctx - 2) * W, 2)) die("append");
-                if (ds_drafter_draft_batch(d, bt, st, anchor, nk, R, spp, rngp, outp, ql, confp)) die("draft");
+                ds_draft_seq q[R];
+                for (int i = 0; i < R; i++)
+                    q[i] = (ds_draft_seq){.state = st[i], .anchor = anchor[i], .n_slots = nk[i], .sp = spp[i],
+                                          .rng = rngp[i], .tokens = outp[i], .logits = ql[i], .conf = confp[i]};
+                if (ds_drafter_draft_batch(d, bt, q, R)) die("draft");
                 if (r) t[r - 1] = bench_now() - t0; // the first run warms up
                 for (int i = 0; i < R; i++) ds_draft_state_truncate(st[i], ctx - 2);
             }

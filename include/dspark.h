@@ -407,10 +407,18 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
 typedef struct ds_draft_batch ds_draft_batch;
 ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out);
 void ds_draft_batch_free(ds_draft_batch *b);
-ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, ds_draft_state *const *states,
-                                 const int32_t *anchors, const int *n_slots, int R, const ds_sampler_params *const *sp,
-                                 ds_rng *const *rng, int32_t *const *tokens, float *const *logits,
-                                 float *const *conf);
+// One sequence of a drafting batch: what ds_drafter_draft takes for it.
+typedef struct {
+    ds_draft_state *state;
+    int32_t anchor;              // the last committed token
+    int n_slots;                 // 1..block_size
+    const ds_sampler_params *sp;
+    ds_rng *rng;
+    int32_t *tokens;             // (n_slots) drafted tokens
+    float *logits;               // (n_slots, vocab) raw per-slot logits
+    float *conf;                 // (n_slots) confidences, or NULL
+} ds_draft_seq;
+ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, const ds_draft_seq *seqs, int R);
 
 
 typedef struct {

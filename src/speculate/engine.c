@@ -78,13 +78,8 @@ struct ds_engine {
     ds_draft_batch *bt;
     int bt_n;
     double bt_append_s;  // seconds this round spent feeding queued context rows to the drafter
-    ds_draft_state **bt_states;
-    int32_t *bt_anchor;
-    int *bt_k, *bt_owner;
-    const ds_sampler_params **bt_sp;
-    ds_rng **bt_rng;
-    int32_t **bt_tok;
-    float **bt_logits, **bt_conf;
+    ds_draft_seq *bt_seqs; // (cap_seqs) the sequences drafted this round
+    int *bt_owner;         // (cap_seqs) their index in seqs
 };
 
 static double now_s(void) {
@@ -178,9 +173,8 @@ void ds_engine_free(ds_engine *e) {
     free(e->sched_ell);
     free(e->sched_owner);
     free(e->sched_scratch);
-    void *arrs[] = {e->bt_states, e->bt_anchor, e->bt_k, e->bt_owner, e->bt_sp, e->bt_rng, e->bt_tok, e->bt_logits,
-                    e->bt_conf};
-    for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++) free(arrs[i]);
+    free(e->bt_seqs);
+    free(e->bt_owner);
     ds_draft_batch_free(e->bt);
     ds_workspace_free(e->ws);
     free(e->vs.p);
@@ -243,15 +237,11 @@ static ds_status slot_for(ds_engine *e, int *id) {
         if (so) e->sched_owner = so;
         void *ss = so ? realloc(e->sched_scratch, ds_schedule_scratch_size(cap * (DS_MAX_DRAFT + 1))) : NULL;
         if (ss) e->sched_scratch = ss;
-        if (!ss) return ds_fail(DS_ERR_NOMEM, "out of memory");
-        void **arrs[] = {(void **)&e->bt_states, (void **)&e->bt_anchor, (void **)&e->bt_k, (void **)&e->bt_owner,
-                         (void **)&e->bt_sp, (void **)&e->bt_rng, (void **)&e->bt_tok, (void **)&e->bt_logits,
-                         (void **)&e->bt_conf};
-        for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++) {
-            void *p = realloc(*arrs[i], sizeof(void *) * (size_t)cap); // every element is at most a pointer wide
-            if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory");
-            *arrs[i] = p;
-        }
+        ds_draft_seq *bs = ss ? realloc(e->bt_seqs, sizeof *bs * cap) : NULL;
+        if (bs) e->bt_seqs = bs;
+        int *bo = bs ? realloc(e->bt_owner, sizeof *bo * cap) : NULL;
+        if (bo) e->bt_owner = bo;
+        if (!bo) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->cap_seqs = cap;
     }
     memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
@@ -342,14 +332,8 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
                        ds_draft_state_len(s->ds), s->n_toks - 1);
     ds_draft_state_set_history(s->ds, s->toks + s->n_prompt, s->n_toks - s->n_prompt); // penalties count these
     const int j = e->bt_n++;
-    e->bt_states[j] = s->ds;
-    e->bt_anchor[j] = s->toks[s->n_toks - 1];
-    e->bt_k[j] = K;
-    e->bt_sp[j] = &s->sp;
-    e->bt_rng[j] = &s->rng;
-    e->bt_tok[j] = s->rows + 1;
-    e->bt_logits[j] = s->q_logits;
-    e->bt_conf[j] = s->conf;
+    e->bt_seqs[j] = (ds_draft_seq){.state = s->ds, .anchor = s->toks[s->n_toks - 1], .n_slots = K, .sp = &s->sp,
+                                   .rng = &s->rng, .tokens = s->rows + 1, .logits = s->q_logits, .conf = s->conf};
     e->bt_owner[j] = (int)(s - e->seqs);
     s->stats.draft_s += now_s() - t0;
     return DS_OK;
@@ -360,13 +344,12 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
 static ds_status draft_batch(ds_engine *e) {
     if (!e->bt_n) return DS_OK;
     const double t0 = now_s();
-    ds_status st = ds_drafter_draft_batch(e->d, e->bt, e->bt_states, e->bt_anchor, e->bt_k, e->bt_n, e->bt_sp,
-                                          e->bt_rng, e->bt_tok, e->bt_logits, e->bt_conf);
+    ds_status st = ds_drafter_draft_batch(e->d, e->bt, e->bt_seqs, e->bt_n);
     if (st) return st;
     const double per = (now_s() - t0) / e->bt_n; // drafting time per sequence-round
     for (int j = 0; j < e->bt_n; j++) {
         seq *s = &e->seqs[e->bt_owner[j]];
-        const int K = e->bt_k[j];
+        const int K = e->bt_seqs[j].n_slots;
         s->stats.draft_s += per;
         s->ell = s->n_drafted = K;
         // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
