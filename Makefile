@@ -1,6 +1,7 @@
 # dspark: the two commands a fresh machine needs, and a few more.
 #   make demo    install what is missing, build, and generate from the default stories260K model
 #   make test    install what is missing, build (normal and ASan+UBSan), and run every test
+#   make test-fast  build, then the fast tier: the unit tests and the quick CLI tests (ctest -L fast)
 #   make fuzz    build the libFuzzer targets with clang and run each for FUZZ_SECONDS (default 300)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -8,7 +9,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 300
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-asan unit bench bench-e2e fuzz clean
+.PHONY: all setup build demo test test-fast test-asan unit bench bench-e2e fuzz clean
 
 all: build
 
@@ -27,6 +28,10 @@ demo: build
 # UndefinedBehaviorSanitizer.
 test: build test-asan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The unit tests and the CLI tests that take under 15 s each (tests/CMakeLists.txt), 1-2 min at -j2.
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
 
 test-asan: setup
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDS_SANITIZE=ON >/dev/null

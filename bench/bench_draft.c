@@ -317,7 +317,11 @@ static double draft_round(draft_bench *b, int R, double *append_s) {
     const double t0 = bench_now();
     for (int r = 0; r < R; r++) ds_drafter_append(d, b->st[r], b->taps, b->append);
     const double t1 = bench_now();
-    ds_status st = ds_drafter_draft_batch(d, b->batch, b->st, anchors, slots, R, sp, rng, b->tokens, b->logits, b->conf);
+    ds_draft_seq q[MAX_R];
+    for (int r = 0; r < R; r++)
+        q[r] = (ds_draft_seq){.state = b->st[r], .anchor = anchors[r], .n_slots = slots[r], .sp = sp[r], .rng = rng[r],
+                              .tokens = b->tokens[r], .logits = b->logits[r], .conf = b->conf[r]};
+    ds_status st = ds_drafter_draft_batch(d, b->batch, q, R);
     const double t2 = bench_now();
     if (st) fprintf(stderr, "bench_draft: %s\n", ds_last_error());
     for (int r = 0; r < R; r++) ds_draft_state_truncate(b->st[r], b->ctx);

@@ -24,8 +24,8 @@
 #include "dspark.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "kernels/affine.h"
 #include "kernels/qmatmul.h"
-#include "quant/affine.h"
 #include "quant/quantize.h"
 
 // ---- GEMV ---------------------------------------------------------------------------------------

@@ -148,7 +148,8 @@ static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_par
             if (active[k]) continue;
             const int j = next++, p = j % ps->n;
             t_join[k] = bench_now();
-            if (ds_engine_add(e, ps->ptoks[p], ps->plen[p], budget, &smp, (uint64_t)j, &id[k])) die("add");
+            if (ds_engine_add(e, &(ds_seq_params){.prompt = ps->ptoks[p], .n_prompt = ps->plen[p], .max_new = budget, .sp = &smp,
+                    .seed = (uint64_t)j}, &id[k])) die("add");
             req[k] = j;
             n_out[j] = 0;
             active[k] = 1;
@@ -219,7 +220,8 @@ static void record_trace(const ds_model *m, const ds_drafter *d, const prompt_se
     const ds_sampler_params smp = ds_sampler_default();
     for (int p = 0; p < ps->n; p++) {
         int id;
-        if (ds_engine_add(e, ps->ptoks[p], ps->plen[p], budget, &smp, (uint64_t)p, &id)) die("add");
+        if (ds_engine_add(e, &(ds_seq_params){.prompt = ps->ptoks[p], .n_prompt = ps->plen[p], .max_new = budget, .sp = &smp,
+                .seed = (uint64_t)p}, &id)) die("add");
         while (!ds_engine_finished(e, id))
             if (ds_engine_step(e)) die("step");
         t->draft_s += ds_engine_stats(e, id)->draft_s;
@@ -426,7 +428,11 @@ static void time_drafter(const ds_model *m, const ds_drafter *d, const int *rs, 
                 const double t0 = bench_now();
                 for (int i = 0; i < R; i++)
                     if (ds_drafter_append(d, st[i], taps + (size_t)(ctx - 2) * W, 2)) die("append");
-                if (ds_drafter_draft_batch(d, bt, st, anchor, nk, R, spp, rngp, outp, ql, confp)) die("draft");
+                ds_draft_seq q[R];
+                for (int i = 0; i < R; i++)
+                    q[i] = (ds_draft_seq){.state = st[i], .anchor = anchor[i], .n_slots = nk[i], .sp = spp[i],
+                                          .rng = rngp[i], .tokens = outp[i], .logits = ql[i], .conf = confp[i]};
+                if (ds_drafter_draft_batch(d, bt, q, R)) die("draft");
                 if (r) t[r - 1] = bench_now() - t0; // the first run warms up
                 for (int i = 0; i < R; i++) ds_draft_state_truncate(st[i], ctx - 2);
             }

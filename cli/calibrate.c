@@ -6,7 +6,6 @@
 // Each round gives z_k = logit(c_k) for its slots and the labels 1{a ≥ k}. A round near the end of a
 // token budget drafts (and verifies) fewer than K slots: it contributes only those positions; the
 // positions it never drafted are missing data, not rejections.
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +14,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/json.h"
+#include "draft/calibration.h"
+#include "gen/prompts.h"
 #include "sched/calibrate.h"
 #include "train/data.h"
 
@@ -116,53 +116,43 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *engine;
     ds_prompt_set *prompts;
-    int32_t *ptoks, *out;
+    ds_gen_prompts pt;  // the prompts tokenized
+    ds_gen_request *req; // (pt.n)
     rounds R;
 } cal_state;
+
+static int interrupted(void *ctx) { return cli_interrupted; }
 
 static void cal_free(cal_state *g) {
     ds_engine_free(g->engine);
     ds_drafter_free(g->drafter);
     ds_model_free(g->model);
     ds_prompts_free(g->prompts);
-    free(g->ptoks);
-    free(g->out);
+    ds_gen_prompts_free(&g->pt);
+    free(g->req);
     free(g->R.z);
     free(g->R.n_slots);
     free(g->R.accepted);
 }
 
-static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
-
-static cJSON *array_of(const double *x, int n) {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, num_or_null(x[i]));
-    return a;
-}
-
-// The calibration file's content (NULL when out of memory).
-static cJSON *calibration_json(const cal_args *a, const ds_sts_result *r, int n_rounds) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    double n[DS_CALIB_MAX_POS], acc[DS_CALIB_MAX_POS];
+// The calibration file's content (draft/calibration.h writes it).
+static void calibration_of(const cal_args *a, const ds_sts_result *r, int n_rounds, ds_calibration *c) {
+    memset(c, 0, sizeof *c);
+    c->K = r->K;
     for (int k = 0; k < r->K; k++) {
-        n[k] = r->n[k];
-        acc[k] = r->n[k] ? (double)r->n_pos[k] / r->n[k] : NAN;
+        c->temps[k] = r->temps[k];
+        c->ece_before[k] = r->ece_before[k];
+        c->ece_after[k] = r->ece_after[k];
+        c->auc_after[k] = r->auc_after[k];
+        c->auc_before[k] = r->auc_before[k];
+        c->n[k] = r->n[k];
+        c->acceptance[k] = r->n[k] ? (double)r->n_pos[k] / r->n[k] : NAN;
     }
-    cJSON_AddStringToObject(o, "method", "sts");
-    cJSON_AddItemToObject(o, "temperatures", array_of(r->temps, r->K));
-    cJSON_AddItemToObject(o, "ece_before", array_of(r->ece_before, r->K));
-    cJSON_AddItemToObject(o, "ece_after", array_of(r->ece_after, r->K));
-    cJSON_AddItemToObject(o, "auc", array_of(r->auc_after, r->K));
-    cJSON_AddItemToObject(o, "auc_before", array_of(r->auc_before, r->K));
-    cJSON_AddItemToObject(o, "n", array_of(n, r->K));
-    cJSON_AddItemToObject(o, "acceptance", array_of(acc, r->K)); // realized 1{a >= k} rate
-    cJSON_AddNumberToObject(o, "rounds", n_rounds);
-    cJSON_AddNumberToObject(o, "temp", a->temp);
-    cJSON_AddStringToObject(o, "prompts", a->prompts);
-    cJSON_AddNumberToObject(o, "max_tokens", (double)a->max_tokens);
-    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
-    return o;
+    c->rounds = n_rounds;
+    c->temp = a->temp;
+    c->prompts = a->prompts;
+    c->max_tokens = a->max_tokens;
+    c->seed = a->seed;
 }
 
 // gnuplot single-quoted string: '' stands for one quote.
@@ -282,7 +272,6 @@ int cmd_calibrate(int argc, char **argv) {
         cal_free(&g);
         return 1;
     }
-    const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
     const ds_drafter_info *di = ds_drafter_get_info(g.drafter);
     if (!di->has_confidence) {
@@ -304,50 +293,25 @@ int cmd_calibrate(int argc, char **argv) {
     g.R.K = di->block_size;
     ds_engine_set_observer(g.engine, observe, &g.R);
     const int L = (int)a.max_tokens;
-    g.out = malloc(sizeof(int32_t) * (size_t)L);
-    if (!g.out) goto oom;
     ds_sampler_params sp = ds_sampler_default();
     sp.temperature = (float)a.temp;
 
+    if ((st = ds_gen_prompts_tokenize(g.model, g.prompts, L, &g.pt))) goto fail; // (naming the file and line)
+    // Every prompt in turn through the drafter's engine (one at a time); the observer sees the rounds.
+    g.req = calloc((size_t)g.pt.n, sizeof *g.req);
+    if (!g.req) goto oom;
+    for (int i = 0; i < g.pt.n; i++)
+        g.req[i] = (ds_gen_request){.ids = g.pt.ids[i], .n_ids = g.pt.len[i], .max_new = L, .sp = sp,
+                                    .seed = (uint64_t)a.seed + (uint64_t)i};
     cli_catch_interrupt();
-    int ptok_cap = 0;
-    for (int i = 0; i < g.prompts->n; i++) {
-        const char *text = g.prompts->text[i];
-        const int line = g.prompts->line[i];
-        int n = 0;
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) goto fail_line;
-        if (n > ptok_cap) {
-            int32_t *p = realloc(g.ptoks, sizeof(int32_t) * (size_t)n);
-            if (!p) goto oom;
-            g.ptoks = p;
-            ptok_cap = n;
-        }
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, g.ptoks, n, &n))) goto fail_line;
-        if (n < 1 || (long)n + L > info->max_ctx) {
-            fprintf(stderr, "dspark: %s:%d: prompt (%d tokens) + %d new tokens %s the model's context of %d\n", a.prompts,
-                    line, n, L, n < 1 ? "(no BOS?) do not fit" : "exceed", info->max_ctx);
-            cal_free(&g);
-            return 1;
-        }
-        int id;
-        if ((st = ds_engine_add(g.engine, g.ptoks, n, L, &sp, (uint64_t)a.seed + (uint64_t)i, &id))) goto fail;
-        while (!ds_engine_finished(g.engine, id)) {
-            if (cli_interrupted) {
-                fprintf(stderr, "dspark: interrupted: nothing written\n");
-                cal_free(&g);
-                return 130;
-            }
-            if ((st = ds_engine_step(g.engine))) goto fail;
-            ds_engine_take(g.engine, id, g.out, L);
-        }
-        ds_engine_remove(g.engine, id);
-        if (g.R.oom) goto oom;
-        continue;
-    fail_line:
-        fprintf(stderr, "dspark: %s:%d: %s\n", a.prompts, line, ds_last_error());
+    const ds_gen_run_params run = {.max_active = 1, .interrupted = interrupted};
+    if ((st = ds_gen_run(g.engine, tok, g.req, g.pt.n, &run, NULL)) == DS_ERR_INTERRUPTED) {
+        fprintf(stderr, "dspark: interrupted: nothing written\n");
         cal_free(&g);
-        return 1;
+        return 130;
     }
+    if (st) goto fail;
+    if (g.R.oom) goto oom;
 
     const ds_calib_data d = {.K = g.R.K, .n = g.R.n, .z = g.R.z, .n_slots = g.R.n_slots, .accepted = g.R.accepted};
     ds_sts_result res;
@@ -358,11 +322,9 @@ int cmd_calibrate(int argc, char **argv) {
         return 1;
     }
     print_table(&a, g.prompts->n, d.n, &res);
-    cJSON *cal = calibration_json(&a, &res, d.n);
-    if (!cal) goto oom;
-    st = ds_json_save(cal, out_path); // atomically
-    cJSON_Delete(cal);
-    if (st) goto fail;
+    ds_calibration cal;
+    calibration_of(&a, &res, d.n, &cal);
+    if ((st = ds_calibration_save(&cal, out_path))) goto fail; // atomically
     printf("calibration written to %s\n", out_path);
     fflush(stdout);
     if (a.plot) plot(a.plot, &d, &res);

@@ -137,9 +137,8 @@ int cmd_chat(int argc, char **argv) {
     ds_drafter *dr = NULL;
     ds_engine *e = NULL;
     conversation conv = {0};
-    char *line = NULL, *text = NULL;
-    ds_text_out *tx = NULL; // this turn's reply
-    int32_t *ids = NULL;
+    char *line = NULL;
+    ds_gen *g = NULL; // this turn's reply
     size_t line_cap = 0;
     ds_status st = DS_OK;
     const ds_tokenizer *tok = ds_model_tokenizer(m);
@@ -172,43 +171,35 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(line, "/exit")) break;
         if (got == 0) continue;
         if (!conv_add(&conv, "user", line)) goto oom;
-        free(text);
-        text = NULL;
-        if ((st = ds_chat_render(tok, conv.msgs, conv.n, 1, &text))) goto fail;
-        int n = 0;
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) goto fail;
-        free(ids);
-        if (!(ids = malloc(sizeof(int32_t) * (size_t)(n > 128 ? n : 128)))) goto oom;
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, ids, n, &n))) goto fail;
+        // The reply to the conversation so far; it ends at the format's end-of-turn token (not shown).
+        const ds_gen_request req = {.msgs = conv.msgs, .n_msgs = conv.n, .sp = a.sp, .seed = (uint64_t)a.seed + (uint64_t)turn};
+        ds_gen_free(g);
+        if ((st = ds_gen_init(tok, &req, &g))) goto fail;
+        int n;
+        ds_gen_prompt(g, &n);
         const int max_ctx = ds_model_get_info(m)->max_ctx;
         if (n + 1 >= max_ctx) {
             fprintf(stderr, "dspark: the conversation (%d tokens) fills the model's context of %d\n", n, max_ctx);
             break;
         }
-        int max_new = (int)a.n_predict < max_ctx - n ? (int)a.n_predict : max_ctx - n;
-        int id;
-        if ((st = ds_engine_add(e, ids, n, max_new, &a.sp, (uint64_t)a.seed + (uint64_t)turn, &id))) goto fail;
-        ds_text_out_free(tx); // the reply ends at the format's end-of-turn token (not shown)
-        tx = NULL;
-        if ((st = ds_text_out_init(tok, &tx)) || (st = ds_text_out_add_stop_id(tx, ds_chat_eot(tok)))) goto fail;
+        const int max_new = (int)a.n_predict < max_ctx - n ? (int)a.n_predict : max_ctx - n;
+        if ((st = ds_gen_begin(g, e, max_new))) goto fail;
+        const ds_text_out *tx = ds_gen_text(g);
         size_t shown = 0;
-        while (!ds_text_out_end(tx) && !ds_engine_finished(e, id) && !cli_interrupted) {
-            if ((st = ds_engine_step(e))) goto fail;
-            int k;
-            while (!ds_text_out_end(tx) && (k = ds_engine_take(e, id, ids, 128)) > 0)
-                if ((st = ds_text_out_push(tx, ids, k, NULL))) goto fail;
+        while (!ds_gen_done(g) && !cli_interrupted) {
+            if ((st = ds_engine_step(e)) || (st = ds_gen_update(g, NULL))) goto fail;
             show(tx, &shown);
         }
-        if ((st = ds_text_out_finish(tx))) goto fail;
+        if ((st = ds_gen_end(g))) goto fail;
         show(tx, &shown);
         putchar('\n');
         fflush(stdout);
         if (a.stats) {
-            const ds_seq_stats *s = ds_engine_stats(e, id);
+            const ds_seq_stats *s = ds_gen_stats(g);
             fprintf(stderr, "dspark: %d tokens, %d rounds, tau %.3f\n", s->generated, s->rounds, s->tau);
         }
-        if ((st = ds_engine_remove(e, id))) goto fail;
-        if (!conv_add(&conv, "assistant", ds_text_out_text(tx, NULL))) goto oom;
+        ds_gen_leave(g);
+        if (!conv_add(&conv, "assistant", ds_text_out_text(ds_gen_text(g), NULL))) goto oom;
     }
     goto done;
 oom:
@@ -219,9 +210,7 @@ fail:
     rc = cli_fail(st);
 done:
     free(line);
-    free(text);
-    ds_text_out_free(tx);
-    free(ids);
+    ds_gen_free(g);
     conv_free(&conv);
     ds_engine_free(e);
     ds_drafter_free(dr);

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "kernels/matmul.h"
 #include "train/data.h"
 
 typedef struct {
@@ -256,16 +255,15 @@ int cmd_datagen(int argc, char **argv) {
             dg_seq *s = &g.slots[r];
             if (s->index >= 0) continue;
             const int src = (int)(next % g.n_sources);
-            ds_matmul_set_gemm_min_rows(0); // the defaults
-            if ((st = ds_engine_add(g.engine, g.ptoks[src], g.pn[src], (int)a.max_tokens, &a.sp,
-                                    (uint64_t)a.seed + (uint64_t)next, &s->id)))
+            const ds_seq_params sq = {.prompt = g.ptoks[src], .n_prompt = g.pn[src], .max_new = (int)a.max_tokens, .sp = &a.sp,
+                                      .seed = (uint64_t)a.seed + (uint64_t)next, .batch_invariant = 1};
+            if ((st = ds_engine_add(g.engine, &sq, &s->id)))
                 goto fail;
             memcpy(s->toks, g.ptoks[src], sizeof(int32_t) * (size_t)g.pn[src]);
             s->n = s->n_prompt = g.pn[src];
             s->index = next++;
         }
         if (cli_interrupted || !ds_engine_active(g.engine)) break;
-        ds_matmul_set_gemm_min_rows(INT_MAX);
         if ((st = ds_engine_step(g.engine))) goto fail;
         for (int r = 0; r < R; r++) {
             dg_seq *s = &g.slots[r];

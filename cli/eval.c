@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "cli.h"
+#include "gen/prompts.h"
 #include "train/data.h"
 
 typedef struct {
@@ -105,8 +106,7 @@ typedef struct {
     ds_drafter *drafter;
     ds_engine *spec, *base;
     ds_prompt_set *prompts;
-    int32_t **ptoks;              // (prompts->n) tokenized prompts
-    int *plen;                    // (prompts->n)
+    ds_gen_prompts pt;            // the prompts tokenized
     int32_t *out_spec, *out_base; // (prompts->n, max_tokens) generated tokens
     int *n_spec, *n_base;         // (prompts->n) how many
     int *done_spec, *done_base;   // (prompts->n) completed
@@ -117,10 +117,8 @@ static void ev_free(ev_state *g) {
     ds_engine_free(g->base);
     ds_drafter_free(g->drafter);
     ds_model_free(g->model);
-    for (int i = 0; g->ptoks && i < g->prompts->n; i++) free(g->ptoks[i]);
+    ds_gen_prompts_free(&g->pt);
     ds_prompts_free(g->prompts);
-    free(g->ptoks);
-    free(g->plen);
     free(g->out_spec);
     free(g->out_base);
     free(g->n_spec);
@@ -129,14 +127,16 @@ static void ev_free(ev_state *g) {
     free(g->done_base);
 }
 
-// Run prompts 0..n-1 through e, up to R at a time: a prompt joins as soon as a running one finishes.
-// Prompt i uses seed seed0 + i; its tokens go to out + i·L (n_out[i] of them) and done[i] is set
-// when it completes. Totals (if t) add up over completed requests; step_s is the wall time of every
-// ds_engine_step. Returns DS_ERR_INTERRUPTED (no message) on Ctrl-C.
+// Run prompts 0..n-1 through e, up to R at a time (ds_gen_run: a prompt joins as soon as a running
+// one finishes). Prompt i uses seed seed0 + i; its tokens go to out + i·L (n_out[i] of them) and
+// done[i] is set when it completes. Totals (if t) add up over completed requests; step_s is the
+// wall time of every ds_engine_step. Returns DS_ERR_INTERRUPTED (no message) on Ctrl-C.
 typedef struct {
-    int active, id, prompt;
-    double t_join;
-} ev_slot;
+    int L;
+    int32_t *out;
+    int *n_out, *done;
+    ev_total *t;
+} ev_run;
 
 static void add_stats(ev_total *t, const ds_seq_stats *s, int n, double seconds) {
     t->rounds += s->rounds;
@@ -152,49 +152,31 @@ static void add_stats(ev_total *t, const ds_seq_stats *s, int n, double seconds)
     t->request_rate += seconds > 0 ? n / seconds : 0;
 }
 
-static ds_status run_set(ds_engine *e, int32_t *const *ptoks, const int *plen, int n, int R, int L,
-                         const ds_sampler_params *sp, uint64_t seed0, int32_t *out, int *n_out, int *done, ev_total *t) {
-    ev_slot *slot = calloc((size_t)R, sizeof *slot);
-    if (!slot) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    ds_status st = DS_OK;
-    int next = 0, active = 0;
-    for (;;) {
-        for (int k = 0; k < R && next < n; k++) {
-            if (slot[k].active) continue;
-            const int i = next++;
-            n_out[i] = 0;
-            done[i] = 0;
-            slot[k].prompt = i;
-            slot[k].t_join = cli_now();
-            if ((st = ds_engine_add(e, ptoks[i], plen[i], L, sp, seed0 + (uint64_t)i, &slot[k].id))) goto out;
-            slot[k].active = 1;
-            active++;
-        }
-        if (!active) break;
-        if (cli_interrupted) {
-            st = DS_ERR_INTERRUPTED; // no message: the caller stops and reports
-            goto out;
-        }
-        const double t0 = cli_now();
-        if ((st = ds_engine_step(e))) goto out;
-        const double t1 = cli_now();
-        if (t) t->step_s += t1 - t0;
-        for (int k = 0; k < R; k++) {
-            if (!slot[k].active) continue;
-            const int i = slot[k].prompt;
-            n_out[i] += ds_engine_take(e, slot[k].id, out + (size_t)i * L + n_out[i], L - n_out[i]);
-            if (!ds_engine_finished(e, slot[k].id)) continue;
-            if (t) add_stats(t, ds_engine_stats(e, slot[k].id), n_out[i], t1 - slot[k].t_join);
-            ds_engine_remove(e, slot[k].id);
-            slot[k].active = 0;
-            active--;
-            done[i] = 1;
-        }
+static void on_done(void *ctx, int i, const ds_gen *g) {
+    ev_run *r = ctx;
+    const ds_text_out *tx = ds_gen_text(g);
+    const int n = ds_text_out_tokens(tx);
+    for (int k = 0; k < n; k++) r->out[(size_t)i * r->L + k] = ds_text_out_token_id(tx, k);
+    r->n_out[i] = n;
+    r->done[i] = 1;
+    if (r->t) add_stats(r->t, ds_gen_stats(g), n, ds_gen_seconds(g));
+}
+
+static int interrupted(void *ctx) { return cli_interrupted; }
+
+static ds_status run_set(ds_engine *e, const ds_tokenizer *tok, int32_t *const *ptoks, const int *plen, int n, int R,
+                         int L, const ds_sampler_params *sp, uint64_t seed0, int32_t *out, int *n_out, int *done,
+                         ev_total *t) {
+    ds_gen_request *req = calloc((size_t)n, sizeof *req);
+    if (!req) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        req[i] = (ds_gen_request){.ids = ptoks[i], .n_ids = plen[i], .max_new = L, .sp = *sp, .seed = seed0 + (uint64_t)i};
+        n_out[i] = done[i] = 0;
     }
-out:
-    for (int k = 0; k < R; k++)
-        if (slot[k].active) ds_engine_remove(e, slot[k].id);
-    free(slot);
+    ev_run r = {L, out, n_out, done, t};
+    const ds_gen_run_params p = {.max_active = R, .on_done = on_done, .interrupted = interrupted, .ctx = &r};
+    const ds_status st = ds_gen_run(e, tok, req, n, &p, t ? &t->step_s : NULL);
+    free(req);
     return st;
 }
 
@@ -266,42 +248,20 @@ int cmd_eval(int argc, char **argv) {
         ev_free(&g);
         return 1;
     }
-    const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.spec)) || (st = ds_engine_init(g.model, NULL, &none, &g.base)))
         goto fail;
     const int L = (int)a.max_tokens, P = g.prompts->n, R = (int)a.concurrency;
-    g.ptoks = calloc((size_t)P, sizeof *g.ptoks);
-    g.plen = calloc((size_t)P, sizeof *g.plen);
     g.out_spec = malloc(sizeof(int32_t) * (size_t)L * P);
     g.out_base = malloc(sizeof(int32_t) * (size_t)L * P);
     g.n_spec = calloc((size_t)P, sizeof(int));
     g.n_base = calloc((size_t)P, sizeof(int));
     g.done_spec = calloc((size_t)P, sizeof(int));
     g.done_base = calloc((size_t)P, sizeof(int));
-    if (!g.ptoks || !g.plen || !g.out_spec || !g.out_base || !g.n_spec || !g.n_base || !g.done_spec || !g.done_base)
+    if (!g.out_spec || !g.out_base || !g.n_spec || !g.n_base || !g.done_spec || !g.done_base)
         goto oom;
-    for (int i = 0; i < P; i++) {
-        const char *text = g.prompts->text[i];
-        const int line = g.prompts->line[i];
-        int n = 0;
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) goto fail_line;
-        if (!(g.ptoks[i] = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) goto oom;
-        if ((st = ds_tokenize(tok, text, strlen(text), 1, g.ptoks[i], n, &n))) goto fail_line;
-        g.plen[i] = n;
-        if (n < 1 || (long)n + L > info->max_ctx) {
-            fprintf(stderr, "dspark: %s:%d: prompt (%d tokens) + %d new tokens %s the model's context of %d\n", a.prompts,
-                    line, n, L, n < 1 ? "(no BOS?) do not fit" : "exceed", info->max_ctx);
-            ev_free(&g);
-            return 1;
-        }
-        continue;
-    fail_line:
-        fprintf(stderr, "dspark: %s:%d: %s\n", a.prompts, line, ds_last_error());
-        ev_free(&g);
-        return 1;
-    }
+    if ((st = ds_gen_prompts_tokenize(g.model, g.prompts, L, &g.pt))) goto fail; // (naming the file and line)
 
     cli_catch_interrupt();
     ev_total ts = {0}, tb = {0};
@@ -309,17 +269,17 @@ int cmd_eval(int argc, char **argv) {
     // baseline's tokens with any drafter; the residual rule only matches it in distribution.
     const int greedy = a.sp.temperature == 0 || a.sp.verify == DS_VERIFY_COUPLED;
     // Warm-up (page faults, caches), not counted: the first prompt, 8 tokens, plain decoding.
-    if ((st = run_set(g.base, g.ptoks, g.plen, 1, 1, L < 8 ? L : 8, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
+    if ((st = run_set(g.base, tok, g.pt.ids, g.pt.len, 1, 1, L < 8 ? L : 8, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
                       g.done_base, NULL)) &&
         st != DS_ERR_INTERRUPTED)
         goto fail;
     // The whole set with the requested drafting, then the baseline at the same concurrency.
-    if (!cli_interrupted && (st = run_set(g.spec, g.ptoks, g.plen, P, R, L, &a.sp, (uint64_t)a.seed, g.out_spec, g.n_spec,
+    if (!cli_interrupted && (st = run_set(g.spec, tok, g.pt.ids, g.pt.len, P, R, L, &a.sp, (uint64_t)a.seed, g.out_spec, g.n_spec,
                                           g.done_spec, &ts)) &&
         st != DS_ERR_INTERRUPTED)
         goto fail;
     memset(g.done_base, 0, sizeof(int) * (size_t)P);
-    if (!cli_interrupted && (st = run_set(g.base, g.ptoks, g.plen, P, R, L, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
+    if (!cli_interrupted && (st = run_set(g.base, tok, g.pt.ids, g.pt.len, P, R, L, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
                                           g.done_base, &tb)) &&
         st != DS_ERR_INTERRUPTED)
         goto fail;

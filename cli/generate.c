@@ -97,29 +97,27 @@ typedef struct {
     ds_model *model;
     ds_drafter *drafter;
     ds_engine *engine;
-    int32_t *prompt_ids, *out_ids, *chunk;
-    char *chat;        // the --chat prompt as rendered
-    ds_text_out *tx;   // the continuation's text
+    ds_gen *gen;       // the request: its prompt ids, its text (the continuation) and its tokens
 } gen_state;
 
 static void gen_free(gen_state *g) {
+    ds_gen_free(g->gen);
     ds_engine_free(g->engine);
     ds_drafter_free(g->drafter);
     ds_model_free(g->model);
-    free(g->prompt_ids);
-    free(g->out_ids);
-    free(g->chunk);
-    free(g->chat);
-    ds_text_out_free(g->tx);
 }
 
-static void print_json(const gen_args *a, const gen_state *g, int n_prompt, int n_gen, const ds_seq_stats *t, int id) {
+static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats *t) {
+    const ds_text_out *tx = ds_gen_text(g->gen);
+    int n_prompt;
+    const int32_t *prompt_ids = ds_gen_prompt(g->gen, &n_prompt);
+    const int n_gen = ds_text_out_tokens(tx), id = ds_gen_seq(g->gen);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "text", ds_text_out_text(g->tx, NULL));
+    cJSON_AddStringToObject(o, "text", ds_text_out_text(tx, NULL));
     cJSON *pi = cJSON_AddArrayToObject(o, "prompt_ids");
-    for (int i = 0; i < n_prompt; i++) cJSON_AddItemToArray(pi, cJSON_CreateNumber(g->prompt_ids[i]));
+    for (int i = 0; i < n_prompt; i++) cJSON_AddItemToArray(pi, cJSON_CreateNumber(prompt_ids[i]));
     cJSON *ti = cJSON_AddArrayToObject(o, "tokens");
-    for (int i = 0; i < n_gen; i++) cJSON_AddItemToArray(ti, cJSON_CreateNumber(g->out_ids[i]));
+    for (int i = 0; i < n_gen; i++) cJSON_AddItemToArray(ti, cJSON_CreateNumber(ds_text_out_token_id(tx, i)));
     const double t_gen = t->draft_s + t->verify_s;
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(o, "generated_tokens", n_gen);
@@ -170,9 +168,10 @@ static void print_stats(const gen_args *a, const ds_seq_stats *t) {
 
 // Print (unless --json) the text that became safe to show since *shown.
 static void show(const gen_state *g, size_t *shown, int to_stdout) {
-    const size_t safe = ds_text_out_safe(g->tx);
+    const ds_text_out *tx = ds_gen_text(g->gen);
+    const size_t safe = ds_text_out_safe(tx);
     if (to_stdout && safe > *shown) {
-        fwrite(ds_text_out_text(g->tx, NULL) + *shown, 1, safe - *shown, stdout);
+        fwrite(ds_text_out_text(tx, NULL) + *shown, 1, safe - *shown, stdout);
         fflush(stdout);
     }
     *shown = safe;
@@ -191,55 +190,39 @@ int cmd_generate(int argc, char **argv) {
         gen_free(&g);
         return 1;
     }
-    if (a.chat) { // the prompt as one user turn (the rendered text holds BOS where the format puts it)
-        ds_chat_message msg = {"user", a.prompt};
-        if ((st = ds_chat_render(tok, &msg, 1, 1, &g.chat))) goto fail;
-        a.prompt = g.chat;
-    }
-    const size_t plen = strlen(a.prompt);
-    int n_prompt = 0;
-    if ((st = ds_tokenize(tok, a.prompt, plen, 1, NULL, 0, &n_prompt))) {
+    // --chat: the prompt is one user turn (the rendered text holds BOS where the format puts it) and
+    // the output ends at the format's end-of-turn token (not shown).
+    const ds_chat_message msg = {"user", a.prompt};
+    const ds_gen_request req = {.text = a.chat ? NULL : a.prompt, .msgs = a.chat ? &msg : NULL, .n_msgs = 1,
+                                .max_new = (int)a.n_predict, .sp = a.sp, .seed = (uint64_t)a.seed,
+                                .logprobs = a.logprobs >= 0, .top_logprobs = a.logprobs >= 0 ? (int)a.logprobs : 0};
+    if ((st = ds_gen_init(tok, &req, &g.gen))) {
+        if (a.chat) goto fail;
         fprintf(stderr, "dspark: prompt: %s\n", ds_last_error());
         gen_free(&g);
         return 1;
     }
-    g.prompt_ids = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
-    g.out_ids = malloc(sizeof(int32_t) * (size_t)(a.n_predict > 0 ? a.n_predict : 1));
-    g.chunk = malloc(sizeof(int32_t) * 128);
-    if (!g.prompt_ids || !g.out_ids || !g.chunk) goto oom;
-    if ((st = ds_tokenize(tok, a.prompt, plen, 1, g.prompt_ids, n_prompt, &n_prompt))) goto fail;
+    int n_prompt;
+    ds_gen_prompt(g.gen, &n_prompt);
     if (n_prompt + a.n_predict > info->max_ctx) {
         rc = cli_usage_error("prompt (%d tokens) + %ld new tokens exceed the model's context of %d", n_prompt,
                              a.n_predict, info->max_ctx);
         gen_free(&g); // info points into the model: report first
         return rc;
     }
-    int id;
-    if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.engine)) ||
-        (st = ds_engine_add(g.engine, g.prompt_ids, n_prompt, (int)a.n_predict, &a.sp, (uint64_t)a.seed, &id)) ||
-        (a.logprobs >= 0 && (st = ds_engine_set_logprobs(g.engine, id, (int)a.logprobs))))
-        goto fail;
-
-    // --chat: the output ends at the format's end-of-turn token (not shown).
-    if ((st = ds_text_out_init(tok, &g.tx)) || (a.chat && (st = ds_text_out_add_stop_id(g.tx, ds_chat_eot(tok)))))
+    if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.engine)) || (st = ds_gen_begin(g.gen, g.engine, req.max_new)))
         goto fail;
     cli_catch_interrupt();
-    int n_gen = 0;
     size_t shown = 0;
-    while (!ds_text_out_end(g.tx) && !ds_engine_finished(g.engine, id) && !cli_interrupted) {
-        if ((st = ds_engine_step(g.engine))) goto fail;
-        int n;
-        while (!ds_text_out_end(g.tx) && (n = ds_engine_take(g.engine, id, g.chunk, 128)) > 0) {
-            if ((st = ds_text_out_push(g.tx, g.chunk, n, NULL))) goto fail;
-            memcpy(g.out_ids + n_gen, g.chunk, sizeof(int32_t) * (size_t)(ds_text_out_tokens(g.tx) - n_gen));
-            n_gen = ds_text_out_tokens(g.tx);
-            show(&g, &shown, !a.json);
-        }
+    while (!ds_gen_done(g.gen) && !cli_interrupted) {
+        if ((st = ds_engine_step(g.engine)) || (st = ds_gen_update(g.gen, NULL))) goto fail;
+        show(&g, &shown, !a.json);
     }
-    if ((st = ds_text_out_finish(g.tx))) goto fail;
-    const ds_seq_stats *t = ds_engine_stats(g.engine, id);
+    if ((st = ds_gen_end(g.gen))) goto fail; // (interrupted: the text so far, an incomplete character flushed)
+    const ds_seq_stats *t = ds_gen_stats(g.gen);
+    const int n_gen = ds_text_out_tokens(ds_gen_text(g.gen));
     if (a.json) {
-        print_json(&a, &g, n_prompt, n_gen, t, id);
+        print_json(&a, &g, t);
     } else {
         show(&g, &shown, 1);
         putchar('\n');
@@ -252,10 +235,6 @@ int cmd_generate(int argc, char **argv) {
     if (a.stats) print_stats(&a, t);
     gen_free(&g);
     return cli_interrupted ? 130 : 0;
-oom:
-    gen_free(&g);
-    fprintf(stderr, "dspark: out of memory\n");
-    return 1;
 fail:
     rc = cli_fail(st);
     gen_free(&g);

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "serve/serve.h"
+#include "serve/server.h"
 
 static void serve_usage(FILE *f) {
     fprintf(f,

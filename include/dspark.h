@@ -145,6 +145,10 @@ typedef struct {
     int n_taps;
     float *taps;           // (n_tokens, n_taps * dim), or NULL
     float *hidden;         // (n_tokens, dim) final normed hidden state, or NULL
+    // This sequence's rows must not depend on what else is in the batch: every product of this
+    // forward then runs on the multi-row kernel (whose result for a row is a function of that row
+    // alone) instead of sgemm for large batches. Costs nothing on memory-bound decoding.
+    int batch_invariant;
 } ds_forward_seq;
 
 // One forward pass over a ragged batch of sequences (prefill, single-token decode and multi-token
@@ -403,10 +407,18 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
 typedef struct ds_draft_batch ds_draft_batch;
 ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out);
 void ds_draft_batch_free(ds_draft_batch *b);
-ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, ds_draft_state *const *states,
-                                 const int32_t *anchors, const int *n_slots, int R, const ds_sampler_params *const *sp,
-                                 ds_rng *const *rng, int32_t *const *tokens, float *const *logits,
-                                 float *const *conf);
+// One sequence of a drafting batch: what ds_drafter_draft takes for it.
+typedef struct {
+    ds_draft_state *state;
+    int32_t anchor;              // the last committed token
+    int n_slots;                 // 1..block_size
+    const ds_sampler_params *sp;
+    ds_rng *rng;
+    int32_t *tokens;             // (n_slots) drafted tokens
+    float *logits;               // (n_slots, vocab) raw per-slot logits
+    float *conf;                 // (n_slots) confidences, or NULL
+} ds_draft_seq;
+ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, const ds_draft_seq *seqs, int R);
 
 
 typedef struct {
@@ -504,13 +516,28 @@ typedef struct ds_engine ds_engine;
 // `drafter` is required for DS_SPEC_DSPARK and ignored otherwise.
 ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out);
 void ds_engine_free(ds_engine *e);
+// One sequence's parameters (read by ds_engine_add, which copies what it keeps).
+#define DS_SEQ_MAX_STOP_IDS 8
+typedef struct {
+    const int32_t *prompt;       // (n_prompt) token ids, BOS first where the model wants one
+    int n_prompt;
+    int max_new;                 // token budget
+    const ds_sampler_params *sp; // NULL = ds_sampler_default() (greedy)
+    uint64_t seed;
+    const int32_t *stop_ids;     // (n_stop_ids, at most DS_SEQ_MAX_STOP_IDS) ids that end this
+    int n_stop_ids;              // sequence (not included), besides the model's (ds_model_is_stop)
+    int batch_invariant;         // its decoding rounds run every product on the multi-row kernel
+                                 // (ds_forward_seq.batch_invariant): its tokens never depend on what
+                                 // runs alongside it (prefill chunks are the same rows whatever runs
+                                 // and keep the fastest kernels)
+} ds_seq_params;
+
 // Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks of 256, at most
 // one chunk's worth per round, before the round's drafting and verification, so a long prompt
 // never stalls the running sequences for long); the last becomes its first round's anchor (so
 // every generated token goes through verification). Stops after max_new tokens or at a stop id
-// (ds_model_is_stop; not included). Returns its id in *id.
-ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
-                        uint64_t seed, int *id);
+// (not included). Returns its id in *id.
+ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id);
 // One round for every unfinished sequence.
 ds_status ds_engine_step(ds_engine *e);
 // Sequences still generating.
@@ -539,6 +566,86 @@ typedef void (*ds_round_observer)(void *ctx, int id, int n_drafted, const float 
 void ds_engine_set_observer(ds_engine *e, ds_round_observer fn, void *ctx);
 // The cost table the engine schedules with (profiled at init for DS_SCHEDULE_AUTO without one).
 const ds_cost_table *ds_engine_costs(const ds_engine *e);
+
+// ---------------------------------------------------------------------------------------------
+// Generation (src/gen/): one request from prompt to text over an engine, the layer every front end
+// (generate, chat, eval, the server) goes through. A request's prompt is token ids, text (encoded
+// with BOS) or a chat conversation (rendered with the assistant's turn opened); a chat request ends
+// at the chat format's end-of-turn token (not part of the output), whoever runs it.
+
+typedef struct {
+    const int32_t *ids;           // (n_ids) the prompt as token ids, used as they are, or
+    int n_ids;
+    const char *text;             // the prompt as UTF-8 text (encoded with BOS), or
+    const ds_chat_message *msgs;  // (n_msgs) a conversation (ds_chat_render, generation prompt on)
+    int n_msgs;
+    int chat;                     // the prompt is a chat conversation (implied by msgs; set it for ids
+                                  // or text the caller rendered): the reply ends at ds_chat_eot
+    int max_new;                  // token budget
+    ds_sampler_params sp;
+    uint64_t seed;
+    const int32_t *stop_ids;      // (n_stop_ids) further ids that end the output (not part of it)
+    int n_stop_ids;
+    const char *const *stops;     // (n_stops) stop strings: the text is cut before the earliest match
+    int n_stops;
+    int logprobs, top_logprobs;   // record log-probabilities (ds_engine_set_logprobs) with top_logprobs
+                                  // (0..20) alternatives each
+} ds_gen_request;
+
+typedef struct ds_gen ds_gen;
+
+// The request's prompt tokenized and its text output set up (stop ids, stop strings, the end of
+// turn); nothing runs yet. `tok` is the target's tokenizer.
+ds_status ds_gen_init(const ds_tokenizer *tok, const ds_gen_request *r, ds_gen **out);
+// Join `e` with up to max_new new tokens (the request's budget, or less: a caller that fits the
+// context). The engine must outlive the request's time in it.
+ds_status ds_gen_begin(ds_gen *g, ds_engine *e, int max_new);
+// Before ds_gen_begin: replace the request's sampling parameters and seed (a server settles them
+// when it queues the request, after setting it up). sp->logit_bias is copied.
+ds_status ds_gen_set_sampling(ds_gen *g, const ds_sampler_params *sp, uint64_t seed);
+// ds_gen_init, then ds_gen_begin with the request's budget.
+ds_status ds_gen_start(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *r, ds_gen **out);
+// After a round (ds_engine_step): move the tokens the engine committed into the text output.
+// *n_new (optional) gets how many were taken. On failure (out of memory) the output is finished.
+// Once the request is done it stays in the engine until ds_gen_leave / ds_gen_free.
+ds_status ds_gen_update(ds_gen *g, int *n_new);
+// The request is done: its text output ended (stop id, stop string, end of turn) or the engine
+// finished it (EOS, budget).
+int ds_gen_done(const ds_gen *g);
+// Why it ended: DS_FINISH_STOP (a stop id or string, the end of turn, EOS), DS_FINISH_LENGTH (the
+// budget, or a failed update), DS_FINISH_NONE while it runs.
+ds_finish_reason ds_gen_finish_reason(const ds_gen *g);
+// End the request here unless it is done (interrupted, or a front end's own limit): its text output
+// is finished (an incomplete character flushed) and its reason is DS_FINISH_LENGTH.
+ds_status ds_gen_end(ds_gen *g);
+// Leave the engine (idempotent; ds_gen_free does it). Statistics and timings stay readable.
+void ds_gen_leave(ds_gen *g);
+void ds_gen_free(ds_gen *g);
+const int32_t *ds_gen_prompt(const ds_gen *g, int *n);
+const ds_text_out *ds_gen_text(const ds_gen *g);
+// The request's sequence in its engine (-1 before ds_gen_begin and after ds_gen_leave).
+int ds_gen_seq(const ds_gen *g);
+// Its engine statistics (as ds_engine_stats; kept when it leaves).
+const ds_seq_stats *ds_gen_stats(const ds_gen *g);
+// Seconds from ds_gen_begin to the first token taken (-1 before) and to the update that found it
+// done (-1 before).
+double ds_gen_first_token_s(const ds_gen *g);
+double ds_gen_seconds(const ds_gen *g);
+
+// Run n requests through one engine, up to max_active at a time (a request joins as soon as a
+// running one finishes, in order). Callbacks (each optional) see a request after every round
+// (on_update: streaming) and once it is done, before it leaves the engine (on_done: logprobs are
+// still readable); `interrupted` is polled before every round (non-zero: stop, DS_ERR_INTERRUPTED
+// without a message). *step_s (optional) adds up the wall time of every ds_engine_step.
+typedef struct {
+    int max_active;                                  // 0 = 1
+    void (*on_update)(void *ctx, int i, const ds_gen *g);
+    void (*on_done)(void *ctx, int i, const ds_gen *g);
+    int (*interrupted)(void *ctx);
+    void *ctx;
+} ds_gen_run_params;
+ds_status ds_gen_run(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *reqs, int n,
+                     const ds_gen_run_params *p, double *step_s);
 
 #ifdef __cplusplus
 }

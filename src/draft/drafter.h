@@ -7,7 +7,7 @@
 #include "dspark.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
-#include "quant/qconfig.h"
+#include "io/qconfig.h"
 
 typedef enum { DS_STYLE_QWEN3, DS_STYLE_GEMMA4 } ds_draft_style;
 typedef enum { DS_MARKOV_NONE, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;

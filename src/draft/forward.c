@@ -448,6 +448,9 @@ struct ds_draft_batch {
     float *h;      // (cap rows, H) gathered hidden rows of the slots drafted
     float *U;      // (cap rows, V) their logits
     int cap;
+    ds_draft_state **st; // (cap_seqs) the sequences' states and anchors, gathered for block_forward
+    int32_t *anchor;     // (cap_seqs)
+    int cap_seqs;
 };
 
 ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out) {
@@ -463,18 +466,29 @@ void ds_draft_batch_free(ds_draft_batch *bt) {
     free(bt->pos);
     free(bt->h);
     free(bt->U);
+    free(bt->st);
+    free(bt->anchor);
     free(bt);
 }
 
-ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, ds_draft_state *const *states,
-                                 const int32_t *anchors, const int *n_slots, int R, const ds_sampler_params *const *sp,
-                                 ds_rng *const *rng, int32_t *const *tokens, float *const *logits,
-                                 float *const *conf) {
+ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const ds_draft_seq *seqs, int R) {
     const int B = d->info.block_size, H = d->H, V = d->V;
     if (R <= 0) return DS_OK;
     for (int r = 0; r < R; r++)
-        if (n_slots[r] < 1 || n_slots[r] > B)
-            return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots[r], B);
+        if (seqs[r].n_slots < 1 || seqs[r].n_slots > B)
+            return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", seqs[r].n_slots, B);
+    if (R > bt->cap_seqs) {
+        ds_draft_state **s = realloc(bt->st, sizeof *s * (size_t)R);
+        if (s) bt->st = s;
+        int32_t *a = s ? realloc(bt->anchor, sizeof *a * (size_t)R) : NULL;
+        if (!a) return ds_fail(DS_ERR_NOMEM, "out of memory drafting for %d sequences", R);
+        bt->anchor = a;
+        bt->cap_seqs = R;
+    }
+    for (int r = 0; r < R; r++) {
+        bt->st[r] = seqs[r].state;
+        bt->anchor[r] = seqs[r].anchor;
+    }
     const int M = R * B;
     if (M > bt->cap) {
         int *p = realloc(bt->pos, sizeof(int) * (size_t)M);
@@ -486,22 +500,23 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, ds_dra
         bt->U = u;
         bt->cap = M;
     }
-    ds_status st = block_forward(d, &bt->b, states, anchors, R, bt->pos);
+    ds_status st = block_forward(d, &bt->b, bt->st, bt->anchor, R, bt->pos);
     if (st) return st;
     // One pass over lm_head for the drafted slots of every sequence.
     int n = 0;
     for (int r = 0; r < R; r++) {
-        memcpy(bt->h + (size_t)n * H, bt->b.xn + (size_t)r * B * H, sizeof(float) * (size_t)n_slots[r] * H);
-        n += n_slots[r];
+        memcpy(bt->h + (size_t)n * H, bt->b.xn + (size_t)r * B * H, sizeof(float) * (size_t)seqs[r].n_slots * H);
+        n += seqs[r].n_slots;
     }
     if ((st = output_logits(d, &bt->b, bt->h, n, bt->U))) return st;
     n = 0;
     for (int r = 0; r < R; r++) {
-        memcpy(logits[r], bt->U + (size_t)n * V, sizeof(float) * (size_t)n_slots[r] * V);
-        if ((st = walk(d, states[r], anchors[r], n_slots[r], bt->h + (size_t)n * H, sp[r], rng[r], tokens[r],
-                       logits[r], conf ? conf[r] : NULL)))
+        const ds_draft_seq *q = &seqs[r];
+        memcpy(q->logits, bt->U + (size_t)n * V, sizeof(float) * (size_t)q->n_slots * V);
+        if ((st = walk(d, q->state, q->anchor, q->n_slots, bt->h + (size_t)n * H, q->sp, q->rng, q->tokens, q->logits,
+                       q->conf)))
             return st;
-        n += n_slots[r];
+        n += q->n_slots;
     }
     return DS_OK;
 }

@@ -9,12 +9,13 @@
 
 #include "base/status.h"
 #include "base/utf8.h"
+#include "draft/calibration.h"
 #include "draft/drafter.h"
 #include "io/json.h"
 #include "kernels/half.h"
 #include "model/model.h"
 #include "model/st_weights.h"
-#include "quant/qconfig.h"
+#include "io/qconfig.h"
 
 const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d) { return &d->info; }
 
@@ -37,60 +38,15 @@ int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept) {
     return d->n_accept_prior;
 }
 
-// calibration.json next to the weights: {"method": "sts", "temperatures": [T_1, ...],
-// "acceptance": [A_1, ...] (optional: the calibration run's realized prefix acceptance, null where
-// a position was not observed; the scheduler's prior)}.
+// calibration.json next to the weights (calibration.h reads it).
 static ds_status load_calibration(ds_drafter *d, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/calibration.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return DS_OK; // uncalibrated
-    fclose(f);
-    cJSON *j;
-    ds_status st = ds_json_load(path, 1 << 20, &j);
-    if (st) return st;
-    const char *method;
-    if ((st = ds_json_str(j, path, "method", &method)) || (method && strcmp(method, "sts"))) {
-        if (!st) st = ds_fail(DS_ERR_UNSUPPORTED, "%s: calibration method '%s' is not supported (sts is)", path, method);
-        cJSON_Delete(j);
-        return st;
-    }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "temperatures"), *e;
-    float temps[64];
-    int n = 0;
-    if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) > d->info.block_size) {
-        cJSON_Delete(j);
-        return ds_fail(DS_ERR_FORMAT, "%s: \"temperatures\" must be a list of at most block_size numbers", path);
-    }
-    cJSON_ArrayForEach(e, t) {
-        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0)) {
-            cJSON_Delete(j);
-            return ds_fail(DS_ERR_FORMAT, "%s: temperatures must be positive numbers", path);
-        }
-        temps[n++] = (float)e->valuedouble;
-    }
-    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "acceptance");
+    float temps[DS_CALIBRATION_MAX];
+    int n = 0, found;
     d->n_accept_prior = 0;
-    if (acc && (!cJSON_IsArray(acc) || cJSON_GetArraySize(acc) > d->info.block_size)) {
-        cJSON_Delete(j);
-        return ds_fail(DS_ERR_FORMAT, "%s: \"acceptance\" must be a list of at most block_size numbers", path);
-    }
-    cJSON_ArrayForEach(e, acc) {
-        if (cJSON_IsNull(e)) break; // positions past here were not observed
-        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble <= 1)) {
-            cJSON_Delete(j);
-            return ds_fail(DS_ERR_FORMAT, "%s: acceptance rates must be numbers in [0, 1] (or null)", path);
-        }
-        const int k = d->n_accept_prior;
-        if (k > 0 && e->valuedouble > d->accept_prior[k - 1] + 1e-6) { // a prefix acceptance cannot grow
-            st = ds_fail(DS_ERR_FORMAT, "%s: \"acceptance\" must not increase with the position (slot %d: %g, slot %d: %g)",
-                         path, k, (double)d->accept_prior[k - 1], k + 1, e->valuedouble);
-            cJSON_Delete(j);
-            return st;
-        }
-        d->accept_prior[d->n_accept_prior++] = (float)e->valuedouble;
-    }
-    cJSON_Delete(j);
+    ds_status st = ds_calibration_read(path, d->info.block_size, temps, &n, d->accept_prior, &d->n_accept_prior, &found);
+    if (st || !found) return st;
     if (!d->conf_w) return ds_fail(DS_ERR_FORMAT, "%s: calibration for a drafter without a confidence head", path);
     return ds_drafter_set_calibration(d, temps, n);
 }

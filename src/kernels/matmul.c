@@ -10,7 +10,7 @@
 #include "kernels/half.h"
 #include "kernels/qmatmul.h"
 #include "kernels/simd.h"
-#include "quant/affine.h"
+#include "kernels/affine.h"
 
 // Columns per partial sum of the multi-row kernels (matmul_isa.inc). It fixes the summation order,
 // so it is a constant, never a function of the batch. When the kernel goes segment by segment, 8
@@ -257,7 +257,8 @@ static int g_gemm_min_rows = 0;
 void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 int ds_matmul_gemm_min_rows_setting(void) { return g_gemm_min_rows; }
 
-static int gemm_min_rows(ds_dtype t) {
+static int gemm_min_rows(ds_dtype t, int min_rows) {
+    if (min_rows > 0) return min_rows;
     if (g_gemm_min_rows) return g_gemm_min_rows;
     // Affine: dequantizing tiles costs more than widening BF16 and our kernel is compute-bound, so the
     // crossover (bench_quant "multirow", 2048² and 4096², 2 busy threads) is later: 32-64 rows.
@@ -309,9 +310,13 @@ static void matmul_item(void *ctx, int item, int worker) {
 }
 
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
+    ds_matmul_ex(y, x, w, n, scratch, 0);
+}
+
+void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int rows = w->rows;
-    const int gemm = n >= gemm_min_rows(w->type) && w->type != DS_Q8_0;
+    const int gemm = n >= gemm_min_rows(w->type, min_rows) && w->type != DS_Q8_0;
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
     // BF16 through our kernel: the input packed once for all items (matmul_isa.inc), into the
     // scratch (which the kernel path does not otherwise use); without room, the kernel packs per

@@ -14,7 +14,7 @@ typedef struct {
     ds_dtype type;    // F32, F16, BF16, Q8_0, AFFINE4 or AFFINE8
     int rows, cols;
     const void *data; // (rows, cols) elements of `type` (Q8_0: rows * cols/32 blocks;
-                      //  AFFINE4/8: (rows, cols * bits/32) packed uint32 words, see quant/affine.h)
+                      //  AFFINE4/8: (rows, cols * bits/32) packed uint32 words, see kernels/affine.h)
     // MLX affine quantization only (../shared/docs/mlx-affine-quant.md):
     int group_size;       // 32 or 64 elements per (scale, bias)
     ds_dtype scale_type;  // F32, F16 or BF16: the stored type of scales and biases
@@ -41,8 +41,14 @@ size_t ds_weight_data_bytes(const ds_weight *w);
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch);
 size_t ds_matmul_scratch_floats(const ds_weight *w);
 
-// Products of at least this many rows go to sgemm (0 = the measured defaults per weight type;
-// benchmarks and tests change it).
+// ds_matmul with the kernel choice of this call: products of at least min_rows rows go to sgemm
+// (0 = the process default below; INT_MAX = always the multi-row kernel, whose result for a row never
+// depends on the other rows: batch invariance, ds_forward_seq.batch_invariant).
+void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows);
+
+// The process default of ds_matmul: products of at least this many rows go to sgemm (0 = the
+// measured defaults per weight type). A test and benchmark hook for the kernels; library code
+// passes its choice per call (ds_matmul_ex).
 void ds_matmul_set_gemm_min_rows(int n);
 // The value set (0 = the defaults).
 int ds_matmul_gemm_min_rows_setting(void);

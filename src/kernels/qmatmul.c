@@ -8,7 +8,7 @@
 
 #include "kernels/half.h"
 #include "kernels/simd.h"
-#include "quant/affine.h"
+#include "kernels/affine.h"
 
 // Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c), the most groups per
 // pass (bounds the per-group Σx table on the stack: 8 × 512 floats), and the columns of one

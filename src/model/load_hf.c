@@ -59,7 +59,7 @@
 #include "kernels/half.h"
 #include "model/model.h"
 #include "model/st_weights.h"
-#include "quant/qconfig.h"
+#include "io/qconfig.h"
 
 enum { FAM_LLAMA, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA3, FAM_GEMMA4 };
 enum { MOE_NONE, MOE_QWEN, MOE_GEMMA4 };

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/moe.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,8 @@ ds_status ds_kv_reserve(ds_kv *kv, int need) {
 
 struct ds_workspace {
     const ds_model *m;
+    int gemm_min_rows; // this forward's kernel choice (ds_matmul_ex): INT_MAX when a sequence asks for
+                       // batch invariance, else 0 (the defaults)
     int cap_rows;    // rows the buffers below hold
     float *x;        // (cap_rows, dim) residual stream
     float *xb;       // (cap_rows, dim) normed input of a sub-layer / sub-layer output
@@ -548,7 +551,7 @@ static void scale_rows(float *x, float s, size_t n) {
 static void ple_inputs(const ds_model *m, ds_workspace *ws, const ds_forward_seq *seqs, int n_seqs, int R) {
     const int P = m->ple_dim, n = m->info.n_layers, dim = m->info.dim;
     const float eps = m->info.norm_eps, s2 = 0.70710678118654752f; // 2^-0.5
-    ds_matmul(ws->ple, ws->x, &m->ple_model_proj, R, ws->scratch);
+    ds_matmul_ex(ws->ple, ws->x, &m->ple_model_proj, R, ws->scratch, ws->gemm_min_rows);
     scale_rows(ws->ple, 1.0f / sqrtf((float)dim), (size_t)R * n * P);
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
@@ -561,11 +564,11 @@ static void ple_inputs(const ds_model *m, ds_workspace *ws, const ds_forward_seq
 
 // out (R, dim) = Wdown · (act(Wgate · in) ⊙ Wup · in); out may be in.
 static void dense_mlp(const ds_model *m, ds_workspace *ws, const ds_layer *L, const float *in, float *out, int R) {
-    ds_matmul(ws->hb, in, &L->w_gate, R, ws->scratch);
-    ds_matmul(ws->hb2, in, &L->w_up, R, ws->scratch);
+    ds_matmul_ex(ws->hb, in, &L->w_gate, R, ws->scratch, ws->gemm_min_rows);
+    ds_matmul_ex(ws->hb2, in, &L->w_up, R, ws->scratch, ws->gemm_min_rows);
     if (m->act == DS_ACT_GELU_TANH) ds_geglu(ws->hb, ws->hb2, R * L->ffn_dim);
     else ds_swiglu(ws->hb, ws->hb2, R * L->ffn_dim);
-    ds_matmul(out, ws->hb, &L->w_down, R, ws->scratch);
+    ds_matmul_ex(out, ws->hb, &L->w_down, R, ws->scratch, ws->gemm_min_rows);
 }
 
 // An MoE layer's FFN output into ws->xb (which holds m = ffn_norm(h) on entry; ws->x holds h).
@@ -576,7 +579,7 @@ static void moe_block(const ds_model *m, ds_workspace *ws, const ds_layer *L, in
     if (L->w_gate.data) { // the dense MLP beside the experts (Qwen2-MoE shared expert, Gemma 4)
         dense_mlp(m, ws, L, ws->xb, ws->ffn, R);
         if (E->shared_gate.data) {
-            ds_matmul(ws->hb, ws->xb, &E->shared_gate, R, ws->scratch); // (R, 1)
+            ds_matmul_ex(ws->hb, ws->xb, &E->shared_gate, R, ws->scratch, ws->gemm_min_rows); // (R, 1)
             for (int r = 0; r < R; r++) scale_rows(ws->ffn + (size_t)r * dim, 1.0f / (1.0f + expf(-ws->hb[r])), dim);
         }
         if (E->dense_post_norm)
@@ -590,7 +593,7 @@ static void moe_block(const ds_model *m, ds_workspace *ws, const ds_layer *L, in
         route = ws->x;
         in = ws->logit_in;
     }
-    ds_moe_forward(m, E, ws->moe, route, in, ws->xb, R, ws->scratch);
+    ds_moe_forward(m, E, ws->moe, route, in, ws->xb, R, ws->scratch, ws->gemm_min_rows);
     if (E->post_norm)
         for (int r = 0; r < R; r++) ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, E->post_norm, dim, eps);
     if (L->w_gate.data) ds_add(ws->xb, ws->ffn, R * dim);
@@ -621,6 +624,9 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
     ds_moe_ws_reset_stats(ws->moe); // (routing statistics of this forward)
+    ws->gemm_min_rows = 0;
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].batch_invariant) ws->gemm_min_rows = INT_MAX;
 
     const int dim = in->dim, nh = in->n_heads, mhalf = m->max_head_dim / 2, nr = m->n_rope;
     // Rows: positions, owners, RoPE angles (per RoPE set), embeddings.
@@ -644,9 +650,9 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         // Attention block.
         for (int r = 0; r < R; r++)
             ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->attn_norm, dim, in->norm_eps);
-        ds_matmul(ws->q, ws->xb, &L->wq, R, ws->scratch);
-        if (own_kv) ds_matmul(ws->k, ws->xb, &L->wk, R, ws->scratch);
-        if (own_kv && L->wv.data) ds_matmul(ws->v, ws->xb, &L->wv, R, ws->scratch);
+        ds_matmul_ex(ws->q, ws->xb, &L->wq, R, ws->scratch, ws->gemm_min_rows);
+        if (own_kv) ds_matmul_ex(ws->k, ws->xb, &L->wk, R, ws->scratch, ws->gemm_min_rows);
+        if (own_kv && L->wv.data) ds_matmul_ex(ws->v, ws->xb, &L->wv, R, ws->scratch, ws->gemm_min_rows);
         for (int r = 0; r < R; r++) {
             float *q = ws->q + (size_t)r * qd, *k = ws->k + (size_t)r * kvd, *v = ws->v + (size_t)r * kvd;
             if (L->bq) ds_add(q, L->bq, qd);
@@ -676,7 +682,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             }
         }
         attention(m, ws, seqs, R, l);
-        ds_matmul(ws->xb, ws->att, &L->wo, R, ws->scratch);
+        ds_matmul_ex(ws->xb, ws->att, &L->wo, R, ws->scratch, ws->gemm_min_rows);
         for (int r = 0; r < R; r++) {
             float *o = ws->xb + (size_t)r * dim;
             if (L->bo) ds_add(o, L->bo, dim);
@@ -694,10 +700,10 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         ds_add(ws->x, ws->xb, R * dim);
         if (m->ple_dim) { // x += N(Wproj · (gelu_tanh(Wgate · x) ⊙ ple_l))
             const int P = m->ple_dim;
-            ds_matmul(ws->hb, ws->x, &L->ple_gate, R, ws->scratch);
+            ds_matmul_ex(ws->hb, ws->x, &L->ple_gate, R, ws->scratch, ws->gemm_min_rows);
             for (int r = 0; r < R; r++)
                 ds_geglu(ws->hb + (size_t)r * P, ws->ple + ((size_t)r * in->n_layers + l) * P, P);
-            ds_matmul(ws->xb, ws->hb, &L->ple_proj, R, ws->scratch);
+            ds_matmul_ex(ws->xb, ws->hb, &L->ple_proj, R, ws->scratch, ws->gemm_min_rows);
             for (int r = 0; r < R; r++)
                 ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ple_post_norm, dim, in->norm_eps);
             ds_add(ws->x, ws->xb, R * dim);
@@ -713,7 +719,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         if (seqs[s].hidden) memcpy(seqs[s].hidden, ws->xb + (size_t)r0 * dim, (size_t)seqs[s].n_tokens * dim * 4);
     if (n_seqs == 1 && n_logit_rows) {
         const int first = seqs[0].n_tokens - seqs[0].n_logits;
-        ds_matmul(seqs[0].logits, ws->xb + (size_t)first * dim, &m->output, n_logit_rows, ws->scratch);
+        ds_matmul_ex(seqs[0].logits, ws->xb + (size_t)first * dim, &m->output, n_logit_rows, ws->scratch, ws->gemm_min_rows);
     } else if (n_logit_rows) {
         int g = 0;
         for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++) {
@@ -722,7 +728,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             memcpy(ws->logit_in + (size_t)g * dim, ws->xb + (size_t)first * dim, (size_t)seqs[s].n_logits * dim * 4);
             g += seqs[s].n_logits;
         }
-        ds_matmul(ws->logits, ws->logit_in, &m->output, n_logit_rows, ws->scratch);
+        ds_matmul_ex(ws->logits, ws->logit_in, &m->output, n_logit_rows, ws->scratch, ws->gemm_min_rows);
         g = 0;
         for (int s = 0; s < n_seqs; s++) {
             if (!seqs[s].n_logits) continue;

@@ -150,7 +150,7 @@ static void top_k(const float *p, int n, int k, int *idx, float *val) {
 }
 
 void ds_moe_forward(const ds_model *m, const ds_moe *moe, ds_moe_ws *ws, const float *route, const float *x, float *out,
-                    int R, float *scratch) {
+                    int R, float *scratch, int gemm_min_rows) {
     const int D = m->info.dim, E = moe->n_experts, K = moe->top_k, F = moe->ffn_dim;
     const float eps = m->info.norm_eps;
     // Routing.
@@ -164,7 +164,7 @@ void ds_moe_forward(const ds_model *m, const ds_moe *moe, ds_moe_ws *ws, const f
         }
         rin = ws->rin;
     }
-    ds_matmul(ws->logits, rin, &moe->router, R, scratch);
+    ds_matmul_ex(ws->logits, rin, &moe->router, R, scratch, gemm_min_rows);
     for (int r = 0; r < R; r++) {
         float *p = ws->logits + (size_t)r * E, *w = ws->w + (size_t)r * K;
         int *top = ws->top + (size_t)r * K;
@@ -200,11 +200,11 @@ void ds_moe_forward(const ds_model *m, const ds_moe *moe, ds_moe_ws *ws, const f
         const int s = start[e], n = start[e + 1] - s;
         if (!n) continue;
         float *gh = ws->gh + (size_t)s * F, *gh2 = ws->gh2 + (size_t)s * F;
-        ds_matmul(gh, ws->gx + (size_t)s * D, &moe->gate[e], n, scratch);
-        ds_matmul(gh2, ws->gx + (size_t)s * D, &moe->up[e], n, scratch);
+        ds_matmul_ex(gh, ws->gx + (size_t)s * D, &moe->gate[e], n, scratch, gemm_min_rows);
+        ds_matmul_ex(gh2, ws->gx + (size_t)s * D, &moe->up[e], n, scratch, gemm_min_rows);
         if (m->act == DS_ACT_GELU_TANH) ds_geglu(gh, gh2, n * F);
         else ds_swiglu(gh, gh2, n * F);
-        ds_matmul(ws->gy + (size_t)s * D, gh, &moe->down[e], n, scratch);
+        ds_matmul_ex(ws->gy + (size_t)s * D, gh, &moe->down[e], n, scratch, gemm_min_rows);
     }
     // Each row: its own outputs in its rank order.
     for (int r = 0; r < R; r++) {

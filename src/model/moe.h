@@ -19,7 +19,7 @@ void ds_moe_ws_free(ds_moe_ws *ws);
 // out may be route or x (both are read before out is written). `scratch`: the workspace's matmul
 // scratch (sized for the expert matrices).
 void ds_moe_forward(const ds_model *m, const ds_moe *moe, ds_moe_ws *ws, const float *route, const float *x, float *out,
-                    int R, float *scratch);
+                    int R, float *scratch, int gemm_min_rows); // (the forward's kernel choice, ds_matmul_ex)
 
 // Routing statistics since the last ds_moe_ws_reset_stats: MoE layer passes run, the distinct
 // experts they read (summed over passes) and the rows they routed (summed over passes).

@@ -5,7 +5,7 @@
 
 #include "base/status.h"
 #include "kernels/ops.h"
-#include "quant/qconfig.h"
+#include "io/qconfig.h"
 
 static void shape_text(const ds_st_tensor *t, char *got, size_t cap) {
     got[0] = 0;

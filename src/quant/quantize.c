@@ -1,5 +1,5 @@
 // dspark quantize (see quantize.h). Sources are read into a list of named tensors; a policy decides
-// per 2-D weight (module) whether and how it is quantized; the writer packs with quant/affine.c
+// per 2-D weight (module) whether and how it is quantized; the writer packs with kernels/affine.c
 // (the contract's formulas, ../shared/docs/mlx-affine-quant.md) into a temporary directory that is
 // reloaded (smoke test) and then renamed into place.
 #include "quant/quantize.h"
@@ -26,8 +26,8 @@
 #include "model/hf_export.h"
 #include "model/model.h"
 #include "model/st_weights.h"
-#include "quant/affine.h"
-#include "quant/qconfig.h"
+#include "kernels/affine.h"
+#include "io/qconfig.h"
 
 ds_quantize_params ds_quantize_default(void) {
     ds_quantize_params p;

@@ -164,48 +164,37 @@ ds_status ds_drafter_profile_round(const ds_drafter *d, int R, int K, int ctx, i
         return ds_fail(DS_ERR_INVALID, "drafter profile needs 1 <= R <= 1024, 1 <= K <= block size, ctx >= 1, repeats >= 1");
     const int tap_w = di->n_taps * di->hidden;
     ds_draft_batch *b = NULL;
-    ds_draft_state **s = calloc((size_t)R, sizeof *s);
-    int32_t *anchor = malloc(sizeof(int32_t) * R), *tok = malloc(sizeof(int32_t) * (size_t)R * K);
-    int *k = malloc(sizeof(int) * R);
-    const ds_sampler_params **sp = malloc(sizeof *sp * R);
-    ds_rng *rng = malloc(sizeof *rng * R), **rngp = malloc(sizeof *rngp * R);
-    int32_t **tokp = malloc(sizeof *tokp * R);
-    float **logp = malloc(sizeof *logp * R), **confp = malloc(sizeof *confp * R);
+    ds_draft_seq *q = calloc((size_t)R, sizeof *q); // one descriptor per sequence
+    ds_rng *rng = malloc(sizeof *rng * R);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)R * K);
     float *logits = malloc(sizeof(float) * (size_t)R * K * di->vocab), *conf = malloc(sizeof(float) * (size_t)R * K);
     float *taps = calloc((size_t)ctx, sizeof(float) * (size_t)tap_w); // zeros: the cost depends on shapes only
     double *t = malloc(sizeof(double) * (size_t)repeats);
     const ds_sampler_params greedy = ds_sampler_default();
-    ds_status st = (!s || !anchor || !tok || !k || !sp || !rng || !rngp || !tokp || !logp || !confp || !logits || !conf ||
-                    !taps || !t)
-                       ? ds_fail(DS_ERR_NOMEM, "out of memory")
-                       : ds_draft_batch_init(d, &b);
+    ds_status st = (!q || !rng || !tok || !logits || !conf || !taps || !t) ? ds_fail(DS_ERR_NOMEM, "out of memory")
+                                                                          : ds_draft_batch_init(d, &b);
     for (int r = 0; !st && r < R; r++) {
-        if ((st = ds_draft_state_init(d, ctx + K + 2, &s[r]))) break;
-        if ((st = ds_drafter_append(d, s[r], taps, ctx - 1))) break;
-        anchor[r] = (int32_t)((r * 7919 + 13) % di->vocab);
-        k[r] = K;
-        sp[r] = &greedy;
-        rngp[r] = &rng[r];
-        tokp[r] = tok + (size_t)r * K;
-        logp[r] = logits + (size_t)r * K * di->vocab;
-        confp[r] = conf + (size_t)r * K;
+        q[r] = (ds_draft_seq){.anchor = (int32_t)((r * 7919 + 13) % di->vocab), .n_slots = K, .sp = &greedy,
+                              .rng = &rng[r], .tokens = tok + (size_t)r * K, .logits = logits + (size_t)r * K * di->vocab,
+                              .conf = conf + (size_t)r * K};
+        if ((st = ds_draft_state_init(d, ctx + K + 2, &q[r].state))) break;
+        if ((st = ds_drafter_append(d, q[r].state, taps, ctx - 1))) break;
     }
     for (int rep = 0; !st && rep <= repeats; rep++) { // the first run warms up
         const double t0 = now_s();
         for (int r = 0; !st && r < R; r++) {
             rng[r] = ds_rng_init(1, (uint64_t)r);
-            if (!(st = ds_draft_state_truncate(s[r], ctx - 1))) st = ds_drafter_append(d, s[r], taps, 1);
+            if (!(st = ds_draft_state_truncate(q[r].state, ctx - 1))) st = ds_drafter_append(d, q[r].state, taps, 1);
         }
-        if (!st) st = ds_drafter_draft_batch(d, b, s, anchor, k, R, sp, rngp, tokp, logp, confp);
+        if (!st) st = ds_drafter_draft_batch(d, b, q, R);
         if (rep) t[rep - 1] = now_s() - t0;
     }
     if (!st) {
         qsort(t, (size_t)repeats, sizeof *t, cmp_d);
         *seconds = t[repeats / 2];
     }
-    for (int r = 0; s && r < R; r++) ds_draft_state_free(s[r]);
+    for (int r = 0; q && r < R; r++) ds_draft_state_free(q[r].state);
     ds_draft_batch_free(b);
-    free(s), free(anchor), free(tok), free(k), free(sp), free(rng), free(rngp), free(tokp), free(logp), free(confp);
-    free(logits), free(conf), free(taps), free(t);
+    free(q), free(rng), free(tok), free(logits), free(conf), free(taps), free(t);
     return st;
 }

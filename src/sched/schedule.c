@@ -27,7 +27,7 @@ double ds_cost_sps(const ds_cost_table *t, int B) {
 }
 
 void ds_cost_observe(ds_cost_table *t, int B, double seconds) {
-    if (B < 1 || B > t->bmax || !(seconds > 0) || !(t->sps[B] > 0)) return;
+    if (B < 1 || B > t->bmax || !(seconds > 0 && seconds < INFINITY) || !(t->sps[B] > 0)) return; // (inf would zero the entry)
     seconds -= expert_correction(t, B);
     if (!(seconds > 0)) return;
     t->sps[B] = 1.0 / (0.8 / t->sps[B] + 0.2 * seconds);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/serve.h"
+#include "serve/server.h"
 
 void ds_metrics_round(ds_metrics *mt, int ell, int accepted) {
     mt->rounds++;

@@ -8,7 +8,7 @@
 
 #include "base/status.h"
 #include "io/json.h"
-#include "serve/serve.h"
+#include "serve/server.h"
 #include "tokenizer/utf8.h"
 
 // A field that is absent or JSON null counts as not given (OpenAI clients send nulls).

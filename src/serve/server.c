@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "serve/serve.h"
+#include "serve/server.h"
 #include "tokenizer/utf8.h"
 
 // Idle seconds allowed once a request's headers are in (body upload, waiting for the response).
@@ -29,10 +29,11 @@ enum { PH_START, PH_TEXT, PH_END }; // streaming phases
 // One choice of a request: its own sequence in the engine (prompt p·n + i of the request's choices).
 typedef struct {
     int prompt;            // which of the request's prompts
-    uint64_t seed;         // the request's seed + i (choice 0 of every prompt has the request's seed)
-    ds_text_out *tx;       // the text (cut at a stop string or the end of turn) and how much may be sent
+    ds_gen *g;             // its generation request (src/gen): prompt p·n + i, seed the request's + i
+                           // (choice 0 of every prompt has the request's seed); its text (cut at a
+                           // stop string or the end of turn) and how much may be sent; in the engine
+                           // while ds_gen_seq >= 0 (engine thread only)
     const char *finish;    // "stop" / "length" once finished normally (under mu)
-    int eid;               // engine sequence, -1 when not in the engine (engine thread only)
     size_t sent;           // streaming: bytes of text sent (HTTP side)
     int ended;             // streaming: its finish chunk was sent (HTTP side)
     // logprobs (under mu): per output token its log-probability, then top_logprobs alternatives
@@ -103,7 +104,7 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     ds_oa_request_free(&r->oa);
     pthread_cond_destroy(&r->cv);
     for (int i = 0; i < r->n_ch; i++) {
-        ds_text_out_free(r->ch[i].tx);
+        ds_gen_free(r->ch[i].g);
         free(r->ch[i].lp);
         free(r->ch[i].lp_ids);
     }
@@ -139,12 +140,12 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
     r->t_done = now_s();
     for (int i = 0; i < r->n_ch; i++) {
         srv_choice *c = &r->ch[i];
-        if (!ds_text_out_end(c->tx)) ds_text_out_finish(c->tx); // all of it may be sent now
+        ds_gen_end(c->g); // all of it may be sent now
         if (!c->finish) c->finish = "length";
         if (r->cancelled || error) continue;
         if (!strcmp(c->finish, "stop")) m->finished_stop++;
         else m->finished_length++;
-        m->completion_tokens += (uint64_t)ds_text_out_tokens(c->tx);
+        m->completion_tokens += (uint64_t)ds_text_out_tokens(ds_gen_text(c->g));
     }
     if (error) {
         r->failed = 1;
@@ -170,7 +171,7 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
 // when r is finished. Under mu.
 // Copy the logprobs of c's new output tokens out of the engine (before the sequence leaves it).
 static int take_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
-    const int want = ds_text_out_tokens(c->tx), top = r->oa.top_logprobs;
+    const int want = ds_text_out_tokens(ds_gen_text(c->g)), top = r->oa.top_logprobs;
     if (want > c->cap_lp) {
         const int cap = want > 2 * c->cap_lp ? want + 16 : 2 * c->cap_lp;
         float *lp = realloc(c->lp, sizeof(float) * (size_t)cap * (size_t)(1 + top));
@@ -183,7 +184,7 @@ static int take_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
     for (; c->n_lp < want; c->n_lp++) {
         float *lp = c->lp + (size_t)c->n_lp * (1 + top);
         int32_t *ids = c->lp_ids + (size_t)c->n_lp * top;
-        const int got = ds_engine_logprobs(s->e, c->eid, c->n_lp, lp, ids, lp + 1);
+        const int got = ds_engine_logprobs(s->e, ds_gen_seq(c->g), c->n_lp, lp, ids, lp + 1);
         for (int j = got < 0 ? 0 : got; j < top; j++) { // fewer tokens possible than asked for
             ids[j] = -1;
             lp[1 + j] = 0;
@@ -194,24 +195,14 @@ static int take_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
 }
 
 static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
-    if (c->eid < 0) return 1;
-    const int fin = ds_engine_finished(s->e, c->eid);
-    int n, oom = 0;
-    while (!ds_text_out_end(c->tx) && (n = ds_engine_take(s->e, c->eid, s->take_buf, 256)) > 0) {
-        if (r->t_first == 0) r->t_first = now_s();
-        if (ds_text_out_push(c->tx, s->take_buf, n, NULL)) oom = 1; // out of memory: end here
-        if (!oom && r->oa.logprobs && !take_logprobs(s, r, c)) oom = 1;
-        if (oom) ds_text_out_finish(c->tx);
-    }
-    if (!ds_text_out_end(c->tx) && fin) ds_text_out_finish(c->tx);
-    const ds_text_end end = ds_text_out_end(c->tx);
-    if (end && !c->finish)
-        c->finish = end != DS_TEXT_ENDED ? "stop"
-                    : !oom && ds_engine_finish_reason(s->e, c->eid, NULL) == DS_FINISH_STOP ? "stop"
-                                                                                             : "length";
+    if (ds_gen_seq(c->g) < 0) return 1;
+    int n_new;
+    const int oom = ds_gen_update(c->g, &n_new) != DS_OK; // out of memory: it ended there
+    if (n_new > 0 && r->t_first == 0) r->t_first = now_s();
+    if (!oom && n_new > 0 && r->oa.logprobs && !take_logprobs(s, r, c)) ds_gen_end(c->g);
+    if (ds_gen_done(c->g) && !c->finish) c->finish = ds_gen_finish_reason(c->g) == DS_FINISH_STOP ? "stop" : "length";
     if (c->finish) { // it leaves the engine
-        ds_engine_remove(s->e, c->eid);
-        c->eid = -1;
+        ds_gen_leave(c->g);
         s->n_seqs--;
     }
     return c->finish != NULL;
@@ -228,9 +219,8 @@ static int deliver(ds_server *s, srv_req *r) {
 static void drop_active(ds_server *s, int i) { // under mu
     srv_req *r = s->active[i];
     for (int k = 0; k < r->n_ch; k++)
-        if (r->ch[k].eid >= 0) {
-            ds_engine_remove(s->e, r->ch[k].eid);
-            r->ch[k].eid = -1;
+        if (ds_gen_seq(r->ch[k].g) >= 0) {
+            ds_gen_leave(r->ch[k].g);
             s->n_seqs--;
         }
     s->active[i] = s->active[--s->n_active];
@@ -267,15 +257,8 @@ static void *engine_main(void *arg) {
             s->active[s->n_active++] = r;
             pthread_mutex_unlock(&s->mu);
             ds_status st = DS_OK;
-            for (int k = 0; k < r->n_ch && !st; k++) {
-                srv_choice *c = &r->ch[k];
-                st = ds_engine_add(s->e, r->oa.prompts[c->prompt], r->oa.n_prompt[c->prompt], r->oa.max_tokens,
-                                   &r->oa.sp, c->seed, &c->eid);
-                if (!st && r->oa.logprobs && (st = ds_engine_set_logprobs(s->e, c->eid, r->oa.top_logprobs)))
-                    ds_engine_remove(s->e, c->eid);
-                if (st) c->eid = -1;
-                else s->n_seqs++; // (only the engine thread changes n_seqs)
-            }
+            for (int k = 0; k < r->n_ch && !st; k++)
+                if (!(st = ds_gen_begin(r->ch[k].g, s->e, r->oa.max_tokens))) s->n_seqs++; // (only the engine thread changes n_seqs)
             pthread_mutex_lock(&s->mu);
             if (st) {
                 drop_active(s, s->n_active - 1);
@@ -413,7 +396,7 @@ static void cancel(ds_server *s, srv_req *r) { // under mu
 
 static cJSON *usage_json(const srv_req *r) {
     int completion = 0;
-    for (int i = 0; i < r->n_ch; i++) completion += ds_text_out_tokens(r->ch[i].tx);
+    for (int i = 0; i < r->n_ch; i++) completion += ds_text_out_tokens(ds_gen_text(r->ch[i].g));
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
@@ -468,7 +451,7 @@ static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choi
     if (r->oa.chat) {
         cJSON *content = cJSON_AddArrayToObject(o, "content");
         for (int i = from; i < to && i < c->n_lp; i++) {
-            const int32_t tok = ds_text_out_token_id(c->tx, i);
+            const int32_t tok = ds_text_out_token_id(ds_gen_text(c->g), i);
             const float *lp = c->lp + (size_t)i * (1 + top);
             cJSON *t = cJSON_CreateObject(), *tops;
             cJSON_AddStringToObject(t, "token", token_text(s, tok, buf, sizeof buf, raw, &n_raw));
@@ -492,13 +475,13 @@ static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choi
     cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
     for (int i = from; i < to && i < c->n_lp; i++) {
         const float *lp = c->lp + (size_t)i * (1 + top);
-        cJSON_AddItemToArray(toks, cJSON_CreateString(token_text(s, ds_text_out_token_id(c->tx, i), buf, sizeof buf, raw, &n_raw)));
+        cJSON_AddItemToArray(toks, cJSON_CreateString(token_text(s, ds_text_out_token_id(ds_gen_text(c->g), i), buf, sizeof buf, raw, &n_raw)));
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[0]));
         cJSON *t = cJSON_CreateObject();
         for (int j = 0; j < top && c->lp_ids[(size_t)i * top + j] >= 0; j++)
             cJSON_AddNumberToObject(t, token_text(s, c->lp_ids[(size_t)i * top + j], buf, sizeof buf, raw, &n_raw), lp[1 + j]);
         cJSON_AddItemToArray(tops, t);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(echo + (i ? ds_text_out_token_end(c->tx, i - 1) : 0))));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(echo + (i ? ds_text_out_token_end(ds_gen_text(c->g), i - 1) : 0))));
     }
     return o;
 }
@@ -538,7 +521,7 @@ static cJSON *completion_json(const ds_server *s, const srv_req *r) {
     for (int i = 0; i < r->n_ch; i++) {
         const srv_choice *c = &r->ch[i];
         size_t len;
-        const char *text = ds_text_out_text(c->tx, &len);
+        const char *text = ds_text_out_text(ds_gen_text(c->g), &len);
         char *full = NULL; // echo: the prompt's text first
         if (r->oa.echo) {
             const char *pt = r->oa.prompt_text[c->prompt];
@@ -582,7 +565,7 @@ static int out_event(srv_req *r, cJSON *o) {
 
 // Whether choice c has something to stream now: text, or its finish chunk. Under mu.
 static int choice_pending(const srv_choice *c) {
-    return !c->ended && (ds_text_out_safe(c->tx) > c->sent || c->finish);
+    return !c->ended && (ds_text_out_safe(ds_gen_text(c->g)) > c->sent || c->finish);
 }
 
 static int stream_pending(const srv_req *r) {
@@ -612,19 +595,19 @@ static int stream_next(ds_server *s, srv_req *r) {
     for (int i = 0; i < r->n_ch; i++) {
         srv_choice *c = &r->ch[i];
         if (!choice_pending(c)) continue;
-        const size_t safe = ds_text_out_safe(c->tx);
+        const size_t safe = ds_text_out_safe(ds_gen_text(c->g));
         if (safe > c->sent) { // the text, with the logprobs of the tokens it completes
             int lp_to = c->lp_sent;
-            while (lp_to < c->n_lp && ds_text_out_token_end(c->tx, lp_to) <= safe) lp_to++;
+            while (lp_to < c->n_lp && ds_text_out_token_end(ds_gen_text(c->g), lp_to) <= safe) lp_to++;
             o = envelope(s, r, 1);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                                 choice(s, r, c, i, ds_text_out_text(c->tx, NULL) + c->sent, safe - c->sent, 1, NULL, 0,
+                                 choice(s, r, c, i, ds_text_out_text(ds_gen_text(c->g), NULL) + c->sent, safe - c->sent, 1, NULL, 0,
                                         c->lp_sent, lp_to));
             c->sent = safe;
             c->lp_sent = lp_to;
             if (!out_event(r, o)) return 0;
         }
-        if (c->finish && ds_text_out_safe(c->tx) == c->sent) {
+        if (c->finish && ds_text_out_safe(ds_gen_text(c->g)) == c->sent) {
             c->ended = 1;
             o = envelope(s, r, 1);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
@@ -695,16 +678,16 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     // Choice i of prompt p (index p·n + i): its own sequence, text output and seed (set below).
     r->n_ch = r->oa.n_prompts * r->oa.n;
     ds_status tst = (r->ch = calloc((size_t)r->n_ch, sizeof *r->ch)) ? DS_OK : DS_ERR_NOMEM;
-    for (int k = 0; k < r->n_ch && !tst; k++) {
-        srv_choice *ch = &r->ch[k];
-        ch->prompt = k / r->oa.n;
-        ch->eid = -1;
-        tst = ds_text_out_init(s->tok, &ch->tx);
-        for (int i = 0; i < r->oa.n_stops && !tst; i++) tst = ds_text_out_add_stop(ch->tx, r->oa.stops[i]);
-        if (!tst && r->oa.chat) tst = ds_text_out_add_stop_id(ch->tx, ds_chat_eot(s->tok)); // the end of the turn
+    for (int k = 0; k < r->n_ch && !tst; k++) { // (a chat request ends at the format's end of turn)
+        const int p = r->ch[k].prompt = k / r->oa.n;
+        const ds_gen_request req = {.ids = r->oa.prompts[p], .n_ids = r->oa.n_prompt[p], .chat = r->oa.chat,
+                                    .max_new = r->oa.max_tokens, .sp = r->oa.sp, .stops = (const char *const *)r->oa.stops,
+                                    .n_stops = r->oa.n_stops, .logprobs = r->oa.logprobs,
+                                    .top_logprobs = r->oa.top_logprobs};
+        tst = ds_gen_init(s->tok, &req, &r->ch[k].g);
     }
     if (tst) {
-        for (int k = 0; r->ch && k < r->n_ch; k++) ds_text_out_free(r->ch[k].tx);
+        for (int k = 0; r->ch && k < r->n_ch; k++) ds_gen_free(r->ch[k].g);
         free(r->ch);
         ds_oa_request_free(&r->oa);
         free(r);
@@ -730,8 +713,9 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     const uint64_t n = ++s->next_id;
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)n);
     if (!r->oa.has_seed) r->oa.seed = s->seed_base + n * 0x9E3779B97F4A7C15ull;
-    for (int k = 0; k < r->n_ch; k++) r->ch[k].seed = r->oa.seed + (uint64_t)(k % r->oa.n);
     if (!r->oa.has_verify) r->oa.sp.verify = s->p.verify;
+    for (int k = 0; k < r->n_ch; k++) // (the logit bias was copied at init: this cannot fail)
+        ds_gen_set_sampling(r->ch[k].g, &r->oa.sp, r->oa.seed + (uint64_t)(k % r->oa.n));
     if (s->q_tail) s->q_tail->next = r;
     else s->q_head = r;
     s->q_tail = r;

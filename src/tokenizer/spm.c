@@ -40,14 +40,6 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/utf8.h"
 
-static _Thread_local size_t g_ops;
-
-size_t ds_tok_last_op_count(void) { return g_ops; }
-
-// Texts longer than this (256 MiB) are refused: the escaped text (up to 3 bytes per input byte)
-// and the token count (at most 6 per input byte, plus BOS) must fit in 32 bits.
-#define MAX_TEXT_BYTES ((size_t)1 << 28)
-
 typedef struct {
     float score;
     int32_t left, right;
@@ -83,7 +75,7 @@ static ds_status heap_push(session *s, bigram b) {
         s->heap = nh;
         s->heap_cap = nc;
     }
-    g_ops++;
+    ds_tok_ops++;
     size_t i = s->heap_n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -96,7 +88,7 @@ static ds_status heap_push(session *s, bigram b) {
 }
 
 static bigram heap_pop(session *s) {
-    g_ops++;
+    ds_tok_ops++;
     bigram top = s->heap[0];
     bigram last = s->heap[--s->heap_n];
     size_t n = s->heap_n, i = 0;
@@ -116,7 +108,7 @@ static ds_status try_add_bigram(session *s, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return DS_OK;
     size_t size = (size_t)s->len[l] + s->len[r];
     if (size > s->t->max_piece_len) return DS_OK;
-    g_ops++;
+    ds_tok_ops++;
     int32_t id = ds_tok_lookup(s->t, s->txt + s->start[l], size);
     if (id < 0) return DS_OK;
     return heap_push(s, (bigram){s->t->scores[id], l, r, (uint32_t)size});
@@ -154,7 +146,7 @@ static ds_status encode_fragment(session *s, const char *txt, uint32_t m) {
 
     for (int32_t i = 0; i != -1; i = s->next[i]) {
         const char *p = txt + s->start[i];
-        g_ops++;
+        ds_tok_ops++;
         int32_t id = ds_tok_lookup(s->t, p, s->len[i]);
         if (id >= 0) {
             emit(s, id);
@@ -232,44 +224,8 @@ nomem:
     return ds_fail(DS_ERR_NOMEM, "tokenize: out of memory");
 }
 
-// Argument checks shared by both tokenizer kinds.
-static ds_status check_args(const ds_tokenizer *t, const char *text, size_t len, int32_t *out, int cap, int *n_out) {
-    g_ops = 0;
-    if (!n_out) return ds_fail(DS_ERR_INVALID, "tokenize: NULL n_out");
-    *n_out = 0;
-    if (!t) return ds_fail(DS_ERR_INVALID, "tokenize: NULL tokenizer");
-    if (!text && len > 0) return ds_fail(DS_ERR_INVALID, "tokenize: NULL text of length %zu", len);
-    if (cap < 0 || (cap > 0 && !out)) return ds_fail(DS_ERR_INVALID, "tokenize: bad output buffer (cap %d)", cap);
-    if (len > MAX_TEXT_BYTES) return ds_fail(DS_ERR_INVALID, "tokenize: text too long (%zu bytes)", len);
-    size_t bad;
-    if (!ds_utf8_valid((const uint8_t *)text, len, &bad))
-        return ds_fail(DS_ERR_INVALID, "tokenize: invalid UTF-8 at byte offset %zu", bad);
-    return DS_OK;
-}
-
-static ds_status spm_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
-                              int cap, int *n_out);
-
-ds_status ds_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
-                      int cap, int *n_out) {
-    ds_status st = check_args(t, text, len, out, cap, n_out);
-    if (st) return st;
-    if (t->kind == DS_TOK_HF)
-        return ds_hf_tokenize(t, text, len, add_bos ? DS_TOK_ADD_SPECIAL | DS_TOK_PARSE_SPECIAL | DS_TOK_NO_DOUBLE_BOS
-                                                    : DS_TOK_PARSE_SPECIAL, out, cap, n_out);
-    return spm_tokenize(t, text, len, add_bos, out, cap, n_out);
-}
-
-ds_status ds_tokenize_ex(const ds_tokenizer *t, const char *text, size_t len, unsigned flags, int32_t *out,
-                         int cap, int *n_out) {
-    ds_status st = check_args(t, text, len, out, cap, n_out);
-    if (st) return st;
-    if (t->kind == DS_TOK_HF) return ds_hf_tokenize(t, text, len, flags & (DS_TOK_ADD_SPECIAL | DS_TOK_PARSE_SPECIAL), out, cap, n_out);
-    return spm_tokenize(t, text, len, (flags & DS_TOK_ADD_SPECIAL) && t->bos >= 0, out, cap, n_out);
-}
-
-static ds_status spm_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out,
-                              int cap, int *n_out) {
+ds_status ds_spm_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out, int cap,
+                          int *n_out) {
     if (add_bos && t->bos < 0) return ds_fail(DS_ERR_INVALID, "tokenize: add_bos, but the vocabulary has no BOS");
 
     session s = {.t = t, .out = out, .cap = (size_t)cap};

@@ -74,7 +74,13 @@ int32_t ds_tok_lookup(const ds_tokenizer *t, const char *s, size_t n);
 const char *ds_tok_decoded(const ds_tokenizer *t, int32_t id, size_t *n);
 
 // Complexity guard for tests: the number of vocabulary look-ups plus priority-queue pushes and
-// pops done by the calling thread's last ds_tokenize call.
+// pops done by the calling thread's last ds_tokenize call (encode.c resets it, spm.c counts).
 size_t ds_tok_last_op_count(void);
+extern _Thread_local size_t ds_tok_ops;
+
+// SentencePiece encoding of valid UTF-8 of at most 2^28 bytes (spm.c; the arguments are checked by
+// ds_tokenize / ds_tokenize_ex in encode.c, the public entry points of both kinds).
+ds_status ds_spm_tokenize(const ds_tokenizer *t, const char *text, size_t len, int add_bos, int32_t *out, int cap,
+                          int *n_out);
 
 #endif

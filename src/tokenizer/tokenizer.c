@@ -1,5 +1,7 @@
-// SentencePiece-style tokenizer: construction, vocabulary look-up and per-token bytes.
-// Encoding is in spm.c, streaming decoding in detok.c.
+// The tokenizer object both kinds share (tok_internal.h): vocabulary look-up and its index,
+// per-token bytes, the accessors, free; and its construction from SentencePiece arrays (GGUF,
+// ds_tokenizer_init_spm; tokenizer.json files are read by hf_load.c). Encoding: encode.c (the
+// public entry points), spm.c and hf_encode.c; streaming decoding: detok.c.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
-// SentencePiece-style ("llama") tokenizer, built from plain arrays (the GGUF loader passes
-// tokenizer.ggml.* metadata). Encoding follows llama.cpp's SPM algorithm exactly; the public
-// encode/decode functions are declared in dspark.h.
+// Building tokenizers, inside the library: a SentencePiece-style ("llama") one from plain arrays
+// (the GGUF loader passes tokenizer.ggml.* metadata; encoding follows llama.cpp's SPM algorithm
+// exactly), a tokenizer.json one, or a GGUF file's. The public encode/decode functions are
+// declared in dspark.h.
 #ifndef DS_TOKENIZER_TOKENIZER_H
 #define DS_TOKENIZER_TOKENIZER_H
 

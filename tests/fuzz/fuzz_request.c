@@ -2,7 +2,7 @@
 // and its tokenizer (fixtures/target). Byte 0 picks /v1/completions or /v1/chat/completions; the
 // rest is the body. A parsed request's stop strings are then applied to its prompt's text.
 #include "fuzz.h"
-#include "serve/serve.h"
+#include "serve/server.h"
 
 static ds_model *g_model;
 

@@ -87,7 +87,8 @@ int main(int argc, char **argv) {
     for (long s0 = 0; s0 < seeds; s0 += batch) {
         const int r = seeds - s0 < batch ? (int)(seeds - s0) : batch;
         for (int j = 0; j < r; j++)
-            if (ds_engine_add(e, prompt, n_prompt, gen, &sp, (uint64_t)(seed0 + s0 + j), &ids[j])) return die("add");
+            if (ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = gen, .sp = &sp,
+                    .seed = (uint64_t)(seed0 + s0 + j)}, &ids[j])) return die("add");
         while (ds_engine_active(e))
             if (ds_engine_step(e)) return die("step");
         for (int j = 0; j < r; j++) {

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "draft/calibration.h"
 #include "sched/calibrate.h"
+#include "tmpdir.h"
 
 // splitmix64 and Box-Muller: a self-contained deterministic stream.
 static uint64_t sm_state;
@@ -284,6 +286,42 @@ static void test_invalid(void **state) {
     assert_float_equal(ds_calib_logit(1), log(1 - 1e-7) - log(1e-7), 1e-9);
 }
 
+// calibration.json through its one module: what is saved is what a drafter reads back (the
+// temperatures, the acceptance prior up to its first unobserved position); no file is no
+// calibration; a prior that grows with the position is refused naming the file.
+static void test_calibration_file(void **state) {
+    (void)state;
+    assert_int_equal(tmpdir_create("test_calibration_file"), 0);
+    char path[1024];
+    tmpdir_path(path, sizeof path, "calibration", ".json");
+    float temps[8], acc[8];
+    int nt, na, found;
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &found), DS_OK);
+    assert_int_equal(found, 0);
+    ds_calibration c = {.K = 4, .rounds = 9, .temp = 0, .prompts = "p.txt", .max_tokens = 16, .seed = 3};
+    const double t[4] = {0.5, 1.25, 2.0, 1.0}, a[4] = {0.75, 0.5, NAN, NAN};
+    for (int k = 0; k < 4; k++) {
+        c.temps[k] = t[k];
+        c.acceptance[k] = a[k];
+        c.ece_before[k] = c.ece_after[k] = c.auc_before[k] = c.auc_after[k] = NAN;
+        c.n[k] = 9 - k;
+    }
+    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &found), DS_OK);
+    assert_int_equal(found, 1);
+    assert_int_equal(nt, 4);
+    for (int k = 0; k < 4; k++) assert_true(temps[k] == (float)t[k]);
+    assert_int_equal(na, 2);
+    assert_true(acc[0] == 0.75f && acc[1] == 0.5f);
+    assert_int_equal(ds_calibration_read(path, 3, temps, &nt, acc, &na, &found), DS_ERR_FORMAT); // longer than the block
+    c.acceptance[1] = 0.8; // the prefix acceptance would grow
+    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &found), DS_ERR_FORMAT);
+    assert_non_null(strstr(ds_last_error(), path));
+    assert_non_null(strstr(ds_last_error(), "must not increase"));
+    tmpdir_remove();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sts_recovers_known_temperatures),
@@ -295,6 +333,7 @@ int main(void) {
         cmocka_unit_test(test_all_rejected),
         cmocka_unit_test(test_no_rounds),
         cmocka_unit_test(test_invalid),
+        cmocka_unit_test(test_calibration_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,7 +68,11 @@ static void test_batch_equals_single(void **state) {
     }
     ds_draft_batch *bt;
     assert_int_equal(ds_draft_batch_init(g_d, &bt), DS_OK);
-    assert_int_equal(ds_drafter_draft_batch(g_d, bt, batch, anchors, slots, R, spp, rbp, tbp, lbp, cbp), DS_OK);
+    ds_draft_seq q[R];
+    for (int r = 0; r < R; r++)
+        q[r] = (ds_draft_seq){.state = batch[r], .anchor = anchors[r], .n_slots = slots[r], .sp = spp[r], .rng = rbp[r],
+                              .tokens = tbp[r], .logits = lbp[r], .conf = cbp[r]};
+    assert_int_equal(ds_drafter_draft_batch(g_d, bt, q, R), DS_OK);
     for (int r = 0; r < R; r++) {
         assert_memory_equal(ts[r], tb[r], sizeof(int32_t) * (size_t)slots[r]);
         double m = 0;

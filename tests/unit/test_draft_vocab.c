@@ -17,8 +17,8 @@
 #include "dspark.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
-#include "quant/affine.h"
-#include "spec/verify.h"
+#include "kernels/affine.h"
+#include "speculate/verify.h"
 #include "stories.h"
 
 enum { V = 512 };
@@ -135,13 +135,9 @@ static void test_sampled_stays_in_the_set(void **state) {
         ds_rng ra = ds_rng_init(5, (uint64_t)round), rb = ra;
         const int32_t anchor = (int32_t)(round * 23 % V);
         assert_int_equal(ds_drafter_draft(g_d, a, anchor, B, &sp, &ra, ta, la, ca), DS_OK);
-        ds_draft_state *st[1] = {b};
-        const int slots[1] = {B};
-        const ds_sampler_params *spp[1] = {&sp};
-        ds_rng *rbp[1] = {&rb};
-        int32_t *tbp[1] = {tb};
-        float *lbp[1] = {lb}, *cbp[1] = {cb};
-        assert_int_equal(ds_drafter_draft_batch(g_d, bt, st, &anchor, slots, 1, spp, rbp, tbp, lbp, cbp), DS_OK);
+        const ds_draft_seq q = {.state = b, .anchor = anchor, .n_slots = B, .sp = &sp, .rng = &rb, .tokens = tb,
+                                .logits = lb, .conf = cb};
+        assert_int_equal(ds_drafter_draft_batch(g_d, bt, &q, 1), DS_OK);
         assert_memory_equal(ta, tb, sizeof(int32_t) * (size_t)B);
         for (int k = 0; k < B; k++) {
             assert_true(in_set(ids, 64, ta[k]));

@@ -42,7 +42,8 @@ static int alone(const int32_t *prompt, int n_prompt, int max_new, int32_t *out)
     assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
     int id, n = 0;
-    assert_int_equal(ds_engine_add(e, prompt, n_prompt, max_new, &smp, 1, &id), DS_OK);
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = max_new, .sp = &smp,
+            .seed = 1}, &id), DS_OK);
     while (!ds_engine_finished(e, id)) {
         assert_int_equal(ds_engine_step(e), DS_OK);
         n += ds_engine_take(e, id, out + n, max_new - n);
@@ -65,11 +66,13 @@ static void test_chunked_prefill(void **state) {
     assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
     int a, b, na = 0, nb = 0;
-    assert_int_equal(ds_engine_add(e, pa, 8, 40, &smp, 1, &a), DS_OK);
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = pa, .n_prompt = 8, .max_new = 40, .sp = &smp,
+            .seed = 1}, &a), DS_OK);
     assert_int_equal(ds_engine_step(e), DS_OK); // a's prefill (7 rows), then its first token
     na += ds_engine_take(e, a, out_a + na, 64 - na);
     assert_int_equal(na, 1);
-    assert_int_equal(ds_engine_add(e, pb, 400, 20, &smp, 1, &b), DS_OK);
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = pb, .n_prompt = 400, .max_new = 20, .sp = &smp,
+            .seed = 1}, &b), DS_OK);
     // b's 399 prompt rows: 256 in the first round, 143 and its first token in the second; a
     // commits a token in both.
     for (int round = 0; round < 2; round++) {
@@ -103,7 +106,8 @@ static void test_chunked_prefill_with_drafter(void **state) {
     assert_int_equal(ds_engine_init(g_m, g_d, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
     int id, n = 0;
-    assert_int_equal(ds_engine_add(e, pb, 300, 30, &smp, 1, &id), DS_OK);
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = pb, .n_prompt = 300, .max_new = 30, .sp = &smp,
+            .seed = 1}, &id), DS_OK);
     while (!ds_engine_finished(e, id)) {
         assert_int_equal(ds_engine_step(e), DS_OK);
         n += ds_engine_take(e, id, out + n, 64 - n);
@@ -115,32 +119,38 @@ static void test_chunked_prefill_with_drafter(void **state) {
 }
 
 // LENGTH at the budget; STOP with the stop id that ended it (stories260K's greedy stories never
-// reach EOS, so a token it does produce is made a stop id, as generation_config.json would).
+// reach EOS, so a token it does produce is made a stop id of the sequence, ds_seq_params.stop_ids;
+// a sequence without it, in the same engine, runs to its budget).
 static void test_finish_reasons(void **state) {
     (void)state;
     int32_t p[6], ref[16], stop = 0;
     prompt_of(p, 6, 9);
     assert_int_equal(alone(p, 6, 16, ref), 16);
-    const int saved = g_m->n_stop;
-    ds_model_add_stop(g_m, ref[5]);
+    const int32_t stop_id = ref[5];
     int first = 0; // where it first appears
     while (ref[first] != ref[5]) first++;
     ds_spec_params sp = {.kind = DS_SPEC_NONE};
     ds_engine *e;
     assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
-    int s1, s2;
-    assert_int_equal(ds_engine_add(e, p, 6, 3, &smp, 1, &s1), DS_OK);
-    assert_int_equal(ds_engine_add(e, p, 6, 16, &smp, 1, &s2), DS_OK);
+    int s1, s2, s3;
+    ds_seq_params q = {.prompt = p, .n_prompt = 6, .max_new = 3, .sp = &smp, .seed = 1, .stop_ids = &stop_id, .n_stop_ids = 1};
+    assert_int_equal(ds_engine_add(e, &q, &s1), DS_OK);
+    q.max_new = 16;
+    assert_int_equal(ds_engine_add(e, &q, &s2), DS_OK);
+    q.n_stop_ids = 0;
+    assert_int_equal(ds_engine_add(e, &q, &s3), DS_OK);
     assert_int_equal(ds_engine_finish_reason(e, s1, &stop), DS_FINISH_NONE);
     assert_int_equal(stop, -1);
     while (ds_engine_active(e)) assert_int_equal(ds_engine_step(e), DS_OK);
-    g_m->n_stop = saved;
     assert_int_equal(ds_engine_finish_reason(e, s1, NULL), first < 3 ? DS_FINISH_STOP : DS_FINISH_LENGTH);
     assert_int_equal(ds_engine_finish_reason(e, s2, &stop), DS_FINISH_STOP);
     assert_int_equal(stop, ref[5]);
     assert_int_equal(ds_engine_stats(e, s2)->generated, first); // the stop id itself is not output
-    assert_int_equal(ds_engine_finish_reason(e, 99, &stop), DS_FINISH_NONE); // no such sequence
+    assert_int_equal(ds_engine_finish_reason(e, s3, NULL), DS_FINISH_LENGTH);
+    assert_int_equal(ds_engine_stats(e, s3)->generated, 16);
+    q.n_stop_ids = DS_SEQ_MAX_STOP_IDS + 1;
+    assert_int_equal(ds_engine_add(e, &q, &s3), DS_ERR_INVALID);    assert_int_equal(ds_engine_finish_reason(e, 99, &stop), DS_FINISH_NONE); // no such sequence
     ds_engine_free(e);
 }
 

@@ -197,11 +197,44 @@ static void test_missing_file_message(void **state) {
     assert_non_null(strstr(ds_last_error(), "/nonexistent/model.gguf"));
 }
 
+// ds_forward_seq.batch_invariant: with one sequence of a 16-row batch asking for it (past the
+// sgemm crossover of every weight type but the 16-bit ones), every row's logits are bitwise those
+// of the row run alone (the multi-row kernel's result for a row is a function of that row).
+static void test_batch_invariant(void **state) {
+    (void)state;
+    enum { N = 24 };
+    ds_kv *kv[N];
+    ds_workspace *ws;
+    int32_t tok[N];
+    float *batch = malloc(sizeof(float) * (size_t)N * V), *alone = malloc(sizeof(float) * (size_t)V);
+    assert_non_null(batch);
+    assert_non_null(alone);
+    assert_int_equal(ds_workspace_init(g_model, &ws), DS_OK);
+    ds_forward_seq f[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(ds_kv_init(g_model, 8, &kv[i]), DS_OK);
+        tok[i] = (int32_t)(1 + 17 * i);
+        f[i] = (ds_forward_seq){.kv = kv[i], .tokens = &tok[i], .n_tokens = 1, .n_logits = 1,
+                                .logits = batch + (size_t)i * V, .batch_invariant = i == 0};
+    }
+    assert_int_equal(ds_model_forward(g_model, ws, f, N), DS_OK);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(ds_kv_truncate(kv[i], 0), DS_OK);
+        ds_forward_seq one = {.kv = kv[i], .tokens = &tok[i], .n_tokens = 1, .n_logits = 1, .logits = alone};
+        assert_int_equal(ds_model_forward(g_model, ws, &one, 1), DS_OK);
+        assert_memory_equal(alone, batch + (size_t)i * V, sizeof(float) * (size_t)V);
+        ds_kv_free(kv[i]);
+    }
+    ds_workspace_free(ws);
+    free(batch);
+    free(alone);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rollback_is_exact), cmocka_unit_test(test_chunked_and_batched_agree),
         cmocka_unit_test(test_taps_consistent), cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_missing_file_message),
+        cmocka_unit_test(test_missing_file_message), cmocka_unit_test(test_batch_invariant),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

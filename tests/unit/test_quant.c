@@ -16,8 +16,8 @@
 #include "kernels/half.h"
 #include "kernels/matmul.h"
 #include "model/st_weights.h"
-#include "quant/affine.h"
-#include "quant/qconfig.h"
+#include "kernels/affine.h"
+#include "io/qconfig.h"
 #include "tmpdir.h"
 
 // Edge trick, |w_min| > |w_max|: w = [-1.5, 0, 0.5, 0 ...]. scale0 = 2/15, edge = -1.5,

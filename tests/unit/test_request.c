@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "serve/serve.h"
+#include "serve/server.h"
 #include "stories.h"
 
 static ds_model *g_model;

@@ -17,7 +17,7 @@
 #include "dspark.h"
 #include "model/moe.h"
 #include "sched/schedule.h"
-#include "spec/verify.h"
+#include "speculate/verify.h"
 
 // ---- cost tables ------------------------------------------------------------------------------
 
@@ -456,6 +456,34 @@ static void test_moe_expected_experts(void **state) {
     assert_true(ds_cost_experts(&t, 4) == 0); // dense target
 }
 
+// ds_cost_observe on a dense target: the step time 1/SPS(B) moves 1/5 of the way to each observed
+// forward (an average of step times, not of rates), only at B = 1..bmax with a profiled entry, and
+// nonsense observations (0, negative, NaN, infinite) change nothing.
+static void test_cost_observe_dense(void **state) {
+    (void)state;
+    ds_cost_table t = {.bmax = 4};
+    for (int B = 1; B <= 4; B++) t.sps[B] = 100.0 / B;
+    double step = 0.01; // 1 / sps[1]
+    const double obs[] = {0.02, 0.02, 0.005, 0.011};
+    for (int i = 0; i < 4; i++) {
+        ds_cost_observe(&t, 1, obs[i]);
+        step = 0.8 * step + 0.2 * obs[i];
+        assert_float_equal(1.0 / t.sps[1], step, 1e-12);
+    }
+    const ds_cost_table before = t;
+    ds_cost_observe(&t, 0, 0.01);
+    ds_cost_observe(&t, 5, 0.01);        // past bmax: extrapolated, not stored
+    ds_cost_observe(&t, 2, 0.0);
+    ds_cost_observe(&t, 2, -1.0);
+    ds_cost_observe(&t, 2, 0.0 / 0.0);
+    ds_cost_observe(&t, 2, 1.0 / 0.0);
+    assert_memory_equal(&t, &before, sizeof t);
+    t.sps[3] = 0; // never profiled
+    ds_cost_observe(&t, 3, 0.01);
+    assert_true(t.sps[3] == 0);
+    assert_float_equal(ds_cost_sps(&t, 2), 50.0, 1e-9); // the other entries are untouched
+}
+
 static void test_moe_sps_correction(void **state) {
     (void)state;
     ds_cost_table t = moe_table();
@@ -499,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_counterexample_joint_chi_square),
         cmocka_unit_test(test_moe_expected_experts),
         cmocka_unit_test(test_moe_sps_correction),
+        cmocka_unit_test(test_cost_observe_dense),
         cmocka_unit_test(test_moe_window_distinct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

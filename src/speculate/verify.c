@@ -1,4 +1,4 @@
-#include "spec/verify.h"
+#include "speculate/verify.h"
 
 #include "base/status.h"
 

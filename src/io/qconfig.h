@@ -1,7 +1,7 @@
 // The "quantization" block of a quantized checkpoint's config.json (mlx-affine-quant.md):
 // {"group_size": 64, "bits": 4, "mode": "affine", "<module>": false | {"bits": b, "group_size": g}}.
-#ifndef DS_QUANT_QCONFIG_H
-#define DS_QUANT_QCONFIG_H
+#ifndef DS_IO_QCONFIG_H
+#define DS_IO_QCONFIG_H
 
 #include <cjson/cJSON.h>
 

@@ -1,4 +1,4 @@
-#include "spec/ngram.h"
+#include "speculate/ngram.h"
 
 #include <string.h>
 

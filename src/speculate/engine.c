@@ -18,8 +18,8 @@
 #include "base/status.h"
 #include "model/model.h"
 #include "sched/schedule.h"
-#include "spec/ngram.h"
-#include "spec/verify.h"
+#include "speculate/ngram.h"
+#include "speculate/verify.h"
 
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
@@ -36,6 +36,9 @@ typedef struct {
     int32_t stop_token;  // the stop id that ended it (DS_FINISH_STOP), else -1
     ds_sampler_params sp;
     ds_rng rng;
+    int32_t stop_ids[DS_SEQ_MAX_STOP_IDS]; // its own stop ids (besides the model's)
+    int n_stop_ids;
+    int batch_invariant; // decoding forwards on the multi-row kernel (ds_seq_params)
     int n_pending;       // tap rows waiting for the drafter
     int cap_pending;     // rows `pending` holds
     float *pending;      // (cap_pending, T·H)
@@ -75,13 +78,8 @@ struct ds_engine {
     ds_draft_batch *bt;
     int bt_n;
     double bt_append_s;  // seconds this round spent feeding queued context rows to the drafter
-    ds_draft_state **bt_states;
-    int32_t *bt_anchor;
-    int *bt_k, *bt_owner;
-    const ds_sampler_params **bt_sp;
-    ds_rng **bt_rng;
-    int32_t **bt_tok;
-    float **bt_logits, **bt_conf;
+    ds_draft_seq *bt_seqs; // (cap_seqs) the sequences drafted this round
+    int *bt_owner;         // (cap_seqs) their index in seqs
 };
 
 static double now_s(void) {
@@ -175,9 +173,8 @@ void ds_engine_free(ds_engine *e) {
     free(e->sched_ell);
     free(e->sched_owner);
     free(e->sched_scratch);
-    void *arrs[] = {e->bt_states, e->bt_anchor, e->bt_k, e->bt_owner, e->bt_sp, e->bt_rng, e->bt_tok, e->bt_logits,
-                    e->bt_conf};
-    for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++) free(arrs[i]);
+    free(e->bt_seqs);
+    free(e->bt_owner);
     ds_draft_batch_free(e->bt);
     ds_workspace_free(e->ws);
     free(e->vs.p);
@@ -189,8 +186,14 @@ void ds_engine_free(ds_engine *e) {
 static seq *get(const ds_engine *e, int id) { return id >= 0 && id < e->n_seqs && e->seqs[id].used ? &e->seqs[id] : NULL; }
 
 // Append committed token t; returns 0 when the sequence ends here (EOS or max_new reached).
+static int is_stop(const ds_engine *e, const seq *s, int32_t t) {
+    for (int i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == t) return 1;
+    return ds_model_is_stop(e->m, t);
+}
+
 static int commit(const ds_engine *e, seq *s, int32_t t) {
-    if (ds_model_is_stop(e->m, t)) {
+    if (is_stop(e, s, t)) {
         s->finished = 1;
         s->reason = DS_FINISH_STOP;
         s->stop_token = t;
@@ -234,15 +237,11 @@ static ds_status slot_for(ds_engine *e, int *id) {
         if (so) e->sched_owner = so;
         void *ss = so ? realloc(e->sched_scratch, ds_schedule_scratch_size(cap * (DS_MAX_DRAFT + 1))) : NULL;
         if (ss) e->sched_scratch = ss;
-        if (!ss) return ds_fail(DS_ERR_NOMEM, "out of memory");
-        void **arrs[] = {(void **)&e->bt_states, (void **)&e->bt_anchor, (void **)&e->bt_k, (void **)&e->bt_owner,
-                         (void **)&e->bt_sp, (void **)&e->bt_rng, (void **)&e->bt_tok, (void **)&e->bt_logits,
-                         (void **)&e->bt_conf};
-        for (size_t i = 0; i < sizeof arrs / sizeof *arrs; i++) {
-            void *p = realloc(*arrs[i], sizeof(void *) * (size_t)cap); // every element is at most a pointer wide
-            if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory");
-            *arrs[i] = p;
-        }
+        ds_draft_seq *bs = ss ? realloc(e->bt_seqs, sizeof *bs * cap) : NULL;
+        if (bs) e->bt_seqs = bs;
+        int *bo = bs ? realloc(e->bt_owner, sizeof *bo * cap) : NULL;
+        if (bo) e->bt_owner = bo;
+        if (!bo) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->cap_seqs = cap;
     }
     memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
@@ -250,9 +249,12 @@ static ds_status slot_for(ds_engine *e, int *id) {
     return DS_OK;
 }
 
-ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int max_new, const ds_sampler_params *sp,
-                        uint64_t seed, int *id) {
+ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     const ds_model_info *in = &e->m->info;
+    const int32_t *prompt = p->prompt;
+    const int n_prompt = p->n_prompt, max_new = p->max_new;
+    if (p->n_stop_ids < 0 || p->n_stop_ids > DS_SEQ_MAX_STOP_IDS || (p->n_stop_ids && !p->stop_ids))
+        return ds_fail(DS_ERR_INVALID, "a sequence takes 0..%d stop ids, not %d", DS_SEQ_MAX_STOP_IDS, p->n_stop_ids);
     if (n_prompt < 1) return ds_fail(DS_ERR_INVALID, "empty prompt (at least BOS is needed)");
     if (max_new < 0) return ds_fail(DS_ERR_INVALID, "negative token budget");
     if ((long)n_prompt + max_new > in->max_ctx)
@@ -262,8 +264,11 @@ ds_status ds_engine_add(ds_engine *e, const int32_t *prompt, int n_prompt, int m
     if (st) return st;
     seq *s = &e->seqs[*id];
     s->used = 1;
-    s->sp = *sp;
-    s->rng = ds_rng_init(seed, 0);
+    s->sp = p->sp ? *p->sp : ds_sampler_default();
+    s->rng = ds_rng_init(p->seed, 0);
+    if (p->n_stop_ids) memcpy(s->stop_ids, p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
+    s->n_stop_ids = p->n_stop_ids;
+    s->batch_invariant = p->batch_invariant != 0;
     s->n_prompt = n_prompt;
     s->max_new = max_new;
     s->cap_toks = n_prompt + max_new + 1;
@@ -327,14 +332,8 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
                        ds_draft_state_len(s->ds), s->n_toks - 1);
     ds_draft_state_set_history(s->ds, s->toks + s->n_prompt, s->n_toks - s->n_prompt); // penalties count these
     const int j = e->bt_n++;
-    e->bt_states[j] = s->ds;
-    e->bt_anchor[j] = s->toks[s->n_toks - 1];
-    e->bt_k[j] = K;
-    e->bt_sp[j] = &s->sp;
-    e->bt_rng[j] = &s->rng;
-    e->bt_tok[j] = s->rows + 1;
-    e->bt_logits[j] = s->q_logits;
-    e->bt_conf[j] = s->conf;
+    e->bt_seqs[j] = (ds_draft_seq){.state = s->ds, .anchor = s->toks[s->n_toks - 1], .n_slots = K, .sp = &s->sp,
+                                   .rng = &s->rng, .tokens = s->rows + 1, .logits = s->q_logits, .conf = s->conf};
     e->bt_owner[j] = (int)(s - e->seqs);
     s->stats.draft_s += now_s() - t0;
     return DS_OK;
@@ -345,13 +344,12 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
 static ds_status draft_batch(ds_engine *e) {
     if (!e->bt_n) return DS_OK;
     const double t0 = now_s();
-    ds_status st = ds_drafter_draft_batch(e->d, e->bt, e->bt_states, e->bt_anchor, e->bt_k, e->bt_n, e->bt_sp,
-                                          e->bt_rng, e->bt_tok, e->bt_logits, e->bt_conf);
+    ds_status st = ds_drafter_draft_batch(e->d, e->bt, e->bt_seqs, e->bt_n);
     if (st) return st;
     const double per = (now_s() - t0) / e->bt_n; // drafting time per sequence-round
     for (int j = 0; j < e->bt_n; j++) {
         seq *s = &e->seqs[e->bt_owner[j]];
-        const int K = e->bt_k[j];
+        const int K = e->bt_seqs[j].n_slots;
         s->stats.draft_s += per;
         s->ell = s->n_drafted = K;
         // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
@@ -479,10 +477,8 @@ static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 static ds_status prefill_chunks(ds_engine *e) {
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     ds_status st = DS_OK;
-    // A chunk is the same rows whatever else runs, so it keeps the fastest kernels even when the
-    // caller pinned decode rows to one kernel (datagen, for results independent of the batch).
-    const int pinned = ds_matmul_gemm_min_rows_setting();
-    ds_matmul_set_gemm_min_rows(0);
+    // A chunk is the same rows whatever else runs, so it keeps the fastest kernels even for a
+    // sequence that asked for batch invariance (its decoding rounds do not).
     for (int i = 0, budget = DS_PREFILL_CHUNK; i < e->n_seqs && budget > 0; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished || !prefilling(s)) continue;
@@ -501,7 +497,6 @@ static ds_status prefill_chunks(ds_engine *e) {
         if (di) s->n_pending += rows;
         budget -= rows;
     }
-    ds_matmul_set_gemm_min_rows(pinned);
     return st;
 }
 
@@ -530,7 +525,7 @@ ds_status ds_engine_step(ds_engine *e) {
         ds_forward_seq *f = &e->fwd[n];
         s->rows[0] = s->toks[s->n_toks - 1];
         *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->ell + 1, .n_logits = s->ell + 1,
-                              .logits = s->p_logits};
+                              .logits = s->p_logits, .batch_invariant = s->batch_invariant};
         if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;

@@ -2,7 +2,7 @@
 // ../shared/docs/mlx-affine-quant.md to the letter (fp32 throughout, rint = round half to even, the
 // "edge trick"), so our files are bit-identical to what the contract's formulas give
 // (tests/reference/test_quant_bits.py checks words, scales and biases against a numpy version).
-#include "quant/affine.h"
+#include "kernels/affine.h"
 
 #include <math.h>
 #include <string.h>

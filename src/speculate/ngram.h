@@ -1,6 +1,6 @@
 // Prompt-lookup drafting (n-gram): no model, just the sequence so far.
-#ifndef DS_SPEC_NGRAM_H
-#define DS_SPEC_NGRAM_H
+#ifndef DS_SPECULATE_NGRAM_H
+#define DS_SPECULATE_NGRAM_H
 
 #include <stdint.h>
 

@@ -1,12 +1,12 @@
 // Reading and checking a config.json quantization block (see qconfig.h).
-#include "quant/qconfig.h"
+#include "io/qconfig.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "base/status.h"
 #include "io/json.h"
-#include "quant/affine.h"
+#include "kernels/affine.h"
 
 static ds_status entry_params(const cJSON *o, const char *path, const char *what, int dbits, int dgs, int *bits,
                               int *gs) {

@@ -6,8 +6,8 @@
 // strings applied), finish or drop cancelled ones. Handlers and the engine thread meet in a bounded
 // queue and per-request text buffers under one mutex; the engine thread sleeps on a condition
 // variable when there is nothing to do.
-#ifndef DS_SERVE_SERVE_H
-#define DS_SERVE_SERVE_H
+#ifndef DS_SERVE_SERVER_H
+#define DS_SERVE_SERVER_H
 
 #include <stddef.h>
 #include <stdint.h>

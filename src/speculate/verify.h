@@ -1,7 +1,7 @@
 // Verification of one drafted block against the target (deepspec-format.md §5): the one place
 // where the acceptance rule lives.
-#ifndef DS_SPEC_VERIFY_H
-#define DS_SPEC_VERIFY_H
+#ifndef DS_SPECULATE_VERIFY_H
+#define DS_SPECULATE_VERIFY_H
 
 #include "dspark.h"
 

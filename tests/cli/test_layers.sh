@@ -1,0 +1,34 @@
+#!/bin/bash
+# The layer map of docs/architecture.md holds (scripts/check_layers.py: includes and the symbols
+# each layer's object files use), and the check fails on a planted include and a planted call that
+# reach up the order.
+set -u
+SRC=${DSPARK_SRC:?}
+BUILD=$(cd "${DSPARK_BIN:?}/.." && pwd)
+TMP=${DSPARK_TMP:-/tmp}/test_layers.$$
+PY=/usr/bin/python3
+fail() { echo "FAIL: $*"; rm -rf "$TMP"; exit 1; }
+mkdir -p "$TMP"
+
+out=$($PY "$SRC/scripts/check_layers.py" --root "$SRC" --objects "$BUILD/layer_objects.txt" 2>&1) \
+    || fail "the tree violates the layer map:"$'\n'"$out"
+
+# A kernel that includes the engine's verification header (speculate is above kernels).
+mkdir -p "$TMP/root"
+cp -r "$SRC/src" "$SRC/cli" "$TMP/root/"
+mkdir -p "$TMP/root/docs" && cp "$SRC/docs/architecture.md" "$TMP/root/docs/"
+sed -i '1i #include "speculate/verify.h"' "$TMP/root/src/kernels/ops.c"
+out=$($PY "$SRC/scripts/check_layers.py" --root "$TMP/root" 2>&1) && fail "a planted upward include passed"
+echo "$out" | grep -q 'src/kernels/ops.c:1: #include "speculate/verify.h" reaches up: src/speculate is above src/kernels' \
+    || fail "unexpected message for the planted include: $out"
+
+# A kernel object file that calls the engine, with no include at all (dspark.h declares it).
+mkdir -p "$TMP/obj/dspark.dir/src/kernels"
+printf '#include "dspark.h"\nvoid planted(void) { ds_engine_step(0); }\n' > "$TMP/planted.c"
+cc -c -I "$SRC/include" "$TMP/planted.c" -o "$TMP/obj/dspark.dir/src/kernels/planted.c.o" || fail "cannot compile"
+{ cat "$BUILD/layer_objects.txt"; echo "$TMP/obj/dspark.dir/src/kernels/planted.c.o"; } > "$TMP/objects.txt"
+out=$($PY "$SRC/scripts/check_layers.py" --root "$SRC" --objects "$TMP/objects.txt" 2>&1) && fail "a planted upward call passed"
+echo "$out" | grep -q 'src/kernels/planted.c: uses ds_engine_step from src/speculate/engine.c (src/speculate is above src/kernels)' \
+    || fail "unexpected message for the planted call: $out"
+rm -rf "$TMP"
+echo "ok"
