@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "  --eval-max-tokens L   tokens per held-out prompt (default 128)  --eval-seed S (default 0)\n"
             "  --keep-best      keep the drafter of the best held-out tau in OUT/best (with heldout.json)\n"
             "  --patience N     stop when held-out tau has not improved in N evaluations\n"
+            "  --register       record the drafter (OUT/best with --keep-best, else OUT) and its held-out tau\n"
+            "                   in the drafter registry ($DSPARK_REGISTRY; see dspark drafters --help)\n"
             "  -t THREADS\n"
             "  shape options for a fresh drafter (no --init): --layers 5 --block 7 --markov-rank R\n"
             "                   --markov-head vanilla|gated|rnn --taps L1,L2,.. --no-confidence\n"
@@ -49,8 +51,8 @@ static void usage(FILE *f) {
 typedef struct {
     int tty, open;         // open: a \r line is on the terminal
     double t_print;
-    double last_tau[DS_TRAIN_MAX_EVAL_TEMPS];
-    int n_tau;
+    double last_tau[DS_TRAIN_MAX_EVAL_TEMPS], last_temp; // the last evaluation's
+    int n_tau, last_step;
     double best_tau;
     int best_step;
 } progress;
@@ -65,6 +67,8 @@ static void show_progress(void *ctx, const ds_train_event *ev) {
     }
     if (ev->kind == DS_TRAIN_EV_EVAL) {
         p->n_tau = ev->n_eval;
+        p->last_temp = ev->eval_temps[0];
+        p->last_step = ev->step;
         p->best_tau = ev->best_tau;
         p->best_step = ev->best_step;
         if (p->open) fputc('\n', stderr);
@@ -177,6 +181,7 @@ int cmd_train(int argc, char **argv) {
     ds_mpi_init(&argc, &argv);
     ds_train_opts o = ds_train_defaults();
     const char *model = NULL, *plot = NULL;
+    int reg = 0;
     static int taps[64];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -189,6 +194,10 @@ int cmd_train(int argc, char **argv) {
         }
         if (!strcmp(a, "--resume")) {
             o.resume = 1;
+            continue;
+        }
+        if (!strcmp(a, "--register")) {
+            reg = 1;
             continue;
         }
         if (!strcmp(a, "--keep-best")) {
@@ -303,6 +312,12 @@ int cmd_train(int argc, char **argv) {
         if (o.keep_best && pr.best_step > 0)
             fprintf(stderr, "; best held-out tau %.3f (step %d) in %s/best", pr.best_tau, pr.best_step, o.out);
         fputc('\n', stderr);
+    }
+    if (rank == 0 && reg) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, o.keep_best && pr.best_step > 0 ? "%s/best" : "%s", o.out);
+        if (o.keep_best && pr.best_step > 0) return cli_register_drafter(dir, "train", 0, 0, 0, 0); // its heldout.json
+        return cli_register_drafter(dir, "train", pr.n_tau > 0, pr.last_tau[0], pr.n_tau > 0 ? pr.last_temp : 0, pr.last_step);
     }
     return 0;
 }
