@@ -28,7 +28,7 @@ ds_status ds_heldout_load(const char *path, const ds_model *target, int max_toke
     const ds_tokenizer *tok = ds_model_tokenizer(target);
     if (!tok) return ds_fail(DS_ERR_INVALID, "%s: the target has no tokenizer dspark supports, so it cannot take text prompts", path);
     ds_prompt_set *ps;
-    ds_status st = ds_prompts_load(path, &ps);
+    ds_status st = ds_prompts_load_chat(path, &ps);
     if (st) return st;
     ds_heldout *h = calloc(1, sizeof *h);
     if (h) {
@@ -38,12 +38,14 @@ ds_status ds_heldout_load(const char *path, const ds_model *target, int max_toke
     if (!h || !h->toks || !h->len) st = ds_fail(DS_ERR_NOMEM, "out of memory");
     const int max_ctx = ds_model_get_info(target)->max_ctx;
     for (int i = 0; !st && i < ps->n; i++, h->n++) {
-        const char *text = ps->text[i];
+        char *text = NULL;
         int n = 0;
+        if ((st = ds_prompt_text(ps, i, tok, &text))) break;
         if (!(st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) {
             if (!(h->toks[i] = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
             else st = ds_tokenize(tok, text, strlen(text), 1, h->toks[i], n, &n);
         }
+        free(text);
         if (st) st = ds_fail_prefix(st, "%s:%d", path, ps->line[i]);
         else if (n < 1 || (long)n + max_tokens > max_ctx)
             st = ds_fail(DS_ERR_INVALID, "%s:%d: prompt (%d tokens) + %d new tokens %s the model's context of %d", path,

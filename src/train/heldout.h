@@ -19,7 +19,8 @@ typedef struct {
     double accept[DS_HELDOUT_MAX_POS]; // accepted_by_pos / tried_by_pos
 } ds_heldout_result;
 
-// Load and tokenize a prompt file (data.h's formats, BOS added); every prompt plus max_tokens must
+// Load and tokenize a prompt file (ds_prompts_load_chat's formats: conversations are rendered with
+// the target's chat format; BOS added); every prompt plus max_tokens must
 // fit the target's context. Errors name "file:line".
 ds_status ds_heldout_load(const char *path, const ds_model *target, int max_tokens, ds_heldout **out);
 void ds_heldout_free(ds_heldout *h);
