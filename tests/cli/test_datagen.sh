@@ -81,7 +81,7 @@ cmp -s "$TMP/m.dat" "$TMP/m2.dat" && cmp -s "$TMP/h.dat" "$TMP/h2.dat" || fail "
 # 5. Ctrl-C: stops, says so, and commits the completed sequences (a valid file, fewer than asked).
 "$BIN" datagen -m "$MODEL" --unconditional -n 1000000 --max-tokens 200 -t 1 -o "$TMP/int.dat" 2>"$TMP/int.err" &
 pid=$!
-for _ in $(seq 1 100); do
+for _ in $(seq 1 600); do # (up to 60 s: a sanitized build on a loaded machine is slow)
   grep -q "datagen [1-9][0-9]*/1000000" "$TMP/int.err" 2>/dev/null && break
   sleep 0.1
 done
