@@ -437,7 +437,6 @@ static inline double bench_train_blocks_per_s(const char *target, const char *da
     o.batch = 8;
     o.anchors = 64;
     o.threads = threads;
-    o.quiet = 1;
     o.shape.n_layers = layers;
     const double t0 = bench_now();
     if (ds_train_run(&o)) {

@@ -29,7 +29,8 @@ static void cal_usage(FILE *f) {
     fprintf(f,
             "usage: dspark calibrate [-m TARGET] -d DRAFTER --prompts FILE [options]\n"
             "  -m, --model PATH     the target (default: stories260K)\n"
-            "  -d, --drafter DIR    a DeepSpec drafter with a confidence head\n"
+            "  -d, --drafter DIR    a DeepSpec drafter with a confidence head (default: the best registered\n"
+            "                       for the target, see dspark drafters)\n"
             "  --prompts FILE       held-out prompts, one per line (plain text or {\"prompt\": ...})\n"
             "  --temp T             decoding temperature (default 0); calibrate for the one you serve at\n"
             "  --max-tokens L       tokens generated per prompt (default 128)\n"
@@ -69,7 +70,6 @@ static int parse_args(int argc, char **argv, cal_args *a) {
             return cli_usage_error("unknown option '%s' (see dspark calibrate --help)", o);
         }
     }
-    if (!a->drafter) return cli_usage_error("calibrate needs a drafter (-d DIR)");
     if (!a->prompts) return cli_usage_error("calibrate needs held-out prompts (--prompts FILE)");
     return 0;
 }
@@ -264,11 +264,14 @@ int cmd_calibrate(int argc, char **argv) {
     cal_state g = {0};
     ds_status st;
     char out_path[4096];
+    if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
+    if (!(g.model = cli_load_text_model(a.model, a.threads)) || cli_pick_drafter(&a.drafter, DS_SPEC_DSPARK, g.model)) {
+        cal_free(&g);
+        return 1;
+    }
     if (a.out) snprintf(out_path, sizeof out_path, "%s", a.out);
     else snprintf(out_path, sizeof out_path, "%s/calibration.json", a.drafter);
-    if (!cli_check_writable(out_path)) return 1;
-    if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
-    if (!(g.model = cli_load_text_model(a.model, a.threads)) || !(g.drafter = cli_load_drafter(a.drafter, g.model))) {
+    if (!cli_check_writable(out_path) || !(g.drafter = cli_load_drafter(a.drafter, g.model))) {
         cal_free(&g);
         return 1;
     }

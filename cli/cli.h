@@ -45,6 +45,13 @@ const char *cli_spec_name(ds_spec_kind k);
 ds_model *cli_load_text_model(const char *model_arg, long threads);
 // A drafter paired with m (printing a target_id warning); NULL after printing the error.
 ds_drafter *cli_load_drafter(const char *dir, const ds_model *m);
+// --spec dspark without -d: *dir becomes the best drafter registered for m's target (by recorded
+// held-out τ; src/train/registry.h), named on stderr. Returns 0, or 1 after printing the error
+// (nothing registered for this target). Does nothing for other kinds or when *dir is set.
+int cli_pick_drafter(const char **dir, ds_spec_kind kind, const ds_model *m);
+// --register: record drafter directory `dir` in the registry (stderr says where). 0 or 1 (printed).
+int cli_register_drafter(const char *dir, const char *source, int has_tau, double tau, double temp, int step);
+int cmd_drafters(int argc, char **argv);
 // Fail early (before minutes of work) when the directory of `file` cannot take a new file, or what
 // stands at `file` is not a regular file (a FIFO, a device, a directory: see io/atomic.h).
 int cli_check_writable(const char *file);

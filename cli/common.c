@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "io/atomic.h"
+#include "train/registry.h"
 
 volatile int cli_interrupted = 0;
 
@@ -212,7 +213,7 @@ int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_
 int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter) {
     if (!(given & CLI_SPEC_GIVEN)) spec->kind = drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
     if (!(given & CLI_SCHEDULE_GIVEN) && spec->conf_threshold > 0) spec->schedule = DS_SCHEDULE_THRESHOLD;
-    if (spec->kind == DS_SPEC_DSPARK && !drafter) return cli_usage_error("--spec dspark needs a drafter (-d DIR)");
+    // (--spec dspark without -d: cli_pick_drafter takes the best registered drafter for the target)
     if (spec->kind != DS_SPEC_DSPARK && drafter) return cli_usage_error("-d is only used with --spec dspark");
     return 0;
 }
@@ -266,4 +267,43 @@ ds_drafter *cli_load_drafter(const char *dir, const ds_model *m) {
     }
     if (ds_drafter_warning(d)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(d));
     return d;
+}
+
+int cli_pick_drafter(const char **dir, ds_spec_kind kind, const ds_model *m) {
+    static char picked[4096];
+    if (kind != DS_SPEC_DSPARK || *dir) return 0;
+    char id[160], reg[4096];
+    ds_model_target_id(m, id, sizeof id);
+    ds_registry_entry e;
+    int found;
+    ds_status st = ds_registry_best(id, &e, &found);
+    if (!st) st = ds_registry_dir(reg, sizeof reg);
+    if (st) return cli_fail(st);
+    if (!found) {
+        fprintf(stderr,
+                "dspark: --spec dspark needs a drafter: give -d DIR, or register one for this target (%s) with "
+                "train --register (registry: %s)\n",
+                id, reg);
+        return 1;
+    }
+    snprintf(picked, sizeof picked, "%s", e.path);
+    *dir = picked;
+    if (e.has_tau)
+        fprintf(stderr, "dspark: drafter %s (registered for %s; held-out tau %.3f at T = %g, step %d)\n", e.path, id,
+                e.tau, e.temp, e.step);
+    else
+        fprintf(stderr, "dspark: drafter %s (registered for %s; no held-out tau recorded)\n", e.path, id);
+    return 0;
+}
+
+int cli_register_drafter(const char *dir, const char *source, int has_tau, double tau, double temp, int step) {
+    ds_registry_entry e;
+    char reg[4096];
+    ds_status st = ds_registry_add(dir, source, has_tau, tau, temp, step, &e);
+    if (!st) st = ds_registry_dir(reg, sizeof reg);
+    if (st) return cli_fail(st);
+    fprintf(stderr, "dspark: registered %s for target %s", e.path, e.target_id);
+    if (e.has_tau) fprintf(stderr, " (held-out tau %.3f at T = %g)", e.tau, e.temp);
+    fprintf(stderr, " in %s\n", reg);
+    return 0;
 }

@@ -244,7 +244,7 @@ int cmd_eval(int argc, char **argv) {
     ds_status st;
     if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
     if (!(g.model = cli_load_text_model(a.model, a.threads)) ||
-        (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model)))) {
+        cli_pick_drafter(&a.drafter, a.spec.kind, g.model) || (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model)))) {
         ev_free(&g);
         return 1;
     }

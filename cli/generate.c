@@ -186,7 +186,7 @@ int cmd_generate(int argc, char **argv) {
     const ds_model_info *info = ds_model_get_info(g.model);
     const ds_tokenizer *tok = ds_model_tokenizer(g.model);
     ds_status st;
-    if (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model))) {
+    if (cli_pick_drafter(&a.drafter, a.spec.kind, g.model) || (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model)))) {
         gen_free(&g);
         return 1;
     }

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "  calibrate      fit the drafter's confidence calibration (STS) on held-out prompts\n"
             "  draft-vocab    let the drafter propose only the target's k most frequent tokens (cheaper drafting)\n"
             "  quantize       write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)\n"
+            "  drafters       list the registered drafters (dspark drafters --help)\n"
             "  inflate        grow a small target + drafter to a realistic size, computing exactly the same\n"
             "  profile        measure the target's verification cost table SPS(B) for --schedule auto\n"
             "  tokenize       text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer\n"
@@ -53,6 +54,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
     if (strcmp(cmd, "draft-vocab") == 0) return cmd_draft_vocab(argc - 1, argv + 1);
     if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 1, argv + 1);
+    if (strcmp(cmd, "drafters") == 0) return cmd_drafters(argc - 1, argv + 1);
     if (strcmp(cmd, "inflate") == 0) return cmd_inflate(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);

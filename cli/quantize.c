@@ -10,6 +10,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]\n"
             "  --drafter              SRC_DIR is a DeepSpec drafter (default)\n"
+            "  --register             record the quantized drafter in the registry (dspark drafters --help)\n"
             "  --target               SRC is a target: an HF safetensors directory of any architecture dspark runs\n"
             "                         (text model only: a vision tower is dropped), or a llama .gguf file\n"
             "                         (written out as an HF directory, its tokenizer as tokenizer.gguf)\n"
@@ -35,7 +36,7 @@ static void progress(void *ctx, const char *stage, int i, int n, const char *nam
 int cmd_quantize(int argc, char **argv) {
     ds_quantize_params p = ds_quantize_default();
     const char *pos[2] = {NULL, NULL};
-    int n_pos = 0, have_bits = 0, have_group = 0;
+    int n_pos = 0, have_bits = 0, have_group = 0, reg = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -43,7 +44,8 @@ int cmd_quantize(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(o, "--drafter")) p.target = 0;
+        if (!strcmp(o, "--register")) reg = 1;
+        else if (!strcmp(o, "--drafter")) p.target = 0;
         else if (!strcmp(o, "--target")) p.target = 1;
         else if (!strcmp(o, "--skip-load-smoke")) p.skip_load_smoke = 1;
         else if (o[0] == '-' && o[1]) {
@@ -100,5 +102,5 @@ int cmd_quantize(int argc, char **argv) {
            "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d, \"dropped\": %d}\n",
            pos[1], p.bits, p.group_size, s.n_tensors, s.n_quantized, s.src_bytes, s.out_bytes,
            s.src_bytes ? (double)s.out_bytes / (double)s.src_bytes : 0.0, s.n_shards, s.n_dropped);
-    return 0;
+    return reg ? cli_register_drafter(pos[1], "quantize", 0, 0, 0, 0) : 0;
 }

@@ -139,7 +139,7 @@ int cmd_serve(int argc, char **argv) {
     ds_model *m = cli_load_text_model(model, threads);
     if (!m) return 1;
     ds_drafter *d = NULL;
-    if (drafter && !(d = cli_load_drafter(drafter, m))) {
+    if (cli_pick_drafter(&drafter, spec.kind, m) || (drafter && !(d = cli_load_drafter(drafter, m)))) {
         ds_model_free(m);
         return 1;
     }

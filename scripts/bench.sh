@@ -27,6 +27,8 @@ echo "bench: training throughput (anchor blocks/s) at 1 and 2 threads, 5-layer d
 [ -f "$MODELS/stories-data.bin" ] || "$BIN/dspark" datagen -m "$STORIES" --prompts docs/prompts/stories-train.txt \
   -n 200 --max-tokens 200 --seed 1 -o "$MODELS/stories-data.bin" 2>/dev/null
 "$BIN/bench_train" "$STORIES" "$MODELS/stories-data.bin" --threads 1,2 --steps 10
+echo "bench: datagen throughput, 1 process vs mpirun -np 2 (-t 1 each; the same bytes)" >&2
+command -v mpirun >/dev/null && scripts/bench_datagen.sh "$BUILD" 2 3
 echo "bench: next to a CPU hog the bench starts itself: 1 vs 2 threads, idle and loaded (bench_contention)" >&2
 "$BIN/bench_contention" --model "$STORIES" -n 256 --prompt 256 --repeats 5 --train "$MODELS/stories-data.bin" --train-steps 3
 "$BIN/bench_contention" --synthetic "$MODELS/llama2048x16-bf16" --dtype bf16 -n 8 --prompt 32 --repeats 3

@@ -1,7 +1,9 @@
+#define _GNU_SOURCE // renameat2 (RENAME_EXCHANGE)
 #include "io/atomic.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,13 +237,16 @@ static int strip_slashes(const char *dir, char *out, size_t cap) {
     return 1;
 }
 
-ds_status ds_atomic_dir_open(const char *dir_arg, char *tmp, size_t cap) {
+static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replace) {
     char dir[4096];
     tmp[0] = 0;
     if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
     struct stat sb;
-    if (lstat(dir, &sb) == 0)
+    if (lstat(dir, &sb) == 0 && !replace)
         return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", dir);
+    if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ds_fail(DS_ERR_IO, "%s: is %s, not a directory (refusing to replace it)", dir,
+                       S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
     clean_stale(dir);
     if ((size_t)snprintf(tmp, cap, "%s.tmp.%ld", dir, (long)getpid()) >= cap) {
         tmp[0] = 0;
@@ -264,6 +269,34 @@ ds_status ds_atomic_dir_commit(const char *tmp, const char *dir_arg) {
     else if (rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
     if (st) remove_tree(tmp);
     return st;
+}
+
+ds_status ds_atomic_dir_open(const char *dir, char *tmp, size_t cap) { return dir_open(dir, tmp, cap, 0); }
+
+ds_status ds_atomic_dir_open_replace(const char *dir, char *tmp, size_t cap) { return dir_open(dir, tmp, cap, 1); }
+
+ds_status ds_atomic_dir_replace(const char *tmp, const char *dir_arg) {
+    char dir[4096];
+    struct stat sb;
+    if (!strip_slashes(dir_arg, dir, sizeof dir)) {
+        remove_tree(tmp);
+        return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+    }
+    if (lstat(dir, &sb) != 0) return ds_atomic_dir_commit(tmp, dir);
+    if (!S_ISDIR(sb.st_mode)) {
+        remove_tree(tmp);
+        return ds_fail(DS_ERR_IO, "%s: became %s while it was written; not replaced", dir,
+                       S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
+    }
+    // One step: the two names swap, so `dir` names the old tree or the new one at every moment;
+    // the old one (now at `tmp`, a stale temporary if we die here) is removed afterwards.
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
+        ds_status st = ds_fail(DS_ERR_IO, "%s: cannot replace it atomically: %s", dir, strerror(errno));
+        remove_tree(tmp);
+        return st;
+    }
+    remove_tree(tmp);
+    return DS_OK;
 }
 
 void ds_atomic_dir_abort(const char *tmp) {

@@ -41,6 +41,13 @@ ds_status ds_atomic_check(const char *path);
 ds_status ds_atomic_dir_open(const char *dir, char *tmp, size_t cap);
 // Rename `tmp` to `dir`; on failure `tmp` is removed.
 ds_status ds_atomic_dir_commit(const char *tmp, const char *dir);
+// The same for a directory that is replaced as a whole when it exists (a training checkpoint, the best
+// drafter so far): open refuses only a non-directory at `dir`; replace swaps `tmp` and `dir` in one
+// step (renameat2 RENAME_EXCHANGE: `dir` is the old tree or the new one at every moment, never
+// missing or mixed) and removes the old tree, or renames when nothing is there. On failure `tmp` is
+// removed and `dir` is untouched.
+ds_status ds_atomic_dir_open_replace(const char *dir, char *tmp, size_t cap);
+ds_status ds_atomic_dir_replace(const char *tmp, const char *dir);
 // Remove `tmp` and everything in it.
 void ds_atomic_dir_abort(const char *tmp);
 

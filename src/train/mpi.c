@@ -1,12 +1,13 @@
 // Data-parallel training over MPI (OpenMPI): ranks split each step's sequences and sum gradients
 // and statistics with MPI_Allreduce. Without MPI (or without mpirun) everything is one rank.
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "train/trainer.h"
 
 #ifdef DS_HAVE_MPI
 #include <mpi.h>
-#include <stdlib.h>
 
 static int g_init;
 
@@ -55,7 +56,46 @@ void ds_mpi_allreduce_sum_f(float *buf, size_t n) {
     }
 }
 
+int ds_mpi_gather_root(const void *buf, size_t n, void **out, size_t *total) {
+    *out = NULL;
+    *total = 0;
+    const int ranks = ds_mpi_size(), rank = ds_mpi_rank();
+    if (!g_init || ranks == 1) {
+        if (!(*out = malloc(n ? n : 1))) return -1;
+        if (n) memcpy(*out, buf, n);
+        *total = n;
+        return 0;
+    }
+    if (n > 0x7fffffff) return -1; // MPI counts are ints (every rank must fail the same way: not checked)
+    int mine = (int)n, *counts = NULL, *displs = NULL;
+    if (rank == 0 && (!(counts = calloc((size_t)ranks, sizeof(int))) || !(displs = calloc((size_t)ranks, sizeof(int))))) {
+        free(counts);
+        return -1;
+    }
+    MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    size_t sum = 0;
+    for (int r = 0; rank == 0 && r < ranks; r++) {
+        displs[r] = (int)sum;
+        sum += (size_t)counts[r];
+    }
+    char *all = rank == 0 ? malloc(sum ? sum : 1) : NULL;
+    MPI_Gatherv(buf, mine, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    free(counts);
+    free(displs);
+    *out = all;
+    *total = sum;
+    return rank == 0 && !all ? -1 : 0;
+}
+
 #else
+
+int ds_mpi_gather_root(const void *buf, size_t n, void **out, size_t *total) {
+    *total = 0;
+    if (!(*out = malloc(n ? n : 1))) return -1;
+    if (n) memcpy(*out, buf, n);
+    *total = n;
+    return 0;
+}
 
 void ds_mpi_init(int *argc, char ***argv) {
     (void)argc;

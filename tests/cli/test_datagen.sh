@@ -81,7 +81,7 @@ cmp -s "$TMP/m.dat" "$TMP/m2.dat" && cmp -s "$TMP/h.dat" "$TMP/h2.dat" || fail "
 # 5. Ctrl-C: stops, says so, and commits the completed sequences (a valid file, fewer than asked).
 "$BIN" datagen -m "$MODEL" --unconditional -n 1000000 --max-tokens 200 -t 1 -o "$TMP/int.dat" 2>"$TMP/int.err" &
 pid=$!
-for _ in $(seq 1 100); do
+for _ in $(seq 1 600); do # (up to 60 s: a sanitized build on a loaded machine is slow)
   grep -q "datagen [1-9][0-9]*/1000000" "$TMP/int.err" 2>/dev/null && break
   sleep 0.1
 done
@@ -94,6 +94,41 @@ grep -q "interrupted: committing the" "$TMP/int.err" || fail "no interruption me
 n_int=$("$DUMP" "$TMP/int.dat" 2>&1 | sed -n 's/^count \([0-9]*\).*/\1/p')
 [ -n "$n_int" ] && [ "$n_int" -gt 0 ] && [ "$n_int" -lt 1000000 ] || fail "interrupted file: count '$n_int'"
 ls "$TMP" | grep -q '\.tmp\.' && fail "temporary file left after Ctrl-C: $(ls "$TMP")"
+
+# 5b. Chat / instruction JSONL: a conversation is rendered with the target's chat format (stories260K:
+# the plain "role: content" transcript) and its trailing assistant turn dropped; the OpenAI, ShareGPT
+# and Alpaca shapes of the same conversation give the same sequences.
+chat_plen=$("$BIN" generate -m "$MODEL" -p "Tell a story" --chat -n 1 --json 2>/dev/null | sed 's/.*"prompt_tokens":\([0-9]*\).*/\1/')
+printf '%s\n' '{"messages": [{"role": "user", "content": "Tell a story"}, {"role": "assistant", "content": "No."}]}' >"$TMP/msg.jsonl"
+printf '%s\n' '{"conversations": [{"from": "human", "value": "Tell a story"}, {"from": "gpt", "value": "Once"}]}' >"$TMP/sg.jsonl"
+printf '%s\n' '{"instruction": "Tell a story", "input": ""}' >"$TMP/al.jsonl"
+for f in msg sg al; do
+  "$BIN" datagen -m "$MODEL" --prompts "$TMP/$f.jsonl" -n 3 --max-tokens 12 --seed 5 -o "$TMP/$f.dat" 2>"$TMP/err" ||
+    fail "datagen from $f.jsonl: $(cat "$TMP/err")"
+done
+cmp -s "$TMP/msg.dat" "$TMP/sg.dat" && cmp -s "$TMP/msg.dat" "$TMP/al.dat" || fail "messages, conversations and instruction differ"
+np=$("$DUMP" "$TMP/msg.dat" | sed -n '2p' | awk '{print $3}')
+[ -n "$chat_plen" ] && [ "$np" = "$chat_plen" ] || fail "a conversation's prompt is $np tokens, generate --chat says $chat_plen"
+# A system turn is rendered too (a longer prompt than the user turn alone).
+printf '%s\n' '{"messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Tell a story"}]}' >"$TMP/sys.jsonl"
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/sys.jsonl" -n 1 --max-tokens 4 -o "$TMP/sys.dat" 2>/dev/null || fail "datagen with a system turn"
+np2=$("$DUMP" "$TMP/sys.dat" | sed -n '2p' | awk '{print $3}')
+[ -n "$np2" ] && [ "$np2" -gt "$np" ] || fail "the system turn is not in the prompt ($np2 vs $np tokens)"
+
+# 5c. mpirun -np 2: the sequences split over the ranks, one file, the same bytes as one process
+# (with a held-out file, and an odd count).
+if command -v mpirun >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  dg=(-m "$MODEL" --prompts "$TMP/p.txt" -n 11 --max-tokens 30 --seed 7 -t 1 --holdout 0.3)
+  "$BIN" datagen "${dg[@]}" --holdout-out "$TMP/mh1.dat" -o "$TMP/m1.dat" 2>/dev/null || fail "datagen (1 process)"
+  ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe -np 2 "$BIN" datagen "${dg[@]}" \
+    --holdout-out "$TMP/mh2.dat" -o "$TMP/m2.dat" >/dev/null 2>"$TMP/mpi.err" || fail "mpirun -np 2 datagen: $(tail -3 "$TMP/mpi.err")"
+  cmp -s "$TMP/m1.dat" "$TMP/m2.dat" && cmp -s "$TMP/mh1.dat" "$TMP/mh2.dat" ||
+    fail "mpirun -np 2 datagen differs from one process"
+  grep -c "wrote" "$TMP/mpi.err" | grep -qx 1 || fail "more than one rank reported: $(cat "$TMP/mpi.err")"
+else
+  echo "note: mpirun not installed; the MPI datagen check was skipped"
+fi
 
 # 6. Bad input: exit 1 or 2, one line naming the problem (file:line for prompt files), no output file.
 check_error() { # expected-substring, command...
@@ -115,6 +150,23 @@ printf '\n\n' >"$TMP/blank.txt"
 check_error "bad.jsonl:3:" "$BIN" datagen -m "$MODEL" --prompts "$TMP/bad.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
 check_error "bad_utf8.txt:2: invalid UTF-8" "$BIN" datagen -m "$MODEL" --prompts "$TMP/bad_utf8.txt" -n 2 --max-tokens 4 -o "$TMP/out.dat"
 check_error "noprompt.jsonl:1:" "$BIN" datagen -m "$MODEL" --prompts "$TMP/noprompt.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+printf '%s\n' 'x' '{"messages": "hi"}' >"$TMP/c1.jsonl"
+printf '%s\n' '{"messages": [{"role": "wizard", "content": "hi"}]}' >"$TMP/c2.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}' >"$TMP/c3.jsonl"
+printf '%s\n' '{"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}' >"$TMP/c4.jsonl"
+printf '%s\n' '{"conversations": [{"from": "bot", "value": "hi"}]}' >"$TMP/c5.jsonl"
+printf '%s\n' '{"instruction": 3}' >"$TMP/c6.jsonl"
+printf '%s\n' '{"messages": []}' >"$TMP/c7.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": "\ud800"}]}' >"$TMP/c8.jsonl"
+check_error "c1.jsonl:2: \"messages\" must be a non-empty array" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c1.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c2.jsonl:1: messages\[0\]: \"role\" is 'wizard'" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c2.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c3.jsonl:1: messages\[0\] has no \"content\" string" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c3.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c4.jsonl:1: the conversation has no user turn" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c4.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c5.jsonl:1: conversations\[0\]: \"from\" is 'bot'" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c5.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c6.jsonl:1: \"instruction\" must be a string" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c6.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c7.jsonl:1:" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c7.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "c8.jsonl:1:" "$BIN" datagen -m "$MODEL" --prompts "$TMP/c8.jsonl" -n 2 --max-tokens 4 -o "$TMP/out.dat"
+check_error "msg.jsonl:1: a chat conversation" "$BIN" eval -m "$MODEL" --prompts "$TMP/msg.jsonl" --spec ngram
 check_error "no prompts" "$BIN" datagen -m "$MODEL" --prompts "$TMP/blank.txt" -n 2 --max-tokens 4 -o "$TMP/out.dat"
 check_error "missing.txt" "$BIN" datagen -m "$MODEL" --prompts "$TMP/missing.txt" -n 2 --max-tokens 4 -o "$TMP/out.dat"
 check_error "exactly one of" "$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" --unconditional -n 2 --max-tokens 4 -o "$TMP/out.dat"

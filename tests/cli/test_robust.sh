@@ -108,7 +108,7 @@ one_line "$TMP/err" "inf_ffn.gguf: the model computed NaN or infinite logits"
 # checkpoint; metrics.jsonl stays JSON. Then kill -9 early in --resume never empties metrics.jsonl.
 "$BIN" datagen -m "$MODEL" --unconditional -n 8 --max-tokens 24 --seed 2 -o "$TMP/t.dat" 2>/dev/null || fail "datagen t.dat"
 # (The killed runs write no checkpoint: --save-every beyond the kill window. A kill between the files
-# of one checkpoint is another matter, not tested here.)
+# of one checkpoint: tests/cli/test_train.sh, section 6.)
 tr=(-m "$MODEL" --data "$TMP/t.dat" --layers 1 --block 4 --markov-rank 8 --anchors 8 --batch 2 -t 1 --steps 100000)
 "$BIN" train "${tr[@]}" --save-every 1 --stop-after 2 -o "$TMP/tr" 2>/dev/null || fail "train 2 steps"
 [ "$(wc -l <"$TMP/tr/metrics.jsonl")" -eq 2 ] || fail "metrics after 2 steps: $(cat "$TMP/tr/metrics.jsonl")"
