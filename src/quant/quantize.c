@@ -4,7 +4,8 @@
 // only) and then streamed, a chunk of rows at a time, into the safetensors shards of a temporary
 // directory (io/safetensors.h ds_st_writer_stream_dir), packed with quant/affine.c (the contract's
 // formulas, ../shared/docs/mlx-affine-quant.md). Memory is bounded by one chunk, not the model: the
-// source pages read are dropped again (ds_mapfile_drop) and the output goes through the page cache.
+// source pages of each chunk are dropped once read (ds_mapfile_drop; a GGUF tensor's at its end) and
+// the output goes through the page cache.
 // The directory is reloaded (smoke test) and then renamed into place.
 #include "quant/quantize.h"
 
@@ -100,6 +101,13 @@ static void src_row(const src_tensor *t, int64_t r, float *out) {
     }
     const ds_weight w = {t->dtype, (int)n_rows(t), (int)n_cols(t), t->data};
     ds_weight_row_f32(&w, (int)r, out);
+}
+
+// Drop the source pages of rows r0 .. r0+k-1 of a mapped safetensors tensor from the resident set
+// once they were read (GGUF tensors: at their end, by src_drop; their rows need not be contiguous).
+static void src_drop_rows(const src_tensor *t, int64_t r0, int64_t k) {
+    const size_t row_bytes = (size_t)n_cols(t) * ds_dtype_size(t->dtype);
+    if (t->data) ds_mapfile_drop((const char *)t->data + (size_t)r0 * row_bytes, (size_t)k * row_bytes);
 }
 
 // Drop t's source pages from the resident set once they were read.
@@ -426,6 +434,7 @@ static ds_status fill(void *vctx, ds_st_sink *sink) {
             for (int64_t r = 0; r < rows && !st; r += chunk) {
                 const int64_t k = rows - r < chunk ? rows - r : chunk;
                 st = ds_st_sink_put(sink, o->id_w, (const char *)t->data + (size_t)r * row_bytes, (size_t)k * row_bytes);
+                src_drop_rows(t, r, k);
             }
             src_drop(t);
             continue;
@@ -465,6 +474,7 @@ static ds_status fill(void *vctx, ds_st_sink *sink) {
                 ds_affine_quantize_row(row, (int)cols, o->bits, o->gs, (uint32_t *)packed + j * P, sc + j * G, bi + j * G);
             }
             if (st) break;
+            src_drop_rows(t, r, k);
             // scales/biases "stored in the source dtype" (the contract)
             convert(sc, (size_t)(k * G), o->out_dt, outs);
             convert(bi, (size_t)(k * G), o->out_dt, (char *)outs + (size_t)(k * G) * es);
