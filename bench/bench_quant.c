@@ -7,7 +7,7 @@
 //  - "bandwidth": read bandwidth (best of 5 over 512 MiB), the bound for memory-bound kernels;
 //  - "gemv": y = W x for one row (decode) per weight type F32, BF16, Q8/Q4 x groups 32/64: time,
 //    effective GB/s (weight bytes incl. scales/biases / time), fraction of the bandwidth bound and
-//    speed-up over BF16; matrices are cycled through ~1 GiB of copies so they come from DRAM;
+//    speed-up over BF16 (types f32, bf16, GGUF q8_0, affine q8/q4 in groups of 32/64); matrices are cycled through ~1 GiB of copies so they come from DRAM;
 //  - "multirow": n = 4..64 input rows, our kernel vs dequantized tiles + sgemm (the crossover);
 //  - "file_size": a synthetic realistic-shape Llama target (bf16, build/bench-models/quant-*),
 //    quantized with dspark's quantizer to 8 and 4 bits: bytes and ratio to bf16 (and to f32);
@@ -24,6 +24,7 @@
 #include "dspark.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "kernels/qmatmul.h"
 #include "quant/affine.h"
 #include "quant/quantize.h"
 
@@ -37,6 +38,16 @@ typedef struct {
 static void make_weight(bench_w *bw, int rows, int cols, ds_dtype t, int bits, int gs) {
     memset(bw, 0, sizeof *bw);
     const size_t n = (size_t)rows * cols;
+    if (t == DS_Q8_0) { // GGUF blocks of 32 int8 and an f16 scale
+        ds_block_q8_0 *blk = bw->a = malloc(n / 32 * sizeof(ds_block_q8_0));
+        for (size_t b = 0; b < n / 32; b++) {
+            blk[b].d = ds_f32_to_f16(0.05f / 127);
+            for (int j = 0; j < 32; j++) blk[b].qs[j] = (int8_t)(bench_frand() * 127);
+        }
+        ds_weight w = {t, rows, cols, bw->a};
+        bw->w = w;
+        return;
+    }
     if (!bits) {
         bw->a = malloc(n * (t == DS_F32 ? 4 : 2));
         for (size_t i = 0; i < n; i++) {
@@ -75,8 +86,7 @@ static double gemv_seconds(const ds_weight *w, int repeats, int copies, const be
     for (int j = 0; j < w->cols; j++) x[j] = bench_frand();
     ds_weight *ws = malloc(sizeof(ds_weight) * copies);
     void **bufs = calloc((size_t)copies * 3, sizeof(void *));
-    const size_t packed = ds_weight_bits(w) ? (size_t)w->rows * w->cols * ds_weight_bits(w) / 8
-                                            : (size_t)w->rows * w->cols * (w->type == DS_F32 ? 4 : 2);
+    const size_t packed = ds_weight_data_bytes(w);
     const size_t sb = ds_weight_bits(w) ? (size_t)w->rows * (w->cols / w->group_size) * 2 : 0;
     for (int c = 0; c < copies; c++) {
         ws[c] = *w;
@@ -173,7 +183,7 @@ int main(int argc, char **argv) {
         const char *name;
         ds_dtype t;
         int bits, gs;
-    } kinds[] = {{"f32", DS_F32, 0, 0}, {"bf16", DS_BF16, 0, 0}, {"q8_g32", 0, 8, 32}, {"q8_g64", 0, 8, 64},
+    } kinds[] = {{"f32", DS_F32, 0, 0}, {"bf16", DS_BF16, 0, 0}, {"q8_0", DS_Q8_0, 0, 0}, {"q8_g32", 0, 8, 32}, {"q8_g64", 0, 8, 64},
                  {"q4_g32", 0, 4, 32},  {"q4_g64", 0, 4, 64}};
     double t_bf16 = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {

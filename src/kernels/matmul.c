@@ -84,29 +84,6 @@
 #define VPAIR_F16(p, w0, w1) (w0 = ds_f16_to_f32((p)[0]), w1 = ds_f16_to_f32((p)[1]))
 #include "kernels/matmul_isa.inc"
 
-// ---- Q8_0: blocks of 32 int8 with one f16 scale (GGUF's layout) --------------------------------
-typedef struct {
-    uint16_t d;     // scale (f16)
-    int8_t qs[32];  // quants
-} ds_block_q8_0;
-
-static void rows_q8_0(float *y, int ldy, const float *x, int nb, const ds_block_q8_0 *W, int cols, int r0, int r1) {
-    const int nblk = cols / 32;
-    for (int r = r0; r < r1; r++) {
-        const ds_block_q8_0 *w = W + (size_t)r * nblk;
-        for (int i = 0; i < nb; i++) {
-            const float *xi = x + (size_t)i * cols;
-            float s = 0;
-            for (int b = 0; b < nblk; b++) {
-                float acc = 0;
-                for (int j = 0; j < 32; j++) acc += (float)w[b].qs[j] * xi[b * 32 + j];
-                s += acc * ds_f16_to_f32(w[b].d);
-            }
-            y[(size_t)i * ldy + r] = s;
-        }
-    }
-}
-
 // ---- Dispatch ------------------------------------------------------------------------------------
 typedef void (*rows_fn)(float *, int, const float *, int, const void *, int, int, int, const float *);
 typedef const float *(*pack_fn)(float *, const float *, int, int);
@@ -115,13 +92,14 @@ typedef struct {
     const char *name;
     rows_fn f32, bf16, f16;
     qrows_fn affine; // MLX affine 4/8-bit (kernels/qmatmul.c)
+    qrows_fn q8_0;   // GGUF Q8_0 (kernels/qmatmul.c)
     pack_fn pack;    // the BF16 kernel's input layout (matmul_isa.inc packall_bf16)
 } isa_table;
 
 #define ISA_ENTRY(name)                                                                                      \
     {                                                                                                        \
 #name, (rows_fn)rows_f32_##name, (rows_fn)rows_bf16_##name, (rows_fn)rows_f16_##name, ds_qrows_##name,  \
-            packall_bf16_##name                                                                              \
+            ds_q80rows_##name, packall_bf16_##name                                                                              \
     }
 static const isa_table g_isas[] = {ISA_ENTRY(avx512), ISA_ENTRY(avx2), ISA_ENTRY(scalar)};
 static const isa_table *g_isa;
@@ -216,7 +194,7 @@ static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_we
     case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
     case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
     case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
-    case DS_Q8_0: rows_q8_0(y, ldy, x, nb, w->data, w->cols, r0, r1); break;
+    case DS_Q8_0: t->q8_0(y, ldy, x, nb, w, r0, r1); break;
     case DS_AFFINE4:
     case DS_AFFINE8: t->affine(y, ldy, x, nb, w, r0, r1); break;
     default: break;

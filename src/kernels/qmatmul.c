@@ -10,10 +10,12 @@
 #include "kernels/simd.h"
 #include "quant/affine.h"
 
-// Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c) and the most groups
-// per pass (bounds the per-group Σx table on the stack: 8 × 512 floats).
+// Bytes of input rows kept in L1 per pass (as DS_X_BLOCK_BYTES in matmul.c), the most groups per
+// pass (bounds the per-group Σx table on the stack: 8 × 512 floats), and the columns of one
+// segment, the unit of the arithmetic (qmatmul_isa.inc): 8 input rows of one segment fill the block.
 #define DS_QX_BLOCK_BYTES 32768
 #define DS_QX_GROUPS 512
+#define DS_QSEG 1024
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 #define ISA avx512
@@ -26,6 +28,11 @@
 #define VSUM(v) _mm512_reduce_add_ps(v)
 #define VLOAD_F32(p) _mm512_loadu_ps(p)
 // 2 x 16 bytes -> 2 x 16 floats
+#define VQ8S(b, j, v0, v1) /* signed: Q8_0 */                                                          \
+    do {                                                                                              \
+        v0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j))))); \
+        v1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j) + 16)))); \
+    } while (0)
 #define VQ8(b, j, v0, v1)                                                                             \
     do {                                                                                              \
         v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((b) + (j))))); \
@@ -53,6 +60,12 @@
 #define VSUM(v) ds_hsum256(v)
 #define VLOAD_F32(p) _mm256_loadu_ps(p)
 // 16 bytes -> 2 x 8 floats
+#define VQ8S(b, j, v0, v1) /* signed: Q8_0 */                                              \
+    do {                                                                                   \
+        const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j)));                \
+        v0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw_));                               \
+        v1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(raw_, raw_)));     \
+    } while (0)
 #define VQ8(b, j, v0, v1)                                                                  \
     do {                                                                                   \
         const __m128i raw_ = _mm_loadu_si128((const __m128i *)((b) + (j)));                \
@@ -80,5 +93,6 @@
 #define VSUM(v) (v)
 #define VLOAD_F32(p) (*(p))
 #define VQ8(b, j, v0, v1) (v0 = (float)(b)[j], v1 = (float)(b)[(j) + 1])
+#define VQ8S(b, j, v0, v1) (v0 = (float)((const int8_t *)(b))[j], v1 = (float)((const int8_t *)(b))[(j) + 1])
 #define VQ4(b, j, v0, v1) (v0 = (float)((b)[(j) / 2] & 15), v1 = (float)((b)[(j) / 2] >> 4))
 #include "kernels/qmatmul_isa.inc"

@@ -227,12 +227,12 @@ static void run_type(ds_dtype type, const int *cols_list, int n_cols) {
 }
 
 static const int k_cols[] = {1, 15, 16, 17, 64, 100, 257};
-static const int k_cols_q8[] = {32, 64, 96, 256};
+static const int k_cols_q8[] = {32, 64, 96, 256, 1056, 4128}; // up to several 1024-column segments
 
 static void test_matmul_f32(void **state) { run_type(DS_F32, k_cols, 7); }
 static void test_matmul_f16(void **state) { run_type(DS_F16, k_cols, 7); }
 static void test_matmul_bf16(void **state) { run_type(DS_BF16, k_cols, 7); }
-static void test_matmul_q8_0(void **state) { run_type(DS_Q8_0, k_cols_q8, 4); }
+static void test_matmul_q8_0(void **state) { run_type(DS_Q8_0, k_cols_q8, 6); }
 
 // The sgemm path with several tiles of widened BF16/F16 rows (the last one partial): tile rows are
 // max(16, 2^18 / cols), so 16385 columns give tiles of 16 rows over 40 rows.
@@ -618,17 +618,18 @@ static void test_threads(void **state) {
 // matmul_isa.inc (input rows whole from L1, two passes over L2 panels, segments outer), row
 // counts that leave remainders of the register blocks and several panels, and column tails.
 static void test_rows_batch_invariant(void **state) {
-    const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16};
+    const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16, DS_Q8_0};
     const int cols_list[] = {100, 1500, 2065, 4100};
+    const int cols_q8[] = {96, 1024, 1504, 4128}; // Q8_0 rows are whole blocks of 32
     const int rows_list[] = {19, 203};
     const int ns[] = {2, 3, 4, 5, 6, 7, 8, 9, 12, 17, 23};
     ds_matmul_set_gemm_min_rows(1 << 30); // the kernel at every n
     for (int is = 0; is < N_ISAS; is++) {
         if (!force_isa_or_skip(k_isas[is])) continue;
-        for (int t = 0; t < 3; t++)
+        for (int t = 0; t < 4; t++)
             for (int ci = 0; ci < 4; ci++)
                 for (int ri = 0; ri < 2; ri++) {
-                    const int rows = rows_list[ri], cols = cols_list[ci];
+                    const int rows = rows_list[ri], cols = types[t] == DS_Q8_0 ? cols_q8[ci] : cols_list[ci];
                     test_weight tw;
                     make_weight(&tw, types[t], rows, cols);
                     const size_t nsc = ds_matmul_scratch_floats(&tw.w) * (size_t)ds_threads_max();

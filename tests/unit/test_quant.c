@@ -263,6 +263,51 @@ static void test_kernels_large(void **state) {
     qmat_free(&m);
 }
 
+// Each row of a product through the few-rows kernel is bitwise that row computed alone, for every
+// ISA, bit width, group size and a column count below, at, and well past one segment (1024) and past
+// what fits in L1 for 1 row (8192): the arithmetic depends on the columns alone, so verifying a
+// block gives the tokens decoding gives (the old kernel cut columns into chunks sized by the number
+// of input rows: 4096 columns were one chunk alone and four in a batch of 7).
+static void test_qrows_batch_invariant(void **state) {
+    (void)state;
+    const char *isas[] = {"avx512", "avx2", "scalar"};
+    const int cols_list[] = {320, 1024, 4096, 9216}, ns[] = {2, 3, 5, 7, 8, 9, 13, 17};
+    ds_matmul_set_gemm_min_rows(1 << 30); // the kernel at every n
+    int tested = 0;
+    for (size_t k = 0; k < 3; k++) {
+        if (!ds_matmul_force_isa(isas[k])) continue;
+        tested++;
+        for (int bits = 4; bits <= 8; bits += 4)
+            for (int gs = 32; gs <= 64; gs += 32)
+                for (int ci = 0; ci < 4; ci++) {
+                    const int rows = 21, cols = cols_list[ci], nmax = 17;
+                    qmat m;
+                    qmat_make(&m, rows, cols, bits, gs, ci % 2 ? DS_BF16 : DS_F32);
+                    float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
+                    float *y1 = malloc(sizeof(float) * (size_t)rows);
+                    for (size_t t = 0; t < (size_t)nmax * cols; t++) x[t] = nrand();
+                    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                        ds_matmul(y, x, &m.w, ns[ni], NULL);
+                        for (int i = 0; i < ns[ni]; i++) {
+                            ds_matmul(y1, x + (size_t)i * cols, &m.w, 1, NULL);
+                            if (memcmp(y1, y + (size_t)i * rows, sizeof(float) * (size_t)rows) != 0) {
+                                print_error("%s bits %d gs %d cols %d: row %d of %d differs from it alone\n",
+                                            isas[k], bits, gs, cols, i, ns[ni]);
+                                fail();
+                            }
+                        }
+                    }
+                    free(x);
+                    free(y);
+                    free(y1);
+                    qmat_free(&m);
+                }
+    }
+    ds_matmul_set_gemm_min_rows(0);
+    assert_true(tested >= 1);
+    if (!ds_matmul_force_isa(isas[0]) && !ds_matmul_force_isa(isas[1])) ds_matmul_force_isa(isas[2]);
+}
+
 // The quantized embedding gather and ds_weight_bytes.
 static void test_gather_bytes(void **state) {
     (void)state;
@@ -409,7 +454,8 @@ int main(void) {
         cmocka_unit_test(test_constant_groups), cmocka_unit_test(test_pack8),
         cmocka_unit_test(test_dequant_formula),
         cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_kernels),
-        cmocka_unit_test(test_kernels_large),   cmocka_unit_test(test_gather_bytes),
+        cmocka_unit_test(test_kernels_large),
+        cmocka_unit_test(test_qrows_batch_invariant),   cmocka_unit_test(test_gather_bytes),
         cmocka_unit_test(test_st_weight),       cmocka_unit_test(test_config_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
