@@ -2,7 +2,8 @@
 //
 //   bench_draft [--dim 4096 --ffn 12288 --heads 32 --kv-heads 8 --vocab 151936] (default: Qwen3-8B)
 //               [--target-layers 5] [--full-layers 36] [--threads 1,2] [--repeats 5] [--ctx 128]
-//               [--append 3] [--rs 1,4] [--drafters bf16,q8,q4] [--draft-vocab 0,32768]
+//               [--append 3] [--rs 1,4] [--drafters bf16,q8,q4] [--draft-vocab 0,32768] [--profile 0|1]
+//               [--slots N]
 //
 // The drafter is what init-drafter writes for the target (5 layers, block 7, Markov rank 256,
 // confidence head, bf16; quantized to 8 or 4 bits, group 64, by `quantize` for q8 / q4), with the
@@ -11,17 +12,24 @@
 // its decode step is taken to the full depth two ways, both reported:
 //   measured:  step(L) + (full - L) * layer,  layer = (step(L) - head) / L, head = the LM head
 //              product (1 row per sequence) timed on its own;
-//   bandwidth: weight bytes of the full-depth target per step / the measured read bandwidth.
+//   bandwidth: weight bytes of the full-depth target per step / the read bandwidth measured in the
+//              same repeat (best of 5 passes over 1 GiB: the bound a memory-bound step could reach).
 // A drafting round is what the engine runs per round: the context projection of `--append` newly
 // committed rows per sequence (ds_drafter_append) plus the block forward, LM head and Markov walk of
-// every sequence (ds_drafter_draft_batch, all block slots), for R sequences with --ctx context rows
-// each; the decode step it is compared with is one plain decoding step of the same R sequences.
+// every sequence (ds_drafter_draft_batch, all block slots, or --slots N of them: the block forward
+// still runs every slot), for R sequences with --ctx context rows each; the decode step it is
+// compared with is one plain decoding step of the same R sequences.
 // Within a repeat every measurement is taken back to back (step, then each drafter), so each ratio
 // comes from one repeat's pair; the lines give median, min and max over the repeats. The LM head
 // term of the round is also timed alone (lm_head_ms); rest_ms = round - append - LM head (the block
 // forward through the draft layers, norms and the Markov walk). --draft-vocab K > 0 restricts the drafter's
 // LM head and Markov head to K token ids (ds_drafter_set_vocab; here the first K ids, which costs
 // the same as any K).
+// --profile 1 adds a "draft_profile" line per drafter: the round term by term, each term the same
+// calls the round makes (ds_matmul on the drafter's weights at the round's row counts, the Markov
+// walk's per-slot pieces), timed alone in the same repeat, next to its roofline max(bytes / read
+// bandwidth, multiply-adds / f32 FMA peak), both measured in the run (bench_read_bandwidth,
+// bench_fma_peak); "other" = round - the terms (attention, norms, RoPE, embedding rows, copies).
 // Models go to build/bench-models/ (about 3.2 GB for the target, 4.7 GB for the bf16 drafter, 2.6 /
 // 1.4 GB for q8 / q4); delete them when done.
 #include <stdio.h>
@@ -32,13 +40,20 @@
 #include "bench_util.h"
 #include "draft/drafter.h"
 #include "dspark.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "quant/quantize.h"
 
 #define MAX_R 16
 #define MAX_REPEATS 64
 
-static int g_nseq = 1; // sequences set up (the largest R asked for)
+static int g_nseq = 1;  // sequences set up (the largest R asked for)
+static int g_slots = 0; // --slots: slots drafted per sequence (0 = the block)
+
+// Slots a round drafts per sequence of drafter d.
+static int round_slots(const ds_drafter *d) {
+    return g_slots > 0 && g_slots < d->info.block_size ? g_slots : d->info.block_size;
+}
 
 typedef struct {
     double v[MAX_REPEATS];
@@ -141,6 +156,8 @@ typedef struct {
     float *logits[MAX_R]; // (block, V) each
     float *conf[MAX_R];
     float *h, *u, *scratch; // the LM head product alone: (MAX_R * block, H), (MAX_R * block, V)
+    float *px, *py;         // --profile: inputs (MAX_R * block, max(T*H, F)) and outputs (.., max(F, qd))
+    float *pscratch;        // --profile: scratch as forward.c sizes it (its largest weights)
     ds_rng rng[MAX_R];
     int ctx, append;
 } draft_bench;
@@ -171,6 +188,17 @@ static int draft_open(draft_bench *b, const char *name, const char *dir, const d
     b->u = malloc(sizeof(float) * (size_t)MAX_R * B * V);
     b->scratch = malloc(sizeof(float) * (ds_matmul_scratch_floats(&d->lm_head) + 16) * (size_t)omp_get_num_procs());
     for (size_t i = 0; i < (size_t)MAX_R * B * H; i++) b->h[i] = bench_frand();
+    const size_t in = (size_t)(T * H > d->F ? T * H : d->F), qd = (size_t)d->nq * d->hd;
+    const size_t outc = (size_t)d->F > qd ? (size_t)d->F : qd;
+    b->px = malloc(sizeof(float) * (size_t)MAX_R * B * in);
+    b->py = malloc(sizeof(float) * (size_t)MAX_R * B * outc);
+    for (size_t i = 0; i < (size_t)MAX_R * B * in; i++) b->px[i] = bench_frand();
+    size_t sc = 0;
+    const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_gate,
+                             &d->layers[0].w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if (ws[i]->data && ds_matmul_scratch_floats(ws[i]) > sc) sc = ds_matmul_scratch_floats(ws[i]);
+    b->pscratch = malloc(sizeof(float) * (sc + 16) * (size_t)omp_get_num_procs());
     return 0;
 }
 
@@ -187,14 +215,94 @@ static void draft_close(draft_bench *b) {
     free(b->h);
     free(b->u);
     free(b->scratch);
+    free(b->px);
+    free(b->py);
+    free(b->pscratch);
+}
+
+// ---- the round term by term (--profile) ----------------------------------------------------------
+
+enum { P_FC, P_KV, P_Q, P_K, P_V, P_O, P_GATE, P_UP, P_DOWN, P_HEAD, P_MARKOV, P_CONF, P_ARGMAX, P_N };
+static const char *const prof_names[P_N] = {"append_fc", "append_kv", "q", "k", "v", "o", "gate",
+                                            "up", "down", "lm_head", "markov", "confidence", "argmax"};
+
+typedef struct {
+    double bytes[P_N], macs[P_N]; // per round
+} prof_cost;
+
+// Seconds of ds_matmul(w) over n rows of the profile input, summed into *acc; bytes and MACs too.
+static void prof_mm(draft_bench *b, const ds_weight *w, int n, double *acc, double *bytes, double *macs) {
+    const double t0 = bench_now();
+    ds_matmul(b->py, b->px, w, n, b->pscratch);
+    *acc += bench_now() - t0;
+    *bytes += (double)ds_weight_bytes(w);
+    *macs += (double)n * w->rows * w->cols;
+}
+
+// One timing of every term of a round for R sequences into t[P_N] (seconds); their costs into c.
+static void draft_profile(draft_bench *b, int R, double *t, prof_cost *c) {
+    const ds_drafter *d = b->d;
+    const int B = d->info.block_size, M = R * B, K = ds_drafter_vocab_size(d), S = round_slots(d), Ms = R * S;
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < P_N; i++) t[i] = 0;
+    for (int r = 0; r < R; r++) prof_mm(b, &d->fc, b->append, &t[P_FC], &c->bytes[P_FC], &c->macs[P_FC]);
+    for (int l = 0; l < d->info.n_layers; l++) {
+        const ds_draft_layer *y = &d->layers[l];
+        for (int r = 0; r < R; r++) { // appends are per sequence
+            prof_mm(b, &y->wk, b->append, &t[P_KV], &c->bytes[P_KV], &c->macs[P_KV]);
+            if (y->wv.data) prof_mm(b, &y->wv, b->append, &t[P_KV], &c->bytes[P_KV], &c->macs[P_KV]);
+        }
+        prof_mm(b, &y->wq, M, &t[P_Q], &c->bytes[P_Q], &c->macs[P_Q]);
+        prof_mm(b, &y->wk, M, &t[P_K], &c->bytes[P_K], &c->macs[P_K]);
+        if (y->wv.data) prof_mm(b, &y->wv, M, &t[P_V], &c->bytes[P_V], &c->macs[P_V]);
+        prof_mm(b, &y->wo, M, &t[P_O], &c->bytes[P_O], &c->macs[P_O]);
+        prof_mm(b, &y->w_gate, M, &t[P_GATE], &c->bytes[P_GATE], &c->macs[P_GATE]);
+        prof_mm(b, &y->w_up, M, &t[P_UP], &c->bytes[P_UP], &c->macs[P_UP]);
+        prof_mm(b, &y->w_down, M, &t[P_DOWN], &c->bytes[P_DOWN], &c->macs[P_DOWN]);
+    }
+    const ds_weight *head = K < d->V ? &d->vocab_head : &d->lm_head;
+    { // the LM head over every slot: one product, as the round does it
+        const double t0 = bench_now();
+        ds_matmul(b->u, b->h, head, Ms, b->scratch);
+        t[P_HEAD] = bench_now() - t0;
+        c->bytes[P_HEAD] = (double)ds_weight_bytes(head);
+        c->macs[P_HEAD] = (double)Ms * head->rows * head->cols;
+    }
+    // The walk's pieces per slot: Markov (W1 row, the head's projection, W2 · v over the draft
+    // vocabulary), the confidence dot product, the argmax over V.
+    const ds_weight *w2 = K < d->V ? &d->vocab_w2 : &d->markov_w2;
+    const ds_weight *proj = d->markov == DS_MARKOV_GATED ? &d->gate_proj : d->markov == DS_MARKOV_RNN ? &d->joint_proj : NULL;
+    float *w1 = b->py, *z = b->px; // (r) W1[prev]; (proj cols) the gated / rnn head's input
+    volatile float sink = 0;
+    double t0 = bench_now();
+    for (int k = 0; k < Ms && d->r > 0; k++) {
+        ds_weight_row_f32(&d->markov_w1, (k * 7919 + 3) % d->V, w1);
+        if (proj) ds_matmul(b->py + d->r, z, proj, 1, b->pscratch);
+        ds_matmul(b->u + (size_t)k * K, w1, w2, 1, b->pscratch);
+    }
+    t[P_MARKOV] = bench_now() - t0;
+    if (d->r > 0) {
+        c->bytes[P_MARKOV] = (double)Ms * (double)ds_weight_bytes(w2); // W2 once per slot (L3 may hold it)
+        c->macs[P_MARKOV] = (double)Ms * ((double)w2->rows * w2->cols + (proj ? (double)proj->rows * proj->cols : 0));
+        if (proj) c->bytes[P_MARKOV] += (double)Ms * ds_weight_bytes(proj);
+    }
+    t0 = bench_now();
+    for (int k = 0; k < Ms && d->conf_w; k++) sink += ds_dot(d->conf_w, b->h + (size_t)k * d->H, d->H);
+    t[P_CONF] = bench_now() - t0;
+    c->macs[P_CONF] = d->conf_w ? (double)Ms * d->H : 0;
+    c->bytes[P_CONF] = d->conf_w ? 4.0 * d->H : 0;
+    t0 = bench_now();
+    for (int k = 0; k < Ms; k++) sink += (float)ds_argmax(b->logits[k / S] + (size_t)(k % S) * d->V, d->V);
+    t[P_ARGMAX] = bench_now() - t0;
+    c->bytes[P_ARGMAX] = 4.0 * Ms * d->V; // the slots' logits (in cache: this is a floor)
+    (void)sink;
 }
 
 // Seconds of one round for R sequences (greedy): the append of b->append rows per sequence and the
-// drafting of every block slot; then the contexts are rolled back to b->ctx. *append_s gets the
+// drafting of round_slots() slots; then the contexts are rolled back to b->ctx. *append_s gets the
 // append part.
 static double draft_round(draft_bench *b, int R, double *append_s) {
     const ds_drafter *d = b->d;
-    const int B = d->info.block_size;
     int32_t anchors[MAX_R];
     int slots[MAX_R];
     const ds_sampler_params greedy = {.temperature = 0, .top_k = 0, .top_p = 1, .min_p = 0};
@@ -202,7 +310,7 @@ static double draft_round(draft_bench *b, int R, double *append_s) {
     ds_rng *rng[MAX_R];
     for (int r = 0; r < R; r++) {
         anchors[r] = (int32_t)((r * 7919 + 5) % d->V);
-        slots[r] = B;
+        slots[r] = round_slots(d);
         sp[r] = &greedy;
         rng[r] = &b->rng[r];
     }
@@ -221,7 +329,7 @@ static double draft_round(draft_bench *b, int R, double *append_s) {
 static double draft_head(draft_bench *b, int R) {
     const ds_weight *w = ds_drafter_vocab_size(b->d) < b->d->V ? &b->d->vocab_head : &b->d->lm_head;
     const double t0 = bench_now();
-    ds_matmul(b->u, b->h, w, R * b->d->info.block_size, b->scratch);
+    ds_matmul(b->u, b->h, w, R * round_slots(b->d), b->scratch);
     return bench_now() - t0;
 }
 
@@ -284,7 +392,7 @@ static int parse_list(const char *s, int *out, int cap) {
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     bench_shape s = {4096, 5, 12288, 32, 8, 151936, DS_BF16, 128, 1, NULL};
-    int full = 36, repeats = 5, ctx = 128, append = 3;
+    int full = 36, repeats = 5, ctx = 128, append = 3, profile = 0;
     const char *threads = "1,2", *rs = "1,4", *drafters = "bf16", *vocabs = "0";
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
@@ -298,6 +406,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--rs")) rs = v;
         else if (!strcmp(o, "--drafters")) drafters = v;
         else if (!strcmp(o, "--draft-vocab")) vocabs = v;
+        else if (!strcmp(o, "--profile")) profile = atoi(v);
+        else if (!strcmp(o, "--slots")) g_slots = atoi(v);
         else {
             fprintf(stderr, "bench_draft: unknown option %s\n", o);
             return 2;
@@ -359,15 +469,22 @@ int main(int argc, char **argv) {
     for (const char *p = threads; *p;) {
         const int th = atoi(p);
         ds_set_threads(th);
-        const double bw = bench_read_bandwidth(th);
         for (int ri = 0; ri < nR; ri++) {
             const int r = R[ri];
-            series step, head, full_step, round[16], app[16], dhead[16], rest[16], ratio[16], ratio_bw[16];
+            series step, head, full_step, round[16], app[16], dhead[16], rest[16], ratio[16], ratio_bw[16], bws, peaks;
+            bws.n = peaks.n = 0;
+            static series pterm[16][P_N + 1]; // --profile: each term, then "other"
+            prof_cost pcost[16];
+            memset(pterm, 0, sizeof pterm);
             step.n = head.n = full_step.n = 0;
             for (int i = 0; i < 16; i++) round[i].n = app[i].n = dhead[i].n = rest[i].n = ratio[i].n = ratio_bw[i].n = 0;
             target_step(&tb, r); // warm up every path once
             for (int i = 0; i < nd; i++) draft_round(&db[i], r, &(double){0});
             for (int rep = 0; rep < repeats; rep++) {
+                // The bandwidth (and, profiling, the FMA peak) in every repeat, next to what it prices.
+                const double bw_r = bench_read_bandwidth(th);
+                series_add(&bws, bw_r);
+                if (profile) series_add(&peaks, bench_fma_peak(th));
                 const double ts = target_step(&tb, r), th_ = target_head(&tb, r);
                 const double tf = ts + (full - s.layers) * (ts - th_) / s.layers;
                 series_add(&step, ts);
@@ -382,22 +499,34 @@ int main(int argc, char **argv) {
                     series_add(&dhead[i], tl);
                     series_add(&rest[i], tr - ta - tl);
                     series_add(&ratio[i], tr / tf);
-                    series_add(&ratio_bw[i], tr / (full_bytes / bw));
+                    series_add(&ratio_bw[i], tr / (full_bytes / bw_r));
+                    if (profile) {
+                        double tt[P_N], sum = 0;
+                        draft_profile(&db[i], r, tt, &pcost[i]);
+                        for (int k = 0; k < P_N; k++) {
+                            series_add(&pterm[i][k], tt[k]);
+                            sum += tt[k];
+                        }
+                        series_add(&pterm[i][P_N], tr - sum);
+                    }
                 }
             }
+            qsort(bws.v, (size_t)bws.n, sizeof(double), bench_cmp_double);
+            qsort(peaks.v, (size_t)peaks.n, sizeof(double), bench_cmp_double);
+            const double bw = bws.v[bws.n / 2], peak = profile ? peaks.v[peaks.n / 2] : 0; // medians
             printf("{\"bench\": \"decode_step\", \"threads\": %d, \"R\": %d, \"ctx\": %d, \"dim\": %d, \"ffn\": %d, "
                    "\"vocab\": %d, \"target_layers\": %d, \"full_layers\": %d",
                    th, r, ctx, s.dim, s.ffn, s.vocab, s.layers, full);
             series_print("step_ms", &step, 1e3);
             series_print("head_ms", &head, 1e3);
             series_print("full_step_ms", &full_step, 1e3);
-            printf(", \"read_gb_per_s\": %.2f, \"full_bytes\": %.0f, \"bw_full_step_ms\": %.1f}\n", bw / 1e9, full_bytes,
-                   full_bytes / bw * 1e3);
+            series_print("read_gb_per_s", &bws, 1e-9);
+            printf(", \"full_bytes\": %.0f, \"bw_full_step_ms\": %.1f}\n", full_bytes, full_bytes / bw * 1e3);
             for (int i = 0; i < nd; i++) {
                 printf("{\"bench\": \"draft_round\", \"drafter\": \"%s\", \"draft_vocab\": %d, \"threads\": %d, \"R\": %d, "
-                       "\"block\": %d, \"draft_layers\": %d, \"append_rows\": %d",
+                       "\"block\": %d, \"slots\": %d, \"draft_layers\": %d, \"append_rows\": %d",
                        db[i].name, ds_drafter_vocab_size(db[i].d), th, r, db[i].d->info.block_size,
-                       db[i].d->info.n_layers, append);
+                       round_slots(db[i].d), db[i].d->info.n_layers, append);
                 series_print("round_ms", &round[i], 1e3);
                 series_print("append_ms", &app[i], 1e3);
                 series_print("lm_head_ms", &dhead[i], 1e3);
@@ -405,6 +534,31 @@ int main(int argc, char **argv) {
                 series_print("round_over_step", &ratio[i], 1);
                 series_print("round_over_bw_step", &ratio_bw[i], 1);
                 printf("}\n");
+            }
+            for (int i = 0; i < nd && profile; i++) {
+                qsort(full_step.v, (size_t)full_step.n, sizeof(double), bench_cmp_double);
+                const double fs = full_step.v[full_step.n / 2];
+                printf("{\"bench\": \"draft_profile\", \"drafter\": \"%s\", \"draft_vocab\": %d, \"threads\": %d, "
+                       "\"R\": %d, \"read_gb_per_s\": %.2f, \"fma_gmac_per_s\": %.1f, \"full_step_ms\": %.1f",
+                       db[i].name, ds_drafter_vocab_size(db[i].d), th, r, bw / 1e9, peak / 1e9, fs * 1e3);
+                double roof_total = 0;
+                for (int k = 0; k <= P_N; k++) {
+                    series *t = &pterm[i][k];
+                    qsort(t->v, (size_t)t->n, sizeof(double), bench_cmp_double);
+                    const double med = t->v[t->n / 2];
+                    printf(", \"%s\": {\"ms\": %.4g, \"min\": %.4g, \"max\": %.4g, \"of_step\": %.4f", k < P_N ? prof_names[k] : "other",
+                           med * 1e3, t->v[0] * 1e3, t->v[t->n - 1] * 1e3, med / fs);
+                    if (k < P_N) {
+                        const double t_b = pcost[i].bytes[k] / bw, t_c = pcost[i].macs[k] / peak;
+                        const double roof = t_b > t_c ? t_b : t_c;
+                        roof_total += roof;
+                        printf(", \"mb\": %.1f, \"gmac\": %.3f, \"roof_ms\": %.4g, \"bound\": \"%s\", \"over_roof\": %.2f",
+                               pcost[i].bytes[k] / 1e6, pcost[i].macs[k] / 1e9, roof * 1e3, t_b > t_c ? "bytes" : "flops",
+                               roof > 0 ? med / roof : 0);
+                    }
+                    printf("}");
+                }
+                printf(", \"roof_round_ms\": %.1f, \"roof_round_of_step\": %.4f}\n", roof_total * 1e3, roof_total / fs);
             }
             fflush(stdout);
         }

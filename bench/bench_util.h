@@ -82,30 +82,82 @@ __attribute__((target("avx2"))) static inline float bench_sum_avx2(const float *
     return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
 }
 
-// Best-of-5 read bandwidth (bytes/s) over 1 GiB (far beyond the caches), with `threads`.
-static inline double bench_read_bandwidth(int threads) {
-    const size_t n = (size_t)1 << 28; // 1 GiB of floats
-    float *buf = aligned_alloc(64, n * sizeof(float));
-    if (!buf) return 0;
-    memset(buf, 0, n * sizeof(float));
+// The best of 5 rates (units per second) of `part`, run by `threads` threads at once: part(ctx,
+// t, nt) does thread t's share of the units and returns a value that keeps it from being optimized
+// away.
+static inline double bench_best_rate(int threads, float (*part)(void *, int, int), void *ctx, double units) {
     double best = 0;
     volatile float sink = 0;
     for (int rep = 0; rep < 5; rep++) {
         const double t0 = bench_now();
         float total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-        {
-            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-            const size_t per = n / (size_t)nt / 32 * 32;
-            total += bench_sum_avx2(buf + per * (size_t)t, per);
-        }
+        total += part(ctx, omp_get_thread_num(), omp_get_num_threads());
         sink += total;
-        const double bw = (double)n * sizeof(float) / (bench_now() - t0);
-        best = bw > best ? bw : best;
+        const double rate = units / (bench_now() - t0);
+        best = rate > best ? rate : best;
     }
     (void)sink;
+    return best;
+}
+
+typedef struct {
+    const float *buf;
+    size_t n;
+} bench_read_job;
+
+static inline float bench_read_part(void *ctx, int t, int nt) {
+    const bench_read_job *j = ctx;
+    const size_t per = j->n / (size_t)nt / 32 * 32;
+    return bench_sum_avx2(j->buf + per * (size_t)t, per);
+}
+
+// Best-of-5 read bandwidth (bytes/s) over 1 GiB (far beyond the caches), with `threads`.
+static inline double bench_read_bandwidth(int threads) {
+    const size_t n = (size_t)1 << 28; // 1 GiB of floats
+    float *buf = aligned_alloc(64, n * sizeof(float));
+    if (!buf) return 0;
+    memset(buf, 0, n * sizeof(float));
+    bench_read_job j = {buf, n};
+    const double best = bench_best_rate(threads, bench_read_part, &j, (double)n * sizeof(float));
     free(buf);
     return best;
+}
+
+// ---- compute peak -------------------------------------------------------------------------------
+
+// Best-of-5 f32 multiply-adds per second with `threads`: 16 independent AVX-512 FMA chains per
+// thread (enough to cover the latency of two FMA ports), or AVX2 where AVX-512 is absent. The
+// roofline's compute side for the kernels, which are f32 FMA after widening.
+// One function per instruction set: 16 chains of `iters` FMAs each; returns a sum (keeps them live).
+#define BENCH_FMA_LOOP(NAME, TARGET, VEC, SET1, FMADD, ADD, LANES)                                  \
+    __attribute__((target(TARGET))) static inline float NAME(long iters) {                           \
+        VEC a[16];                                                                                   \
+        const VEC m = SET1(0.999999f), c = SET1(1e-7f);                                              \
+        for (int i = 0; i < 16; i++) a[i] = SET1((float)i);                                          \
+        for (long k = 0; k < iters; k++)                                                             \
+            for (int i = 0; i < 16; i++) a[i] = FMADD(a[i], m, c);                                   \
+        VEC s = a[0];                                                                                \
+        for (int i = 1; i < 16; i++) s = ADD(s, a[i]);                                               \
+        float out[LANES];                                                                            \
+        memcpy(out, &s, sizeof out);                                                                 \
+        return out[0] + out[LANES - 1];                                                              \
+    }
+BENCH_FMA_LOOP(bench_fma_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 16)
+BENCH_FMA_LOOP(bench_fma_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, 8)
+#undef BENCH_FMA_LOOP
+
+static inline float bench_fma_part(void *ctx, int t, int nt) {
+    (void)t, (void)nt;
+    const long iters = *(const long *)ctx;
+    return __builtin_cpu_supports("avx512f") ? bench_fma_avx512(iters) : bench_fma_avx2(iters);
+}
+
+static inline double bench_fma_peak(int threads) {
+    __builtin_cpu_init();
+    long iters = 1L << 22; // 2^22 x 16 FMAs per thread: ~20-50 ms
+    const double lanes = __builtin_cpu_supports("avx512f") ? 16 : 8;
+    return bench_best_rate(threads, bench_fma_part, &iters, (double)threads * (double)iters * 16.0 * lanes);
 }
 
 // ---- synthetic model ----------------------------------------------------------------------------

@@ -23,8 +23,6 @@
 // Input rows up to this size are read from L1 whole while the weights stream row by row (longest
 // streams); bigger inputs go segment by segment.
 #define DS_X_L1_BYTES 32768
-// Weight rows a multi-pass product keeps in L2 between its passes over them.
-#define DS_PANEL_BYTES (256 * 1024)
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 #define ISA avx512
