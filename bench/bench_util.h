@@ -299,6 +299,129 @@ done:
     return rc;
 }
 
+// ---- synthetic mixture-of-experts model (streamed) -----------------------------------------------
+
+// A random-weight Qwen3-MoE (Qwen3MoeForCausalLM: q/k norms, every layer sparse, norm_topk_prob,
+// untied head) with the experts one module each (mlp.experts.E.gate_proj.weight, ...: the Hugging
+// Face checkpoints' layout). Its tensors are streamed into the shards (ds_st_writer_stream_dir) a
+// megabyte at a time, so a many-GB model is written in bounded memory.
+typedef struct {
+    bench_shape s;  // dim, layers, heads, kv_heads, head_dim, vocab, dtype (F32 or BF16); ffn unused
+    int experts, top_k, moe_ffn;
+} bench_moe_shape;
+
+// Qwen3-30B-A3B: hidden 2048, 48 layers, 32/4 heads of 128, vocab 151936, 128 experts, top 8, 768 wide.
+static inline bench_moe_shape bench_moe_qwen3_30b_a3b(void) {
+    return (bench_moe_shape){{2048, 48, 0, 32, 4, 151936, DS_BF16, 128, 1, NULL}, 128, 8, 768};
+}
+
+typedef struct {
+    const ds_st_writer *w;
+    int n;
+    int *ids;
+    float *scale; // (n) uniform in [-scale, scale); 0 = a norm (all ones)
+    size_t *elems;
+    ds_dtype *dt;
+} bench_moe_fill_ctx;
+
+static inline ds_status bench_moe_fill(void *vctx, ds_st_sink *sink) {
+    bench_moe_fill_ctx *c = vctx;
+    enum { CHUNK = 1 << 19 };
+    static float buf[CHUNK];
+    ds_status st = DS_OK;
+    for (int i = 0; i < c->n && !st; i++) {
+        if (i % 64 == 0) fprintf(stderr, "\rbench: tensor %d/%d", i + 1, c->n);
+        for (size_t at = 0; at < c->elems[i] && !st; at += CHUNK) {
+            const size_t k = c->elems[i] - at < CHUNK ? c->elems[i] - at : CHUNK;
+            for (size_t j = 0; j < k; j++) {
+                const float v = c->scale[i] ? bench_frand() * c->scale[i] : 1.0f;
+                if (c->dt[i] == DS_F32) buf[j] = v;
+                else ((uint16_t *)buf)[j] = ds_f32_to_bf16(v);
+            }
+            st = ds_st_sink_put(sink, c->ids[i], buf, k * ds_dtype_size(c->dt[i]));
+        }
+    }
+    fprintf(stderr, "\n");
+    return st;
+}
+
+// Writes it to `dir` unless `dir` already holds a config.json (shards of at most 2 GiB). Returns 0,
+// or 1 with a message.
+static inline int bench_make_synthetic_moe(const char *dir, const bench_moe_shape *ms) {
+    const bench_shape *s = &ms->s;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0) return 0; // already there
+    const int hd = s->head_dim ? s->head_dim : s->dim / s->heads;
+    const int cap = 3 + s->layers * (9 + 3 * ms->experts);
+    fprintf(stderr, "bench: writing a synthetic %s Qwen3-MoE (dim %d, %d layers, %d experts top %d of width %d, vocab %d) to %s\n",
+            ds_dtype_name(s->dtype), s->dim, s->layers, ms->experts, ms->top_k, ms->moe_ffn, s->vocab, dir);
+    mkdir(dir, 0755);
+    ds_st_writer *w = ds_st_writer_new();
+    bench_moe_fill_ctx c = {w, 0, calloc((size_t)cap, sizeof(int)), calloc((size_t)cap, sizeof(float)),
+                            calloc((size_t)cap, sizeof(size_t)), calloc((size_t)cap, sizeof(ds_dtype))};
+    int rc = 1;
+    char name[160];
+    if (!w || !c.ids || !c.scale || !c.elems || !c.dt) goto done;
+#define MOE_ADD(nm, r, cols, norm)                                                                  \
+    do {                                                                                            \
+        const int64_t rows_ = (r), shape[2] = {rows_, cols}; /* rows 0: a vector */                 \
+        c.dt[c.n] = norm ? DS_F32 : s->dtype;                                                       \
+        c.scale[c.n] = norm ? 0.0f : 1.0f / sqrtf((float)(cols));                                   \
+        c.elems[c.n] = (size_t)(rows_ ? rows_ : 1) * (size_t)(cols);                                \
+        if (ds_st_writer_add_stream(w, nm, c.dt[c.n], rows_ ? 2 : 1, rows_ ? shape : shape + 1, &c.ids[c.n])) \
+            goto done;                                                                              \
+        c.n++;                                                                                      \
+    } while (0)
+    MOE_ADD("model.embed_tokens.weight", s->vocab, s->dim, 0);
+    MOE_ADD("lm_head.weight", s->vocab, s->dim, 0);
+    MOE_ADD("model.norm.weight", 0, s->dim, 1);
+    for (int l = 0; l < s->layers; l++) {
+#define L(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
+        MOE_ADD(L("self_attn.q_proj.weight"), s->heads * hd, s->dim, 0);
+        MOE_ADD(L("self_attn.k_proj.weight"), s->kv_heads * hd, s->dim, 0);
+        MOE_ADD(L("self_attn.v_proj.weight"), s->kv_heads * hd, s->dim, 0);
+        MOE_ADD(L("self_attn.o_proj.weight"), s->dim, s->heads * hd, 0);
+        MOE_ADD(L("self_attn.q_norm.weight"), 0, hd, 1);
+        MOE_ADD(L("self_attn.k_norm.weight"), 0, hd, 1);
+        MOE_ADD(L("input_layernorm.weight"), 0, s->dim, 1);
+        MOE_ADD(L("post_attention_layernorm.weight"), 0, s->dim, 1);
+        MOE_ADD(L("mlp.gate.weight"), ms->experts, s->dim, 0);
+        for (int e = 0; e < ms->experts; e++) {
+            char sub[96];
+            snprintf(sub, sizeof sub, "mlp.experts.%d.gate_proj.weight", e);
+            MOE_ADD(L(sub), ms->moe_ffn, s->dim, 0);
+            snprintf(sub, sizeof sub, "mlp.experts.%d.up_proj.weight", e);
+            MOE_ADD(L(sub), ms->moe_ffn, s->dim, 0);
+            snprintf(sub, sizeof sub, "mlp.experts.%d.down_proj.weight", e);
+            MOE_ADD(L(sub), s->dim, ms->moe_ffn, 0);
+        }
+#undef L
+    }
+#undef MOE_ADD
+    if (ds_st_writer_stream_dir(w, dir, (size_t)2 << 30, bench_moe_fill, &c)) goto done;
+    FILE *f = fopen(path, "w");
+    if (!f) goto done;
+    fprintf(f,
+            "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": %d, "
+            "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+            "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"max_position_embeddings\": 4096, "
+            "\"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, "
+            "\"hidden_act\": \"silu\", \"attention_bias\": false, \"num_experts\": %d, \"num_experts_per_tok\": %d, "
+            "\"moe_intermediate_size\": %d, \"norm_topk_prob\": true, \"decoder_sparse_step\": 1, "
+            "\"mlp_only_layers\": [], \"torch_dtype\": \"%s\", \"bos_token_id\": 1, \"eos_token_id\": 2}\n",
+            s->dim, 6 * ms->moe_ffn, s->layers, s->heads, s->kv_heads, hd, s->vocab, ms->experts, ms->top_k,
+            ms->moe_ffn, s->dtype == DS_BF16 ? "bfloat16" : "float32");
+    fclose(f);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "bench: cannot write the synthetic model: %s\n", ds_last_error());
+    free(c.ids), free(c.scale), free(c.elems), free(c.dt);
+    ds_st_writer_free(w);
+    return rc;
+}
+
 // The Gemma 4 E-series case of bench_make_synthetic (see bench_shape.ple_dim).
 static inline int bench_make_synthetic_gemma4e(const char *dir, const bench_shape *s) {
     char path[4096];

@@ -18,6 +18,12 @@ for dtype in f32 bf16; do
   echo "bench: synthetic 2048x16 $dtype decode (memory-bound: compared with the measured bandwidth bound)" >&2
   "$BIN/bench_decode" --synthetic "$MODELS/llama2048x16-$dtype" --dtype "$dtype" -n 32 --repeats 3 --threads 1,2
 done
+echo "bench: mixture of experts (Qwen3-30B-A3B geometry, 4 layers, vocab 32000; 5.2 GB bf16 written once," >&2
+echo "       quantized to 4 bits in bounded memory): decode vs the bound from the experts read, verify(k) / decode" >&2
+"$BIN/bench_moe" --synthetic "$MODELS/qwen3-30b-a3b-4l-bf16" --preset qwen3-30b-a3b --layers 4 --vocab 32000 --write-only
+[ -d "$MODELS/qwen3-30b-a3b-4l-q4" ] || "$BIN/dspark" quantize "$MODELS/qwen3-30b-a3b-4l-bf16" \
+  "$MODELS/qwen3-30b-a3b-4l-q4" --target --bits 4 --group-size 64 2>/dev/null
+"$BIN/bench_moe" --model "$MODELS/qwen3-30b-a3b-4l-q4" -n 16 --repeats 5 --kmax 16 --threads 1
 echo "bench: multi-row kernel vs OpenBLAS sgemm, 2048 x 5632" >&2
 "$BIN/bench_matmul" 1
 echo "bench: speculation on stories260K with a fresh 5-layer drafter, and ngram on a repetitive prompt" >&2

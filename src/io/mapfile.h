@@ -15,5 +15,8 @@ typedef struct {
 
 ds_status ds_mapfile_open(ds_mapfile *m, const char *path);
 void ds_mapfile_close(ds_mapfile *m);
+// Drop the whole pages inside [p, p + n) of a read-only mapping from this process (a pass that read
+// them once stays out of the resident set; a later read maps them again from the page cache).
+void ds_mapfile_drop(const void *p, size_t n);
 
 #endif

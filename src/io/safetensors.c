@@ -684,6 +684,7 @@ struct ds_st_writer {
     int hash_cap;    // power of two, kept at least twice n
     char **meta_keys, **meta_values; // in insertion order
     int n_meta, cap_meta;
+    int n_streamed;  // tensors added with ds_st_writer_add_stream
 };
 
 static uint64_t hash_str(const char *s) {
@@ -735,8 +736,11 @@ void ds_st_writer_free(ds_st_writer *w) {
     free(w);
 }
 
-ds_status ds_st_writer_add(ds_st_writer *w, const char *name, ds_dtype dtype, int n_dims, const int64_t *shape,
-                           const void *data) {
+// The `data` of a streamed tensor (ds_st_writer_add_stream): its bytes come through a ds_st_sink.
+static const char STREAMED[1];
+
+static ds_status add_tensor(ds_st_writer *w, const char *name, ds_dtype dtype, int n_dims, const int64_t *shape,
+                            const void *data) {
     if (!name || !name[0]) return ds_fail(DS_ERR_INVALID, "safetensors writer: empty tensor name");
     if (strcmp(name, "__metadata__") == 0)
         return ds_fail(DS_ERR_INVALID, "safetensors writer: '__metadata__' is reserved, not a tensor name");
@@ -766,6 +770,21 @@ ds_status ds_st_writer_add(ds_st_writer *w, const char *name, ds_dtype dtype, in
     t->nbytes = nbytes;
     w->hash[slot] = w->n++;
     return DS_OK;
+}
+
+ds_status ds_st_writer_add(ds_st_writer *w, const char *name, ds_dtype dtype, int n_dims, const int64_t *shape,
+                           const void *data) {
+    return add_tensor(w, name, dtype, n_dims, shape, data);
+}
+
+ds_status ds_st_writer_add_stream(ds_st_writer *w, const char *name, ds_dtype dtype, int n_dims, const int64_t *shape,
+                                  int *id) {
+    ds_status s = add_tensor(w, name, dtype, n_dims, shape, STREAMED);
+    if (s == DS_OK) {
+        *id = w->n - 1;
+        w->n_streamed++;
+    }
+    return s;
 }
 
 ds_status ds_st_writer_set_metadata(ds_st_writer *w, const char *key, const char *value) {
@@ -902,6 +921,29 @@ static ds_status build_header(const ds_st_writer *w, const slot *slots, int n, s
     return b->oom ? ds_fail(DS_ERR_NOMEM, "out of memory building a safetensors header") : DS_OK;
 }
 
+// Offsets of tensors (sorted by name) in the data buffer, into slots (name order), and the header.
+// `layout` (n) receives the slots in data order.
+static ds_status lay_out(const ds_st_writer *w, const ds_st_tensor *const *tensors, int n, slot *slots, slot **layout,
+                         sbuf *hdr) {
+    for (int i = 0; i < n; i++) {
+        slots[i] = (slot){tensors[i], 0};
+        layout[i] = &slots[i];
+    }
+    qsort(layout, (size_t)n, sizeof *layout, cmp_slot_layout);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        layout[i]->begin = off;
+        off += layout[i]->t->nbytes;
+    }
+    return build_header(w, slots, n, hdr);
+}
+
+static int write_prefix(const sbuf *hdr, FILE *f) {
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)hdr->n >> (8 * i));
+    return fwrite(len, 1, 8, f) == 8 && fwrite(hdr->p, 1, hdr->n, f) == hdr->n;
+}
+
 // Write tensors (sorted by name) to the already opened temporary file `af`.
 static ds_status write_tensors(const ds_st_writer *w, const ds_st_tensor *const *tensors, int n, ds_atomic_file *af) {
     slot *slots = ds_malloc((size_t)(n ? n : 1) * sizeof *slots);
@@ -909,23 +951,9 @@ static ds_status write_tensors(const ds_st_writer *w, const ds_st_tensor *const 
     ds_status s = DS_OK;
     if (!slots || !layout) s = DS_ERR_NOMEM;
     sbuf hdr = {0};
+    if (s == DS_OK) s = lay_out(w, tensors, n, slots, layout, &hdr);
     if (s == DS_OK) {
-        for (int i = 0; i < n; i++) {
-            slots[i] = (slot){tensors[i], 0};
-            layout[i] = &slots[i];
-        }
-        qsort(layout, (size_t)n, sizeof *layout, cmp_slot_layout);
-        uint64_t off = 0;
-        for (int i = 0; i < n; i++) {
-            layout[i]->begin = off;
-            off += layout[i]->t->nbytes;
-        }
-        s = build_header(w, slots, n, &hdr);
-    }
-    if (s == DS_OK) {
-        uint8_t len[8];
-        for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)hdr.n >> (8 * i));
-        int ok = fwrite(len, 1, 8, af->f) == 8 && fwrite(hdr.p, 1, hdr.n, af->f) == hdr.n;
+        int ok = write_prefix(&hdr, af->f);
         for (int i = 0; ok && i < n; i++) {
             const ds_st_tensor *t = layout[i]->t;
             ok = t->nbytes == 0 || fwrite(t->data, 1, t->nbytes, af->f) == t->nbytes;
@@ -958,7 +986,14 @@ static ds_status write_one_file(const ds_st_writer *w, const ds_st_tensor *const
     return ds_atomic_commit(&af);
 }
 
+static ds_status refuse_streamed(const ds_st_writer *w) {
+    return w->n_streamed ? ds_fail(DS_ERR_INVALID, "safetensors writer: %d tensors are streamed; write them with "
+                                   "ds_st_writer_stream_dir", w->n_streamed)
+                         : DS_OK;
+}
+
 ds_status ds_st_writer_write_file(const ds_st_writer *w, const char *path) {
+    if (refuse_streamed(w)) return DS_ERR_INVALID;
     const ds_st_tensor **v = sorted_tensors(w);
     if (!v) return DS_ERR_NOMEM;
     ds_status s = write_one_file(w, v, w->n, path);
@@ -1051,7 +1086,25 @@ static ds_status ensure_dir(const char *dir, int *created) {
     return DS_OK;
 }
 
+// Greedy in name order (v sorted by name): start a new shard when the next tensor would overflow
+// this one. Returns the number of shards.
+static int assign_shards(const ds_st_tensor *const *v, int n, size_t max_shard_bytes, int *shard_of) {
+    int n_shards = 1;
+    uint64_t in_shard = 0;
+    for (int i = 0; i < n; i++) {
+        size_t nb = v[i]->nbytes;
+        if (max_shard_bytes && in_shard > 0 && in_shard + nb > max_shard_bytes) {
+            n_shards++;
+            in_shard = 0;
+        }
+        in_shard += nb;
+        shard_of[i] = n_shards - 1;
+    }
+    return n_shards;
+}
+
 ds_status ds_st_writer_write_dir(const ds_st_writer *w, const char *dir, size_t max_shard_bytes) {
+    if (refuse_streamed(w)) return DS_ERR_INVALID;
     uint64_t total = 0;
     for (int i = 0; i < w->n; i++) total += w->t[i].nbytes; // each fits in size_t; the sum in u64 in practice
     const ds_st_tensor **v = sorted_tensors(w);
@@ -1061,18 +1114,7 @@ ds_status ds_st_writer_write_dir(const ds_st_writer *w, const char *dir, size_t 
         free(shard_of);
         return DS_ERR_NOMEM;
     }
-    // Greedy in name order: start a new shard when the next tensor would overflow this one.
-    int n_shards = 1;
-    uint64_t in_shard = 0;
-    for (int i = 0; i < w->n; i++) {
-        size_t nb = v[i]->nbytes;
-        if (max_shard_bytes && in_shard > 0 && in_shard + nb > max_shard_bytes) {
-            n_shards++;
-            in_shard = 0;
-        }
-        in_shard += nb;
-        shard_of[i] = n_shards - 1;
-    }
+    const int n_shards = assign_shards(v, w->n, max_shard_bytes, shard_of);
     int created;
     ds_status s = ensure_dir(dir, &created);
     if (s == DS_OK) {
@@ -1090,5 +1132,116 @@ ds_status ds_st_writer_write_dir(const ds_st_writer *w, const char *dir, size_t 
     }
     free(v);
     free(shard_of);
+    return s;
+}
+
+// --- Streaming a directory
+
+struct ds_st_sink {
+    const ds_st_writer *w;
+    int *fd;            // (w->n) descriptor of the (temporary) file holding tensor i
+    uint64_t *at, *end; // (w->n) next file offset to write, end of tensor i in its file
+    const char **path;  // (w->n) that file's temporary path, for messages
+};
+
+static ds_status put_at(int fd, const char *path, uint64_t at, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)at);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return ds_fail(DS_ERR_IO, "%s: write failed: %s", path, k < 0 ? strerror(errno) : "no progress");
+        p += k, at += (uint64_t)k, n -= (size_t)k;
+    }
+    return DS_OK;
+}
+
+ds_status ds_st_sink_put(ds_st_sink *s, int id, const void *data, size_t n) {
+    if (id < 0 || id >= s->w->n || s->w->t[id].data != STREAMED)
+        return ds_fail(DS_ERR_INVALID, "safetensors writer: %d is not a streamed tensor", id);
+    if (n > s->end[id] - s->at[id])
+        return ds_fail(DS_ERR_INVALID, "safetensors writer: tensor '%s': %zu bytes more than its %zu", q(s->w->t[id].name).s,
+                       n - (size_t)(s->end[id] - s->at[id]), s->w->t[id].nbytes);
+    ds_status st = put_at(s->fd[id], s->path[id], s->at[id], data, n);
+    if (st == DS_OK) s->at[id] += n;
+    return st;
+}
+
+// Open shard k's temporary file (tensors v[0 .. n-1], sorted by name), write its header and the
+// tensors that have data, and point the sink at the streamed ones.
+static ds_status open_stream_file(const ds_st_writer *w, const ds_st_tensor *const *v, int n, const char *path,
+                                  ds_atomic_file *af, ds_st_sink *sink) {
+    slot *slots = ds_malloc((size_t)(n ? n : 1) * sizeof *slots);
+    slot **layout = ds_malloc((size_t)(n ? n : 1) * sizeof *layout);
+    sbuf hdr = {0};
+    ds_status s = !slots || !layout ? DS_ERR_NOMEM : lay_out(w, v, n, slots, layout, &hdr);
+    if (s == DS_OK && (!write_prefix(&hdr, af->f) || fflush(af->f) != 0))
+        s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->tmp_path, strerror(errno));
+    const uint64_t data0 = 8 + (uint64_t)hdr.n;
+    uint64_t size = data0;
+    for (int i = 0; s == DS_OK && i < n; i++) {
+        const int id = (int)(slots[i].t - w->t);
+        sink->fd[id] = fileno(af->f);
+        sink->path[id] = af->tmp_path;
+        sink->at[id] = data0 + slots[i].begin;
+        sink->end[id] = sink->at[id] + slots[i].t->nbytes;
+        if (sink->end[id] > size) size = sink->end[id];
+        if (slots[i].t->data != STREAMED && slots[i].t->nbytes) {
+            s = put_at(sink->fd[id], af->tmp_path, sink->at[id], slots[i].t->data, slots[i].t->nbytes);
+            sink->at[id] = sink->end[id];
+        }
+    }
+    if (s == DS_OK && ftruncate(fileno(af->f), (off_t)size) != 0)
+        s = ds_fail(DS_ERR_IO, "%s: cannot size the file: %s", path, strerror(errno));
+    free(hdr.p);
+    free(slots);
+    free(layout);
+    return s;
+}
+
+ds_status ds_st_writer_stream_dir(const ds_st_writer *w, const char *dir, size_t max_shard_bytes, ds_st_fill fill,
+                                  void *ctx) {
+    uint64_t total = 0;
+    for (int i = 0; i < w->n; i++) total += w->t[i].nbytes;
+    const size_t n1 = (size_t)(w->n ? w->n : 1);
+    const ds_st_tensor **v = sorted_tensors(w);
+    int *shard_of = ds_malloc(n1 * sizeof *shard_of);
+    ds_st_sink sink = {w, ds_calloc(n1, sizeof(int)), ds_calloc(n1, sizeof(uint64_t)), ds_calloc(n1, sizeof(uint64_t)),
+                       ds_calloc(n1, sizeof(char *))};
+    ds_atomic_file *af = NULL;
+    int n_shards = 0, n_open = 0, created = 0;
+    ds_status s = !v || !shard_of || !sink.fd || !sink.at || !sink.end || !sink.path ? DS_ERR_NOMEM : DS_OK;
+    if (s == DS_OK) n_shards = assign_shards(v, w->n, max_shard_bytes, shard_of);
+    if (s == DS_OK && n_shards > 99999)
+        s = ds_fail(DS_ERR_INVALID, "%s: %d shards is too many (limit 99999); raise max_shard_bytes", dir, n_shards);
+    if (s == DS_OK && !(af = ds_calloc((size_t)n_shards, sizeof *af))) s = DS_ERR_NOMEM;
+    if (s == DS_OK) s = ensure_dir(dir, &created);
+    for (int k = 0, start = 0; s == DS_OK && k < n_shards; k++) {
+        int end = start;
+        while (end < w->n && shard_of[end] == k) end++;
+        char fname[64];
+        if (n_shards == 1) snprintf(fname, sizeof fname, "%s", SINGLE_NAME);
+        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
+        char *path = join_path(dir, fname);
+        if (!path) s = DS_ERR_NOMEM;
+        if (s == DS_OK && (s = ds_atomic_open(&af[k], path)) == DS_OK) n_open++;
+        if (s == DS_OK) s = open_stream_file(w, v + start, end - start, path, &af[k], &sink);
+        free(path);
+        start = end;
+    }
+    if (s == DS_OK) s = fill(ctx, &sink);
+    for (int i = 0; s == DS_OK && i < w->n; i++)
+        if (sink.at[i] != sink.end[i])
+            s = ds_fail(DS_ERR_INVALID, "safetensors writer: tensor '%s' got %" PRIu64 " of its %zu bytes", q(w->t[i].name).s,
+                        w->t[i].nbytes - (sink.end[i] - sink.at[i]), w->t[i].nbytes);
+    int k = 0;
+    for (; s == DS_OK && k < n_shards; k++) s = ds_atomic_commit(&af[k]);
+    for (; k < n_open; k++) ds_atomic_abort(&af[k]); // after a failure: drop the rest
+    if (s == DS_OK && n_shards > 1) s = write_index(dir, v, shard_of, w->n, n_shards, total);
+    if (s == DS_OK) s = remove_stale(dir, n_shards > 1 ? SINGLE_NAME : INDEX_NAME);
+    if (s != DS_OK && created) rmdir(dir);
+    free(af);
+    free(v);
+    free(shard_of);
+    free(sink.fd), free(sink.at), free(sink.end), free(sink.path);
     return s;
 }

@@ -91,4 +91,21 @@ ds_status ds_st_writer_write_file(const ds_st_writer *w, const char *path);
 // that ds_st_open reads what was just written. Metadata goes into every file's "__metadata__".
 ds_status ds_st_writer_write_dir(const ds_st_writer *w, const char *dir, size_t max_shard_bytes);
 
+// Streaming: tensors declared by name, dtype and shape only (*id names one for ds_st_sink_put) whose
+// bytes are supplied while ds_st_writer_stream_dir runs, so a writer never holds them all. A
+// writer with streamed tensors is written only by ds_st_writer_stream_dir.
+ds_status ds_st_writer_add_stream(ds_st_writer *w, const char *name, ds_dtype dtype, int n_dims,
+                                  const int64_t *shape, int *id);
+typedef struct ds_st_sink ds_st_sink;
+// Append n bytes to streamed tensor `id` (in order; more than its size is an error).
+ds_status ds_st_sink_put(ds_st_sink *sink, int id, const void *data, size_t n);
+typedef ds_status (*ds_st_fill)(void *ctx, ds_st_sink *sink);
+// ds_st_writer_write_dir for a writer with streamed tensors (same files, layout and index): every
+// file is opened as a temporary with its header and the tensors that have data, then
+// fill(ctx, sink) supplies the streamed tensors' bytes, in any order across tensors; a tensor left
+// short is an error. Then the files are renamed into place and the index written. On failure
+// (fill's included) nothing is left of what it wrote.
+ds_status ds_st_writer_stream_dir(const ds_st_writer *w, const char *dir, size_t max_shard_bytes, ds_st_fill fill,
+                                  void *ctx);
+
 #endif

@@ -1,7 +1,12 @@
-// dspark quantize (see quantize.h). Sources are read into a list of named tensors; a policy decides
-// per 2-D weight (module) whether and how it is quantized; the writer packs with kernels/affine.c
-// (the contract's formulas, ../shared/docs/mlx-affine-quant.md) into a temporary directory that is
-// reloaded (smoke test) and then renamed into place.
+// dspark quantize (see quantize.h). Sources are listed as named tensors (mapped safetensors data, or
+// a GGUF target's Hugging Face view read row by row); a policy decides per 2-D weight or 3-D expert
+// stack (module) whether and how it is quantized; every output tensor is declared up front (shapes
+// only) and then streamed, a chunk of rows at a time, into the safetensors shards of a temporary
+// directory (io/safetensors.h ds_st_writer_stream_dir), packed with kernels/affine.c (the contract's
+// formulas, ../shared/docs/mlx-affine-quant.md). Memory is bounded by one chunk, not the model: the
+// source pages of each chunk are dropped once read (ds_mapfile_drop; a GGUF tensor's at its end) and
+// the output goes through the page cache.
+// The directory is reloaded (smoke test) and then renamed into place.
 #include "quant/quantize.h"
 
 #include <cjson/cJSON.h>
@@ -20,6 +25,7 @@
 #include "io/atomic.h"
 #include "io/gguf.h"
 #include "io/json.h"
+#include "io/mapfile.h"
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
@@ -42,11 +48,11 @@ ds_quantize_params ds_quantize_default(void) {
 // One tensor of the source, as it will be written (name in the output's convention).
 typedef struct {
     char *name;
-    ds_dtype dtype;      // F32, F16, BF16 (or Q8_0 from GGUF: widened/quantized, never written as is)
-    int n_dims;
-    int64_t shape[2];    // (rows, cols) or (n)
-    const void *data;    // mapped source data, or `owned`
-    void *owned;         // data we made (GGUF conversions), freed at the end
+    ds_dtype dtype;      // F32, F16, BF16 (safetensors); F32 for a GGUF tensor (rows widened by ds_hf_row)
+    int n_dims;          // 1, 2 or 3 (a stack of experts)
+    int64_t shape[3];    // (n), (rows, cols) or (experts, rows, cols)
+    const void *data;    // mapped safetensors data; NULL for GGUF (read through `hf`)
+    ds_hf_tensor hf;     // GGUF: the HF view's tensor
 } src_tensor;
 
 typedef struct {
@@ -61,37 +67,57 @@ typedef struct {
 } source;
 
 static ds_status add_tensor(source *s, const char *name, ds_dtype dt, int n_dims, const int64_t *shape,
-                            const void *data, void *owned) {
+                            const void *data, const ds_hf_tensor *hf) {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
         src_tensor *t = realloc(s->t, (size_t)cap * sizeof *t);
-        if (!t) {
-            free(owned);
-            return ds_fail(DS_ERR_NOMEM, "out of memory");
-        }
+        if (!t) return ds_fail(DS_ERR_NOMEM, "out of memory");
         s->t = t;
         s->cap = cap;
     }
     src_tensor *t = &s->t[s->n];
     memset(t, 0, sizeof *t);
-    if (!(t->name = strdup(name))) {
-        free(owned);
-        return ds_fail(DS_ERR_NOMEM, "out of memory");
-    }
+    if (!(t->name = strdup(name))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     t->dtype = dt;
     t->n_dims = n_dims;
-    for (int i = 0; i < n_dims && i < 2; i++) t->shape[i] = shape[i];
+    for (int i = 0; i < n_dims && i < 3; i++) t->shape[i] = shape[i];
     t->data = data;
-    t->owned = owned;
+    if (hf) t->hf = *hf;
     s->n++;
     return DS_OK;
 }
 
-static void source_free(source *s) {
-    for (int i = 0; i < s->n; i++) {
-        free(s->t[i].name);
-        free(s->t[i].owned);
+// Rows and columns of t seen as a matrix: (1, n), (rows, cols), (experts · rows, cols).
+static int64_t n_rows(const src_tensor *t) {
+    return t->n_dims == 1 ? 1 : t->n_dims == 2 ? t->shape[0] : t->shape[0] * t->shape[1];
+}
+static int64_t n_cols(const src_tensor *t) { return t->shape[t->n_dims - 1]; }
+
+// Row r of t (as a matrix) widened to f32.
+static void src_row(const src_tensor *t, int64_t r, float *out) {
+    if (!t->data) {
+        ds_hf_row(&t->hf, (int)r, out);
+        return;
     }
+    const ds_weight w = {t->dtype, (int)n_rows(t), (int)n_cols(t), t->data};
+    ds_weight_row_f32(&w, (int)r, out);
+}
+
+// Drop the source pages of rows r0 .. r0+k-1 of a mapped safetensors tensor from the resident set
+// once they were read (GGUF tensors: at their end, by src_drop; their rows need not be contiguous).
+static void src_drop_rows(const src_tensor *t, int64_t r0, int64_t k) {
+    const size_t row_bytes = (size_t)n_cols(t) * ds_dtype_size(t->dtype);
+    if (t->data) ds_mapfile_drop((const char *)t->data + (size_t)r0 * row_bytes, (size_t)k * row_bytes);
+}
+
+// Drop t's source pages from the resident set once they were read.
+static void src_drop(const src_tensor *t) {
+    if (t->data) ds_mapfile_drop(t->data, (size_t)(n_rows(t) * n_cols(t)) * ds_dtype_size(t->dtype));
+    else if (t->n_dims == 2) ds_mapfile_drop(t->hf.w.data, ds_weight_data_bytes(&t->hf.w));
+}
+
+static void source_free(source *s) {
+    for (int i = 0; i < s->n; i++) free(s->t[i].name);
     free(s->t);
     cJSON_Delete(s->config);
     ds_st_close(s->st);
@@ -115,7 +141,8 @@ static int is_drafter_arch(const char *a) { return !strcmp(a, "Qwen3DSparkModel"
 static int is_target_arch(const char *a) {
     static const char *const known[] = {"LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",
                                         "Qwen3ForCausalLM",  "Gemma3ForCausalLM",  "Gemma3ForConditionalGeneration",
-                                        "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"};
+                                        "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
+                                        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(a, known[i])) return 1;
     return 0;
@@ -154,16 +181,10 @@ static ds_status open_st_dir(source *s, const char *src, const ds_quantize_param
                        path, a);
     if (p->target && is_drafter_arch(a))
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: this is a DeepSpec drafter (%s); quantize it with --drafter", path, a);
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(s->config, "text_config");
-    if (p->target && (!strcmp(a, "Qwen2MoeForCausalLM") || !strcmp(a, "Qwen3MoeForCausalLM") ||
-                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s->config, "enable_moe_block")) ||
-                      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "enable_moe_block"))))
-        return ds_fail(DS_ERR_UNSUPPORTED, "%s: '%s' is a mixture-of-experts target; quantize --target does not "
-                       "handle its experts yet (run it in bf16, or from an mlx-lm quantized checkpoint)", path, a);
     if (p->target && !is_target_arch(a))
         return ds_fail(DS_ERR_UNSUPPORTED,
                        "%s: architecture '%s' is not a target dspark runs (Llama, Mistral, Qwen2, Qwen3, Gemma3, "
-                       "Gemma4 *ForCausalLM, Gemma3/Gemma4ForConditionalGeneration)",
+                       "Gemma4 *ForCausalLM, Gemma3/Gemma4ForConditionalGeneration, Qwen2Moe/Qwen3MoeForCausalLM)",
                        path, a);
     if (cJSON_GetObjectItemCaseSensitive(s->config, "quantization") ||
         cJSON_GetObjectItemCaseSensitive(s->config, "quantization_config"))
@@ -183,27 +204,18 @@ static ds_status open_st_dir(source *s, const char *src, const ds_quantize_param
         if (t->dtype != DS_F32 && t->dtype != DS_F16 && t->dtype != DS_BF16)
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (F32, F16, BF16 supported)", src, t->name,
                            ds_dtype_name(t->dtype));
-        if (t->n_dims > 2)
-            return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most 2 supported)", src, t->name,
-                           t->n_dims);
+        const int max_dims = p->target ? 3 : 2; // targets: 3-D stacks of experts
+        if (t->n_dims > max_dims || t->n_dims < 1)
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (%s supported)", src, t->name,
+                           t->n_dims, p->target ? "1 to 3, experts stacked in 3-D," : "1 or 2");
         if ((st = add_tensor(s, t->name, t->dtype, t->n_dims, t->shape, t->data, NULL))) return st;
     }
     snprintf(s->src_dir, sizeof s->src_dir, "%s", src);
     return DS_OK;
 }
 
-// A tensor of the GGUF model's Hugging Face view (model/hf_export.h: Q/K rows un-permuted) as a
-// new f32 tensor.
-static ds_status add_hf_tensor(source *s, const ds_hf_tensor *t) {
-    const size_t rows = t->n_dims == 2 ? (size_t)t->shape[0] : 1, cols = (size_t)t->shape[t->n_dims - 1];
-    float *f = malloc(rows * cols * sizeof(float));
-    if (!f) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    for (size_t r = 0; r < rows; r++) ds_hf_row(t, (int)r, f + r * cols);
-    return add_tensor(s, t->name, DS_F32, t->n_dims, t->shape, f, f);
-}
-
 // A GGUF target, converted to a Hugging Face Llama directory (halves RoPE order, F32 full-precision
-// tensors; Q8_0 sources are dequantized first). The tokenizer travels as tokenizer.gguf (the
+// tensors; Q8_0 sources are dequantized row by row while writing). The tokenizer travels as tokenizer.gguf (the
 // source's tokenizer.* metadata, no tensors), which the HF loader reads.
 static ds_status open_gguf(source *s, const char *src) {
     ds_model_params mp = {0};
@@ -212,7 +224,7 @@ static ds_status open_gguf(source *s, const char *src) {
     for (int i = 0; i < ds_hf_count(s->gguf); i++) {
         ds_hf_tensor t;
         ds_hf_at(s->gguf, i, &t);
-        if ((st = add_hf_tensor(s, &t))) return st;
+        if ((st = add_tensor(s, t.name, DS_F32, t.n_dims, t.shape, NULL, &t))) return st;
     }
     if (!(s->config = ds_hf_config(s->gguf))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     return DS_OK;
@@ -226,23 +238,41 @@ static int matches(const char *const *pats, int n, const char *module) {
     return -1;
 }
 
+static int ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+// A mixture-of-experts router (Qwen mlp.gate and mlp.shared_expert_gate, Gemma 4 router.proj): its
+// small matrix decides which experts run, so it gets 8 bits (mlx-lm's quant_predicate for its MoE
+// models does the same) unless --keep / --override say otherwise.
+static int is_router(const char *module) {
+    return ends_with(module, ".mlp.gate") || ends_with(module, ".mlp.shared_expert_gate") ||
+           ends_with(module, ".router.proj");
+}
+
 // Decide for tensor t: returns 1 and bits/gs when quantized; 0 otherwise (*record: write `false`
-// into the config for this module, i.e. a 2-D weight deliberately left in full precision).
+// into the config for this module, i.e. a matrix deliberately left in full precision). A module is
+// "<module>.weight" of a 2-D or 3-D tensor, or a bare 3-D parameter itself (experts.gate_up_proj).
 static int plan(const src_tensor *t, const ds_quantize_params *p, char *module, size_t cap, int *bits, int *gs,
                 int *record) {
     *record = 0;
-    if (t->n_dims != 2 || !ds_st_module_of(t->name, module, cap)) return 0; // 1-D tensors: never
+    if (t->n_dims < 2) return 0; // 1-D tensors: never
+    if (!ds_st_module_of(t->name, module, cap)) {
+        if (t->n_dims != 3 || strlen(t->name) >= cap) return 0;
+        snprintf(module, cap, "%s", t->name);
+    }
     *record = 1;
     if (!p->target && !strncmp(module, "confidence_head.", 16)) return 0; // policy: full precision
     if (matches(p->keep, p->n_keep, module) >= 0) return 0;
-    *bits = p->bits;
+    *bits = p->target && is_router(module) && p->bits < 8 ? 8 : p->bits;
     *gs = p->group_size;
     const int o = matches(p->override, p->n_override, module);
     if (o >= 0) {
         *bits = p->override_bits[o];
         *gs = p->override_group[o];
     }
-    if (t->shape[1] % *gs) return 0; // not shape-eligible
+    if (n_cols(t) % *gs) return 0; // not shape-eligible
     return 1;
 }
 
@@ -290,26 +320,13 @@ static ds_status interrupted(const ds_quantize_params *p) {
                                              : DS_OK;
 }
 
-// Convert n floats to `dt` (F32 / F16 / BF16) into a new buffer.
-static void *convert(const float *f, size_t n, ds_dtype dt) {
-    void *o = malloc(n * (dt == DS_F32 ? 4 : 2) + 1);
-    if (!o) return NULL;
+// Convert n floats to `dt` (F32 / F16 / BF16) into `o`.
+static void convert(const float *f, size_t n, ds_dtype dt, void *o) {
     for (size_t i = 0; i < n; i++) {
         if (dt == DS_F32) ((float *)o)[i] = f[i];
         else if (dt == DS_BF16) ((uint16_t *)o)[i] = ds_f32_to_bf16(f[i]);
         else ((uint16_t *)o)[i] = ds_f32_to_f16(f[i]);
     }
-    return o;
-}
-
-typedef struct {
-    void **bufs;
-    int n;
-} owned_bufs;
-
-static void *keep(owned_bufs *o, void *p) {
-    if (p) o->bufs[o->n++] = p;
-    return p;
 }
 
 // Reload what was written and run one quantized projection against the source numbers: a wrong
@@ -346,10 +363,9 @@ static ds_status smoke(const source *s, const char *tmp, const ds_quantize_param
     } else {
         for (int j = 0; j < cols; j++) x[j] = (float)sin(0.37 * j + 0.1);
         ds_matmul(y, x, w, 1, scratch); // output shape: (1, rows)
-        const ds_weight src = {ref->dtype, rows, cols, ref->data};
         double num = 0, den = 0;
         for (int r = 0; r < rows; r++) {
-            ds_weight_row_f32(&src, r, row);
+            src_row(ref, r, row);
             double a = 0;
             for (int j = 0; j < cols; j++) a += (double)row[j] * x[j];
             num += (y[r] - a) * (y[r] - a);
@@ -371,86 +387,163 @@ done:
     return st;
 }
 
+// What one source tensor becomes: streamed output tensors (io/safetensors.h ids).
+typedef struct {
+    int quant, bits, gs;
+    int id_w, id_s, id_b; // the weight (packed words when quantized); scales, biases (quantized only)
+    ds_dtype out_dt;      // the full-precision dtype written: the tensor's, or its scales' and biases'
+} out_plan;
+
+typedef struct {
+    const source *s;
+    const ds_quantize_params *p;
+    const out_plan *o;
+} fill_ctx;
+
+#define DS_QUANT_CHUNK_BYTES ((size_t)4 << 20) // rows handled (and written) at a time: ~4 MiB of f32
+
+static ds_status grow(void **buf, size_t *cap, size_t n) {
+    if (n <= *cap) return DS_OK;
+    void *b = realloc(*buf, n);
+    if (!b) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    *buf = b;
+    *cap = n;
+    return DS_OK;
+}
+
+// The bytes of every output tensor, source tensor by source tensor, a chunk of rows at a time.
+static ds_status fill(void *vctx, ds_st_sink *sink) {
+    const fill_ctx *c = vctx;
+    const source *s = c->s;
+    const ds_quantize_params *p = c->p;
+    void *f = NULL, *packed = NULL, *sb = NULL, *outs = NULL; // (chunk, cols) f32; words; (2, chunk, G) f32; out dtype
+    size_t cap_f = 0, cap_p = 0, cap_sb = 0, cap_o = 0;
+    ds_status st = DS_OK;
+    for (int i = 0; i < s->n && !st; i++) {
+        const src_tensor *t = &s->t[i];
+        const out_plan *o = &c->o[i];
+        if (p->progress) p->progress(p->progress_ctx, "quantize", i, s->n, t->name);
+        if ((st = interrupted(p))) break;
+        const int64_t rows = n_rows(t), cols = n_cols(t);
+        const size_t es = ds_dtype_size(o->out_dt);
+        int64_t chunk = (int64_t)(DS_QUANT_CHUNK_BYTES / ((size_t)cols * 4));
+        if (chunk < 1) chunk = 1;
+        if (chunk > rows) chunk = rows;
+        if (!o->quant && t->data) { // full precision, mapped: as is
+            const size_t row_bytes = (size_t)cols * es;
+            for (int64_t r = 0; r < rows && !st; r += chunk) {
+                const int64_t k = rows - r < chunk ? rows - r : chunk;
+                st = ds_st_sink_put(sink, o->id_w, (const char *)t->data + (size_t)r * row_bytes, (size_t)k * row_bytes);
+                src_drop_rows(t, r, k);
+            }
+            src_drop(t);
+            continue;
+        }
+        if ((st = grow(&f, &cap_f, (size_t)chunk * (size_t)cols * 4))) break;
+        if (!o->quant) { // full precision from GGUF: f32 rows
+            for (int64_t r = 0; r < rows && !st; r += chunk) {
+                const int64_t k = rows - r < chunk ? rows - r : chunk;
+                for (int64_t j = 0; j < k; j++) src_row(t, r + j, (float *)f + j * cols);
+                st = ds_st_sink_put(sink, o->id_w, f, (size_t)k * (size_t)cols * 4);
+            }
+            src_drop(t);
+            continue;
+        }
+        const int64_t G = cols / o->gs, P = cols * o->bits / 32;
+        if ((st = grow(&packed, &cap_p, (size_t)chunk * (size_t)P * 4)) ||
+            (st = grow(&sb, &cap_sb, 2 * (size_t)chunk * (size_t)G * 4)) ||
+            (st = grow(&outs, &cap_o, 2 * (size_t)chunk * (size_t)G * es)))
+            break;
+        float *sc = sb, *bi = (float *)sb + chunk * G;
+        for (int64_t r = 0; r < rows && !st; r += chunk) {
+            const int64_t k = rows - r < chunk ? rows - r : chunk;
+            float *row = f;
+            for (int64_t j = 0; j < k && !st; j++) {
+                src_row(t, r + j, row);
+                for (int64_t x = 0; x < cols; x++)
+                    if (!isfinite(row[x])) {
+                        const long long rr = (long long)(r + j);
+                        if (t->n_dims == 3)
+                            st = ds_fail(DS_ERR_INVALID, "tensor '%s' has a non-finite value at (%lld, %lld, %lld)",
+                                         t->name, rr / t->shape[1], rr % t->shape[1], (long long)x);
+                        else
+                            st = ds_fail(DS_ERR_INVALID, "tensor '%s' has a non-finite value at (%lld, %lld)", t->name, rr,
+                                         (long long)x);
+                        break;
+                    }
+                ds_affine_quantize_row(row, (int)cols, o->bits, o->gs, (uint32_t *)packed + j * P, sc + j * G, bi + j * G);
+            }
+            if (st) break;
+            src_drop_rows(t, r, k);
+            // scales/biases "stored in the source dtype" (the contract)
+            convert(sc, (size_t)(k * G), o->out_dt, outs);
+            convert(bi, (size_t)(k * G), o->out_dt, (char *)outs + (size_t)(k * G) * es);
+            if (!(st = ds_st_sink_put(sink, o->id_w, packed, (size_t)(k * P) * 4)) &&
+                !(st = ds_st_sink_put(sink, o->id_s, outs, (size_t)(k * G) * es)))
+                st = ds_st_sink_put(sink, o->id_b, (char *)outs + (size_t)(k * G) * es, (size_t)(k * G) * es);
+        }
+        src_drop(t);
+    }
+    free(f);
+    free(packed);
+    free(sb);
+    free(outs);
+    return st;
+}
+
+// Declare every output tensor and the config block, then stream the data into `tmp`.
 static ds_status write_out(source *s, const char *tmp, const ds_quantize_params *p, ds_quantize_stats *stats) {
     ds_st_writer *w = ds_st_writer_new();
-    owned_bufs o = {calloc((size_t)s->n * 3 + 1, sizeof(void *)), 0};
+    out_plan *o = calloc((size_t)s->n + 1, sizeof *o);
     cJSON *q = cJSON_CreateObject();
-    ds_status st = !w || !o.bufs || !q ? ds_fail(DS_ERR_NOMEM, "out of memory") : DS_OK;
+    ds_status st = !w || !o || !q ? ds_fail(DS_ERR_NOMEM, "out of memory") : DS_OK;
     if (!st) st = ds_st_writer_set_metadata(w, "format", "mlx");
     if (q) {
         cJSON_AddNumberToObject(q, "group_size", p->group_size);
         cJSON_AddNumberToObject(q, "bits", p->bits);
         cJSON_AddStringToObject(q, "mode", "affine");
     }
-    float *f = NULL, *sc = NULL, *bi = NULL;
     for (int i = 0; i < s->n && !st; i++) {
         const src_tensor *t = &s->t[i];
         char module[256], name[300];
-        int bits = 0, gs = 0, record;
-        const int quant = plan(t, p, module, sizeof module, &bits, &gs, &record);
-        if (p->progress) p->progress(p->progress_ctx, "quantize", i, s->n, t->name);
-        if ((st = interrupted(p))) break;
-        const int64_t rows = t->n_dims == 2 ? t->shape[0] : 1, cols = t->n_dims == 2 ? t->shape[1] : t->shape[0];
+        int record;
+        o[i].quant = plan(t, p, module, sizeof module, &o[i].bits, &o[i].gs, &record);
+        const int64_t rows = n_rows(t), cols = n_cols(t);
         const size_t n = (size_t)rows * (size_t)cols;
         stats->n_tensors++;
-        stats->src_bytes += t->dtype == DS_Q8_0 ? n / 32 * 34 : n * ds_dtype_size(t->dtype);
-        const ds_dtype out_dt = t->dtype == DS_Q8_0 ? DS_F16 : t->dtype; // Q8_0 only from GGUF (converted to F32)
-        if (!quant) {
-            if (record && q) cJSON_AddFalseToObject(q, module);
-            stats->out_bytes += n * ds_dtype_size(out_dt);
-            st = ds_st_writer_add(w, t->name, out_dt, t->n_dims, t->shape, t->data);
+        stats->src_bytes += n * ds_dtype_size(t->dtype);
+        o[i].out_dt = t->dtype;
+        if (!o[i].quant) {
+            if (record) cJSON_AddFalseToObject(q, module);
+            stats->out_bytes += n * ds_dtype_size(o[i].out_dt);
+            st = ds_st_writer_add_stream(w, t->name, o[i].out_dt, t->n_dims, t->shape, &o[i].id_w);
             continue;
         }
-        if (bits != p->bits || gs != p->group_size) {
+        if (o[i].bits != p->bits || o[i].gs != p->group_size) {
             cJSON *e = cJSON_AddObjectToObject(q, module);
-            cJSON_AddNumberToObject(e, "bits", bits);
-            cJSON_AddNumberToObject(e, "group_size", gs);
+            cJSON_AddNumberToObject(e, "bits", o[i].bits);
+            cJSON_AddNumberToObject(e, "group_size", o[i].gs);
         }
-        const int64_t G = cols / gs, P = cols * bits / 32;
-        uint32_t *packed = keep(&o, malloc((size_t)rows * (size_t)P * 4 + 4));
-        f = realloc(f, sizeof(float) * (size_t)cols);
-        sc = realloc(sc, sizeof(float) * (size_t)rows * (size_t)G);
-        bi = realloc(bi, sizeof(float) * (size_t)rows * (size_t)G);
-        if (!packed || !f || !sc || !bi) {
-            st = ds_fail(DS_ERR_NOMEM, "out of memory quantizing '%s'", t->name);
-            break;
-        }
-        const ds_weight src = {t->dtype, (int)rows, (int)cols, t->data};
-        for (int64_t r = 0; r < rows && !st; r++) {
-            ds_weight_row_f32(&src, (int)r, f);
-            for (int64_t j = 0; j < cols; j++)
-                if (!isfinite(f[j])) {
-                    st = ds_fail(DS_ERR_INVALID, "tensor '%s' has a non-finite value at (%lld, %lld)", t->name,
-                                 (long long)r, (long long)j);
-                    break;
-                }
-            ds_affine_quantize_row(f, (int)cols, bits, gs, packed + r * P, sc + r * G, bi + r * G);
-        }
-        if (st) break;
-        // scales/biases "stored in the source dtype" (the contract)
-        void *scv = keep(&o, convert(sc, (size_t)(rows * G), out_dt));
-        void *biv = keep(&o, convert(bi, (size_t)(rows * G), out_dt));
-        if (!scv || !biv) {
-            st = ds_fail(DS_ERR_NOMEM, "out of memory");
-            break;
-        }
-        const int64_t ps[2] = {rows, P}, ss[2] = {rows, G};
+        const int64_t G = cols / o[i].gs, P = cols * o[i].bits / 32;
+        int64_t ps[3], ss[3]; // the source's shape with the last dimension packed / grouped
+        for (int d = 0; d < t->n_dims; d++) ps[d] = ss[d] = t->shape[d];
+        ps[t->n_dims - 1] = P;
+        ss[t->n_dims - 1] = G;
         snprintf(name, sizeof name, "%s.scales", module);
-        if (!st) st = ds_st_writer_add(w, name, DS_F32 == out_dt ? DS_F32 : out_dt, 2, ss, scv);
+        st = ds_st_writer_add_stream(w, name, o[i].out_dt, t->n_dims, ss, &o[i].id_s);
         snprintf(name, sizeof name, "%s.biases", module);
-        if (!st) st = ds_st_writer_add(w, name, out_dt, 2, ss, biv);
-        if (!st) st = ds_st_writer_add(w, t->name, DS_U32, 2, ps, packed);
+        if (!st) st = ds_st_writer_add_stream(w, name, o[i].out_dt, t->n_dims, ss, &o[i].id_b);
+        if (!st) st = ds_st_writer_add_stream(w, t->name, DS_U32, t->n_dims, ps, &o[i].id_w);
         stats->n_quantized++;
-        stats->out_bytes += (size_t)(rows * P * 4) + 2 * (size_t)(rows * G) * ds_dtype_size(out_dt);
+        stats->out_bytes += (size_t)(rows * P * 4) + 2 * (size_t)(rows * G) * ds_dtype_size(o[i].out_dt);
     }
-    free(f);
-    free(sc);
-    free(bi);
     if (!st && !stats->n_quantized)
         st = ds_fail(DS_ERR_INVALID, "group size %d divides no eligible tensor's input width: nothing to quantize",
                      p->group_size);
+    fill_ctx ctx = {s, p, o};
+    if (!st)
+        st = ds_st_writer_stream_dir(w, tmp, p->max_shard_bytes ? p->max_shard_bytes : DS_QUANT_DEFAULT_SHARD, fill, &ctx);
     if (!st && p->progress) p->progress(p->progress_ctx, "write", s->n, s->n, tmp);
-    if (!st) st = ds_st_writer_write_dir(w, tmp, p->max_shard_bytes ? p->max_shard_bytes : DS_QUANT_DEFAULT_SHARD);
     if (!st) st = interrupted(p);
     if (!st) { // config.json: the source's, with both blocks (mlx-affine-quant.md, "config.json block")
         cJSON_AddItemToObject(s->config, "quantization", q);
@@ -475,8 +568,7 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
         }
     }
     cJSON_Delete(q);
-    for (int i = 0; i < o.n; i++) free(o.bufs[i]);
-    free(o.bufs);
+    free(o);
     ds_st_writer_free(w);
     return st;
 }

@@ -44,8 +44,13 @@ Configurations (N = 20000 seeds each):
        `dspark init-drafter` drafter (Gemma4DSparkModel), T = 1
     u  the same target, its bigram drafter (init-drafter's, with the bigram table written in),
        3 tokens, T = 1, top-k 8
+    v  a random Qwen3-MoE target (make_hf_models.py qwen3_moe: 8 experts, top 2, layer 1 dense;
+       reference hf_ref.py) drafted by its bigram drafter (init-drafter's, bigram table written in),
+       3 tokens, T = 1, top-k 8: every verified row routes to its own experts
+    w  the same target and drafter, T = 1, batch 8 (the eight sequences' rows share one expert
+       pass: a row's routing and outputs must not depend on the others)
 Both acceptance rules (include/dspark.h ds_verify_rule) are tested: a-j use the residual rule
-(min(1, p/q) acceptance, residual resampling, draws in order from one stream), as do t-u; k-q the coupled rule
+(min(1, p/q) acceptance, residual resampling, draws in order from one stream), as do t-w; k-q the coupled rule
 (the token at position t is the target's own draw from p_t with noise keyed by (seed, t); a draft
 is accepted iff the drafter, drawing with the same noise from q_t, proposed that token):
     k  coupled, dspark random drafter, T = 1
@@ -100,6 +105,9 @@ HF_PROMPT = [1, 7, 19, 4, 25]
 # A random Gemma 4 E-series target (6 layers: s s f s s f, layers 3-5 share KV; vocab 300).
 G4E_TARGET = dict(seed=44, layers=6)
 G4E_PROMPT = [1, 17, 42, 99, 5, 250, 31]
+# A random Qwen3-MoE target (4 layers, layer 1 dense through mlp_only_layers; vocab 300).
+MOE_TARGET = dict(seed=45, layers=4)
+MOE_PROMPT = [1, 23, 77, 140, 9, 260, 48]
 
 # Margins under which float32 (C) and float64 (reference) may legitimately decide a filter boundary
 # differently (the C logits match the reference within 1e-4): a context whose top-k / top-p / min-p
@@ -131,6 +139,8 @@ DRAFTERS = {
     # for the Gemma 4 E-series target: `dspark init-drafter` options (its default taps) instead
     "g4e_init": (["--layers", "2", "--block", "4", "--markov-rank", "16", "--seed", "9"], False),
     "g4e_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "300", "--seed", "10"], True),
+    # for the Qwen3-MoE target (the drafter stays dense)
+    "moe_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "300", "--seed", "13"], True),
 }
 
 # OpenAI's logit bias and penalties (r, s): the first token's favourite (370) banned, another one
@@ -157,6 +167,10 @@ CONFIGS = [
          spec="dspark", drafter="g4e_init", temp=1.0, stops=(2, 3)),
     dict(key="u", name="Gemma 4 E-series target, bigram drafter, 3 tokens, T=1 top-k 8", target="g4e", prompt="g4e",
          spec="dspark", drafter="g4e_bigram", temp=1.0, top_k=8, gen=3, stops=(2, 3)),
+    dict(key="v", name="Qwen3-MoE target, bigram drafter, 3 tokens, T=1 top-k 8", target="moe", prompt="moe",
+         spec="dspark", drafter="moe_bigram", temp=1.0, top_k=8, gen=3, stops=(2, 3)),
+    dict(key="w", name="Qwen3-MoE target, bigram drafter, T=1, batch 8", target="moe", prompt="moe",
+         spec="dspark", drafter="moe_bigram", temp=1.0, batch=8, stops=(2, 3)),
     dict(key="k", name="coupled, dspark random, T=1", spec="dspark", drafter="random", temp=1.0, verify="coupled"),
     dict(key="m", name="coupled, dspark vanilla bigram, 3 tokens, T=1 top-k 8 min-p 0.05", spec="dspark",
          drafter="vanilla_bigram", temp=1.0, top_k=8, min_p=0.05, gen=3, verify="coupled"),
@@ -539,11 +553,15 @@ def main():
         g4e_dir = make_hf_models.make_hf_model(os.path.join(common.tmp_dir(), "spec_sampling_g4e_target"), "gemma4e",
                                                **G4E_TARGET)
         targets["g4e"] = (g4e_dir, hf_ref.load(g4e_dir))
+    if not only or only & {"v", "w"}:
+        moe_dir = make_hf_models.make_hf_model(os.path.join(common.tmp_dir(), "spec_sampling_moe_target"), "qwen3_moe",
+                                               **MOE_TARGET)
+        targets["moe"] = (moe_dir, hf_ref.load(moe_dir))
     selfcheck_batched(targets["stories"][1], STORY_PROMPT)
     selfcheck_batched(targets["hf"][1], HF_PROMPT)
     refs = {name: Reference(model) for name, (_, model) in targets.items()}
     prompts = {"story": STORY_PROMPT, "want": WANT_PROMPT, "repeat": common.tokenize_c(stories, REPEAT_TEXT),
-               "hf": HF_PROMPT, "g4e": G4E_PROMPT}
+               "hf": HF_PROMPT, "g4e": G4E_PROMPT, "moe": MOE_PROMPT}
     drafters = {}
     chk = common.Checker("spec_sampling")
     results = {}

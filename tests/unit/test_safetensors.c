@@ -292,6 +292,141 @@ static void test_roundtrip_sharded(void **state) {
     remove_tree(dir);
 }
 
+// --- Streamed tensors (ds_st_writer_add_stream + ds_st_writer_stream_dir)
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+// Every file of a's directory listing exists in b with the same bytes, and b has no others.
+static void assert_same_dir(const char *a, const char *b) {
+    int na = 0, nb = 0;
+    DIR *d = opendir(a);
+    struct dirent *e;
+    assert_non_null(d);
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char pa[900], pb[900];
+        snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
+        size_t la = 0, lb = 0;
+        char *x = slurp(pa, &la), *y = slurp(pb, &lb);
+        if (!y) fail_msg("%s: missing", pb);
+        if (la != lb || memcmp(x, y, la)) fail_msg("%s differs from %s", pb, pa);
+        free(x), free(y);
+        na++;
+    }
+    closedir(d);
+    d = opendir(b);
+    while ((e = readdir(d))) nb += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(na, nb);
+}
+
+#define N_STREAM 6
+typedef struct {
+    const void *data[N_STREAM];
+    size_t bytes[N_STREAM];
+    int id[N_STREAM], streamed[N_STREAM];
+    int short_by; // leave the last streamed tensor this many bytes short
+    int extra;    // put one byte too many into the first streamed tensor
+} stream_src;
+
+// Streamed tensors supplied last first, in pieces of 7 bytes, interleaved two at a time.
+static ds_status fill_pieces(void *ctx, ds_st_sink *sink) {
+    stream_src *c = ctx;
+    size_t at[N_STREAM] = {0};
+    int left = 1;
+    while (left) {
+        left = 0;
+        for (int t = N_STREAM - 1; t >= 0; t--) {
+            if (!c->streamed[t]) continue;
+            size_t want = c->bytes[t] - (t == 0 ? (size_t)c->short_by : 0);
+            if (at[t] >= want) continue;
+            size_t k = want - at[t] < 7 ? want - at[t] : 7;
+            ds_status s = ds_st_sink_put(sink, c->id[t], (const char *)c->data[t] + at[t], k);
+            if (s) return s;
+            at[t] += k;
+            left = 1;
+        }
+    }
+    for (int t = 0; t < N_STREAM && c->extra; t++)
+        if (c->streamed[t]) return ds_st_sink_put(sink, c->id[t], c->data[t], 1);
+    return DS_OK;
+}
+
+static void test_stream_dir(void **state) {
+    // Mixed element sizes (the layout puts 4-byte tensors first), a scalar and an empty tensor.
+    static float a[12], d[5];
+    static uint16_t b[9], c[6];
+    static uint32_t u[8];
+    float z[1] = {0};
+    for (int i = 0; i < 12; i++) a[i] = (float)i * 0.5f;
+    for (int i = 0; i < 9; i++) b[i] = (uint16_t)(0x3f80 + i);
+    for (int i = 0; i < 6; i++) c[i] = (uint16_t)(0x4000 + 3 * i);
+    for (int i = 0; i < 8; i++) u[i] = 0x01020304u * (uint32_t)(i + 1);
+    for (int i = 0; i < 5; i++) d[i] = -(float)i;
+    const char *names[N_STREAM] = {"m.a.weight", "m.a.scales", "m.a.biases", "m.u", "m.d", "m.empty"};
+    const ds_dtype dt[N_STREAM] = {DS_F32, DS_BF16, DS_BF16, DS_U32, DS_F32, DS_F32};
+    const int64_t shapes[N_STREAM][2] = {{3, 4}, {9, 1}, {2, 3}, {2, 4}, {5, 1}, {0, 4}};
+    const void *data[N_STREAM] = {a, b, c, u, d, z};
+    const size_t bytes[N_STREAM] = {48, 18, 12, 32, 20, 0};
+    for (int limit = 0; limit <= 64; limit += 64) { // one file; then shards of <= 64 bytes
+        for (int mask = 1; mask < (1 << N_STREAM); mask += 21) { // which tensors are streamed
+            ds_st_writer *w1 = ds_st_writer_new(), *w2 = ds_st_writer_new();
+            stream_src src = {{0}};
+            for (int t = 0; t < N_STREAM; t++) {
+                assert_int_equal(ds_st_writer_add(w1, names[t], dt[t], 2, shapes[t], data[t]), DS_OK);
+                src.data[t] = data[t];
+                src.bytes[t] = bytes[t];
+                src.streamed[t] = (mask >> t) & 1;
+                if (src.streamed[t])
+                    assert_int_equal(ds_st_writer_add_stream(w2, names[t], dt[t], 2, shapes[t], &src.id[t]), DS_OK);
+                else
+                    assert_int_equal(ds_st_writer_add(w2, names[t], dt[t], 2, shapes[t], data[t]), DS_OK);
+            }
+            assert_int_equal(ds_st_writer_set_metadata(w1, "format", "mlx"), DS_OK);
+            assert_int_equal(ds_st_writer_set_metadata(w2, "format", "mlx"), DS_OK);
+            char d1[600], d2[600];
+            tmp_path(d1, sizeof d1, "plain");
+            tmp_path(d2, sizeof d2, "streamed");
+            if (ds_st_writer_write_dir(w1, d1, (size_t)limit) != DS_OK) fail_msg("%s", ds_last_error());
+            if (ds_st_writer_stream_dir(w2, d2, (size_t)limit, fill_pieces, &src) != DS_OK)
+                fail_msg("%s", ds_last_error());
+            assert_same_dir(d1, d2); // the same files, byte for byte
+            // A streamed writer is written only by stream_dir.
+            if (mask & 1) {
+                char d3[600];
+                tmp_path(d3, sizeof d3, "refused");
+                assert_int_equal(ds_st_writer_write_dir(w2, d3, 0), DS_ERR_INVALID);
+                assert_non_null(strstr(ds_last_error(), "streamed"));
+                assert_false(exists(d3));
+                // A tensor left short, or given a byte too many: an error, and nothing is left.
+                for (int k = 0; k < 2; k++) {
+                    src.short_by = k ? 0 : 5;
+                    src.extra = k;
+                    tmp_path(d3, sizeof d3, "bad");
+                    assert_int_equal(ds_st_writer_stream_dir(w2, d3, (size_t)limit, fill_pieces, &src), DS_ERR_INVALID);
+                    assert_non_null(strstr(ds_last_error(), "m.a.weight"));
+                    assert_false(exists(d3));
+                }
+            }
+            ds_st_writer_free(w1);
+            ds_st_writer_free(w2);
+            remove_tree(d1);
+            remove_tree(d2);
+        }
+    }
+}
+
 static void test_write_dir_fits_one_file(void **state) {
     float x[4] = {1, 2, 3, 4};
     int64_t shape[1] = {4};
@@ -642,6 +777,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_empty),
         cmocka_unit_test(test_roundtrip_sharded),
         cmocka_unit_test(test_write_dir_fits_one_file),
+        cmocka_unit_test(test_stream_dir),
         cmocka_unit_test(test_writer_rejects),
         cmocka_unit_test(test_write_missing_dir),
         cmocka_unit_test(test_empty_file),
