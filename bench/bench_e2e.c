@@ -58,7 +58,7 @@ static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_par
             if (active[k]) continue;
             const int j = next++;
             if (ds_engine_add(e, &(ds_seq_params){.prompt = ptoks[j % n_prompts], .n_prompt = plen[j % n_prompts], .max_new = n, .sp = &smp,
-                    .seed = (uint64_t)j}, &id[k])) die("add");
+                    .seed = (uint64_t)j, .batch_invariant = 1}, &id[k])) die("add");
             req[k] = j, n_out[j] = 0, active[k] = 1, n_active++;
         }
         if (!n_active) break;

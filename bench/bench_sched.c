@@ -149,7 +149,7 @@ static void run_engine(const ds_model *m, const ds_drafter *d, const ds_spec_par
             const int j = next++, p = j % ps->n;
             t_join[k] = bench_now();
             if (ds_engine_add(e, &(ds_seq_params){.prompt = ps->ptoks[p], .n_prompt = ps->plen[p], .max_new = budget, .sp = &smp,
-                    .seed = (uint64_t)j}, &id[k])) die("add");
+                    .seed = (uint64_t)j, .batch_invariant = 1}, &id[k])) die("add");
             req[k] = j;
             n_out[j] = 0;
             active[k] = 1;
@@ -221,7 +221,7 @@ static void record_trace(const ds_model *m, const ds_drafter *d, const prompt_se
     for (int p = 0; p < ps->n; p++) {
         int id;
         if (ds_engine_add(e, &(ds_seq_params){.prompt = ps->ptoks[p], .n_prompt = ps->plen[p], .max_new = budget, .sp = &smp,
-                .seed = (uint64_t)p}, &id)) die("add");
+                .seed = (uint64_t)p, .batch_invariant = 1}, &id)) die("add");
         while (!ds_engine_finished(e, id))
             if (ds_engine_step(e)) die("step");
         t->draft_s += ds_engine_stats(e, id)->draft_s;

@@ -28,7 +28,7 @@ static int run(ds_model *m, ds_drafter *d, ds_spec_kind kind, const int32_t *pro
         ds_engine *e;
         int id;
         if (ds_engine_init(m, d, &sp, &e) || ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = n, .sp = &smp,
-                .seed = 1}, &id)) return 1;
+                .seed = 1, .batch_invariant = 1}, &id)) return 1;
         const double t0 = bench_now();
         while (ds_engine_active(e))
             if (ds_engine_step(e)) return 1;

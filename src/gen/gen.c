@@ -111,7 +111,8 @@ ds_status ds_gen_init(const ds_tokenizer *tok, const ds_gen_request *r, ds_gen *
 
 ds_status ds_gen_begin(ds_gen *g, ds_engine *e, int max_new) {
     if (g->seq >= 0) return ds_fail(DS_ERR_INVALID, "generation request: already running");
-    const ds_seq_params sp = {.prompt = g->prompt, .n_prompt = g->n_prompt, .max_new = max_new, .sp = &g->sp, .seed = g->seed};
+    const ds_seq_params sp = {.prompt = g->prompt, .n_prompt = g->n_prompt, .max_new = max_new, .sp = &g->sp, .seed = g->seed,
+                              .batch_invariant = 1};
     ds_status st = ds_engine_add(e, &sp, &g->seq);
     if (st) {
         g->seq = -1;

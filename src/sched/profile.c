@@ -65,7 +65,8 @@ ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, in
                 const int rows = left < ROWS_PER_SEQ ? left : ROWS_PER_SEQ;
                 left -= rows;
                 f[s] = (ds_forward_seq){.kv = kv[s], .tokens = tok, .n_tokens = rows, .n_logits = rows,
-                                        .logits = logits + (size_t)s * ROWS_PER_SEQ * in->vocab_size};
+                                        .logits = logits + (size_t)s * ROWS_PER_SEQ * in->vocab_size,
+                                        .batch_invariant = 1}; // priced on the kernels decoding runs on
             }
             const double t0 = now_s();
             st = ds_model_forward(m, ws, f, ns);

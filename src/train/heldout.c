@@ -76,7 +76,7 @@ ds_status ds_heldout_eval(const ds_heldout *h, const ds_model *target, const ds_
     for (int i = 0; !st && i < h->n; i++) {
         int id;
         const ds_seq_params q = {.prompt = h->toks[i], .n_prompt = h->len[i], .max_new = max_tokens, .sp = &smp,
-                                 .seed = seed + (uint64_t)i};
+                                 .seed = seed + (uint64_t)i, .batch_invariant = 1};
         if ((st = ds_engine_add(e, &q, &id))) break;
         while (!st && !ds_engine_finished(e, id)) {
             st = ds_engine_step(e);

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     int id;
     if (ds_engine_init(m, d, &spec, &e)) return die("engine");
     if (ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = n, .sp = &sp,
-            .seed = 0}, &id)) return die("add");
+            .seed = 0, .batch_invariant = 1}, &id)) return die("add");
     while (ds_engine_active(e))
         if (ds_engine_step(e)) return die("step");
     int32_t *got = malloc(sizeof(int32_t) * (size_t)n);

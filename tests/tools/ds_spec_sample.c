@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
         const int r = seeds - s0 < batch ? (int)(seeds - s0) : batch;
         for (int j = 0; j < r; j++)
             if (ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = gen, .sp = &sp,
-                    .seed = (uint64_t)(seed0 + s0 + j)}, &ids[j])) return die("add");
+                    .seed = (uint64_t)(seed0 + s0 + j), .batch_invariant = 1}, &ids[j])) return die("add");
         while (ds_engine_active(e))
             if (ds_engine_step(e)) return die("step");
         for (int j = 0; j < r; j++) {
