@@ -7,7 +7,8 @@
 //    is safe) is always a prefix of the final text; stop ids end it before the id (stories260K,
 //    greedy, against the same request without stops);
 //  - the runner admits at most R requests at a time and each request's tokens equal its tokens run
-//    alone; ds_gen_end ends a request early with DS_FINISH_LENGTH.
+//    alone, bitwise in its log-probabilities too (batch invariance, past the point where sgemm would
+//    take over); ds_gen_end ends a request early with DS_FINISH_LENGTH.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,6 +220,49 @@ static void test_runner_admission(void **state) {
     ds_engine_free(c.e);
 }
 
+// Every request of the generation layer asks for batch invariance: 12 requests decoding together
+// (12 rows per round: past the F32 kernel's 9 rows, where sgemm would take over) get bitwise the
+// log-probabilities each gets alone (1 row per round). Without the flag, the rounds of 12 rows
+// went to sgemm and the last bits differed.
+typedef struct {
+    ds_engine *e;
+    float lp[12][16];
+    int n[12];
+} lp_check;
+
+static void on_done_lp(void *ctx, int i, const ds_gen *g) {
+    lp_check *c = ctx;
+    const int n = ds_text_out_tokens(ds_gen_text(g));
+    c->n[i] = n;
+    for (int t = 0; t < n && t < 16; t++) assert_int_equal(ds_engine_logprobs(c->e, ds_gen_seq(g), t, &c->lp[i][t], NULL, NULL), 0);
+}
+
+static void test_runner_batch_invariant(void **state) {
+    (void)state;
+    const char *prompts[12] = {"Once upon a time", "The cat", "Lily wanted", "One day, a", "Tom", "The sun",
+                               "A little bird", "Sam and Max", "In the park", "The dog", "Mom said", "Anna"};
+    ds_gen_request r[12];
+    for (int i = 0; i < 12; i++) {
+        r[i] = story(prompts[i], 16);
+        r[i].logprobs = 1;
+    }
+    const ds_spec_params none = {.kind = DS_SPEC_NONE};
+    lp_check together = {0}, alone = {0};
+    assert_int_equal(ds_engine_init(stories, NULL, &none, &together.e), DS_OK);
+    const ds_gen_run_params p12 = {.max_active = 12, .on_done = on_done_lp, .ctx = &together};
+    assert_int_equal(ds_gen_run(together.e, ds_model_tokenizer(stories), r, 12, &p12, NULL), DS_OK);
+    assert_int_equal(ds_engine_init(stories, NULL, &none, &alone.e), DS_OK);
+    const ds_gen_run_params p1 = {.max_active = 1, .on_done = on_done_lp, .ctx = &alone};
+    assert_int_equal(ds_gen_run(alone.e, ds_model_tokenizer(stories), r, 12, &p1, NULL), DS_OK);
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(together.n[i], alone.n[i]);
+        assert_true(alone.n[i] > 4);
+        assert_memory_equal(together.lp[i], alone.lp[i], sizeof(float) * (size_t)(alone.n[i] < 16 ? alone.n[i] : 16));
+    }
+    ds_engine_free(together.e);
+    ds_engine_free(alone.e);
+}
+
 static void test_end_early(void **state) {
     (void)state;
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
@@ -260,7 +304,8 @@ int main(void) {
     const struct CMUnitTest chat[] = {cmocka_unit_test(test_chat_ends_at_end_of_turn)};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_string_and_holdback), cmocka_unit_test(test_stop_id),
-        cmocka_unit_test(test_runner_admission), cmocka_unit_test(test_end_early), cmocka_unit_test(test_bad_request),
+        cmocka_unit_test(test_runner_admission),
+        cmocka_unit_test(test_runner_batch_invariant), cmocka_unit_test(test_end_early), cmocka_unit_test(test_bad_request),
     };
     return cmocka_run_group_tests(chat, NULL, NULL) | cmocka_run_group_tests(tests, setup, teardown);
 }
