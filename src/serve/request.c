@@ -198,7 +198,7 @@ static ds_status parse_messages(const cJSON *root, const ds_model *m, ds_oa_requ
         if (cJSON_IsObject(e) && (field(e, "tool_calls") || field(e, "function_call") ||
                                   (cJSON_IsString(role) && (!strcmp(role->valuestring, "tool") ||
                                                             !strcmp(role->valuestring, "function"))))) {
-            st = bad(param, "messages", "'%s' with tool calls or tool results are not supported (tools are not implemented)",
+            st = bad(param, "messages", "'%s' with tool calls or tool results are not supported (the server does not run tools)",
                      "messages");
             break;
         }
@@ -255,12 +255,12 @@ static ds_status refuse_unsupported(const cJSON *root, int chat, const char **pa
     static const char *tool_fields[] = {"tools", "functions"};
     for (int i = 0; i < 2; i++)
         if ((f = field(root, tool_fields[i])) && (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > 0))
-            return bad(param, tool_fields[i], "'%s' is not supported (tool calling is not implemented)", tool_fields[i]);
+            return bad(param, tool_fields[i], "'%s' is not supported (the server does no tool calling)", tool_fields[i]);
     static const char *choice_fields[] = {"tool_choice", "function_call"};
     for (int i = 0; i < 2; i++)
         if ((f = field(root, choice_fields[i])) &&
             !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
-            return bad(param, choice_fields[i], "'%s' is not supported (tool calling is not implemented)", choice_fields[i]);
+            return bad(param, choice_fields[i], "'%s' is not supported (the server does no tool calling)", choice_fields[i]);
     if ((f = field(root, "response_format"))) {
         const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
         if (!cJSON_IsString(t)) return bad(param, "response_format", "'%s' must be an object with a string 'type'", "response_format");

@@ -63,7 +63,7 @@ const texts = await Promise.all([0, 1, 2, 3].map(() => client.completions.create
   max_tokens: s.max_tokens, temperature: 1, seed: s.seed }).then((r) => r.choices[0].text)));
 check(texts.every((t) => t === s.text), `seeded: ${JSON.stringify(texts)} != ${JSON.stringify(s.text)}`);
 
-// What is not implemented is a clear 400; a wrong key is a 401.
+// What the server does not serve is a clear 400; a wrong key is a 401.
 const tools = await errorOf(client.chat.completions.create({ model: want.model, messages: msgs,
   tools: [{ type: "function", function: { name: "f", parameters: { type: "object" } } }] }));
 check(tools instanceof OpenAI.BadRequestError && /tools/.test(tools.message), `tools: ${tools}`);
