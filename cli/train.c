@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  --clip C         gradient-norm clip (default 1.0; 0 = off)\n"
             "  --decay D        per-slot loss weight exp(-k/D) (default 4)\n"
             "  --ce W --l1 W --conf W   loss weights (default 0.1, 0.9, 1.0)\n"
+            "  --kl W           weight of KL(target || drafter), the target's distribution as a soft label (default 0)\n"
             "  --seed S         data order, anchors and fresh init (default 0)\n"
             "  --save-every N   checkpoint period (default steps/10); also at the end and on Ctrl-C\n"
             "  --resume         continue the run in OUT exactly where it stopped\n"
@@ -247,6 +248,7 @@ int cmd_train(int argc, char **argv) {
         FLT("--ce", 0, 1e6, o.lw.ce)
         FLT("--l1", 0, 1e6, o.lw.l1)
         FLT("--conf", 0, 1e6, o.lw.conf)
+        FLT("--kl", 0, 1e6, o.lw.kl)
         else if (!strcmp(a, "--seed")) {
             if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n)) return cli_usage_error("--seed expects a non-negative integer");
             o.seed = (uint64_t)n;

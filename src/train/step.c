@@ -633,7 +633,7 @@ static void losses(const ds_tmodel *tm, ds_tws *ws, const ds_loss_weights *lw, i
     const ds_drafter *d = tm->d;
     const int V = d->V;
     const int has_conf = tm->p.conf_w != NULL;
-    double ce_s = 0, l1_s = 0, bce_s = 0, w_s = 0, ptau = 0;
+    double ce_s = 0, l1_s = 0, bce_s = 0, kl_s = 0, w_s = 0, ptau = 0;
     int slots = 0, blocks = 0;
     double surv = 1;
     for (int i = 0; i < M; i++) {
@@ -661,14 +661,17 @@ static void losses(const ds_tmodel *tm, ds_tws *ws, const ds_loss_weights *lw, i
             l1 += fabsf(diff);
             gs += (diff > 0 ? 1.0 : diff < 0 ? -1.0 : 0.0) * z[v];
         }
+        float kl = 0; // KL(t ‖ p_d); its gradient in z is p_d − t
+        for (int v = 0; v < V; v++)
+            if (t[v] > 0) kl += t[v] * (logf(t[v]) - logf(fmaxf(z[v], 1e-30f)));
         const float cstar = (float)fmin(1.0, fmax(0.0, 1.0 - 0.5 * l1)); // detached soft label
         surv *= cstar;
         ptau += surv;
-        // dz = w·(ce·(p − onehot(y)) + l1·p ⊙ (sign(p − t) − Σ_v sign·p))
+        // dz = w·(ce·(p − onehot(y)) + l1·p ⊙ (sign(p − t) − Σ_v sign·p) + kl·(p − t))
         for (int v = 0; v < V; v++) {
             const float diff = z[v] - t[v];
             const float sg = diff > 0 ? 1.0f : diff < 0 ? -1.0f : 0.0f;
-            z[v] = w * (lw->ce * (z[v] - (v == y)) + lw->l1 * z[v] * (sg - (float)gs));
+            z[v] = w * (lw->ce * (z[v] - (v == y)) + lw->l1 * z[v] * (sg - (float)gs) + lw->kl * diff);
         }
         double bce = 0;
         if (has_conf) {
@@ -678,6 +681,7 @@ static void losses(const ds_tmodel *tm, ds_tws *ws, const ds_loss_weights *lw, i
         }
         ce_s += w * ce;
         l1_s += w * l1;
+        kl_s += w * kl;
         bce_s += w * bce;
         w_s += w;
         slots++;
@@ -685,7 +689,8 @@ static void losses(const ds_tmodel *tm, ds_tws *ws, const ds_loss_weights *lw, i
     st->ce += ce_s;
     st->l1 += l1_s;
     st->conf += bce_s;
-    st->loss += lw->ce * ce_s + lw->l1 * l1_s + lw->conf * bce_s;
+    st->kl += kl_s;
+    st->loss += lw->ce * ce_s + lw->l1 * l1_s + lw->conf * bce_s + lw->kl * kl_s;
     st->weight += w_s;
     st->slots += slots;
     st->ptau += ptau;

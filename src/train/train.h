@@ -71,10 +71,13 @@ ds_status ds_tmodel_write(const ds_tmodel *tm, const float *params, ds_dtype dty
 typedef struct {
     float ce, l1, conf; // multipliers (0.1, 0.9, 1.0)
     float decay;        // per-slot weight w_k = exp(-k / decay) (4)
+    float kl;           // multiplier of KL(t ‖ p_d) = Σ_v t_v log(t_v / p_d,v), the target's distribution
+                        // as a soft label (0)
 } ds_loss_weights;
 
 typedef struct {
     double loss, ce, l1, conf; // weighted total and each term (weight-normalized means)
+    double kl;                 // the KL term (also weight-normalized)
     double weight;             // Σ w_k over the valid slots (the normalizer)
     int slots;                 // valid slots
     double ptau;               // Σ over blocks of (1 + Σ_j Π_{i≤j} c*_i): probabilistic τ numerator
@@ -99,7 +102,7 @@ ds_status ds_tws_init(const ds_tmodel *tm, ds_tws **out);
 void ds_tws_free(ds_tws *ws);
 
 // Forward and backward of one sequence: adds (+=) d(loss_sum)/dθ to `grad` (flat, tm layout),
-// where loss_sum = Σ_valid w_k (ce·CE + l1·L1 + conf·BCE) — NOT yet divided by Σ w_k, so that
+// where loss_sum = Σ_valid w_k (ce·CE + l1·L1 + conf·BCE + kl·KL) — NOT yet divided by Σ w_k, so that
 // sequences (and MPI ranks) sum; accumulates the unnormalized sums into *st.
 ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, const ds_loss_weights *lw,
                             float *grad, ds_loss_stats *st);

@@ -238,6 +238,7 @@ static ds_status save(state *S) {
         cJSON_AddNumberToObject(j, "l1", o->lw.l1);
         cJSON_AddNumberToObject(j, "conf", o->lw.conf);
         cJSON_AddNumberToObject(j, "decay", o->lw.decay);
+        cJSON_AddNumberToObject(j, "kl", o->lw.kl);
         cJSON_AddStringToObject(j, "data", o->data);
         if (S->best_step > 0) {
             cJSON_AddNumberToObject(j, "best_tau", S->best_tau);
@@ -532,9 +533,9 @@ ds_status ds_train_run(const ds_train_opts *o) {
         }
         // Sum over ranks, then normalize by the total slot weight.
         // (and whether any rank was interrupted, so that all stop at the same step)
-        double sums[10] = {ls.loss, ls.ce, ls.l1, ls.conf, ls.weight, ls.slots, ls.ptau, ls.blocks, step_tokens,
-                           o->interrupted && *o->interrupted};
-        ds_mpi_allreduce_sum(sums, 10);
+        double sums[11] = {ls.loss, ls.ce, ls.l1, ls.conf, ls.weight, ls.slots, ls.ptau, ls.blocks, step_tokens,
+                           o->interrupted && *o->interrupted, ls.kl};
+        ds_mpi_allreduce_sum(sums, 11);
         ds_mpi_allreduce_sum_f(grad, S.tm.n_params);
         const double W = sums[4] > 0 ? sums[4] : 1;
         double norm2 = 0;
@@ -568,9 +569,10 @@ ds_status ds_train_run(const ds_train_opts *o) {
         const int do_eval = o->eval_prompts && (S.step % eval_every == 0 || S.step == o->steps);
         char line[4096];
         snprintf(line, sizeof line,
-                 "{\"step\":%d,\"loss\":%.6f,\"ce\":%.6f,\"l1\":%.6f,\"conf\":%.6f,\"ptau\":%.4f,\"lr\":%.3e,"
-                 "\"grad_norm\":%.4f,\"slots\":%.0f,\"blocks\":%.0f",
-                 S.step, sums[0] / W, sums[1] / W, sums[2] / W, sums[3] / W, ptau, lr, gnorm, sums[5], sums[7]);
+                 "{\"step\":%d,\"loss\":%.6f,\"ce\":%.6f,\"l1\":%.6f,\"conf\":%.6f,\"kl\":%.6f,\"ptau\":%.4f,"
+                 "\"lr\":%.3e,\"grad_norm\":%.4f,\"slots\":%.0f,\"blocks\":%.0f",
+                 S.step, sums[0] / W, sums[1] / W, sums[2] / W, sums[3] / W, sums[10] / W, ptau, lr, gnorm, sums[5],
+                 sums[7]);
         if (rank == 0) {
             const double t = now_s() - t_start, per = t / (S.step - first_step);
             ds_train_event ev = {.kind = DS_TRAIN_EV_STEP, .step = S.step, .steps = o->steps, .first_step = first_step,

@@ -11,17 +11,19 @@ the target distribution from llama_ref's logits, sums in numpy -- within 1e-9. T
 `ds_train_grad`:
 
     ds_train_grad TARGET DRAFTER_DIR --tokens 1,2,3,... --n-prompt P --anchors 3,7,12 \
-        [--ce 0.1 --l1 0.9 --conf 1.0] --out FILE
+        [--ce 0.1 --l1 0.9 --conf 1.0 --kl 0] --out FILE
 
 FILE: a safetensors file holding, for every trainable tensor (all but embed_tokens.weight and
 lm_head.weight), its gradient under the same name (F32, same shape), plus the F32 scalars [1]
-"loss", "loss_ce", "loss_l1", "loss_conf" -- and nothing else. Checks: every loss within 1e-4
+"loss", "loss_ce", "loss_l1", "loss_conf", "loss_kl" -- and nothing else. Checks: every loss within 1e-4
 relative; per tensor ||g_c - g_ref|| / max(||g_ref||, 1e-8) < 1e-3 (the C works in fp32).
 
 Matrix (2 layers, f32, block 4 or 5): Qwen3 DFlash (no Markov head, no confidence), vanilla +
 confidence with Markov input, gated + confidence without Markov input, rnn + confidence,
 attention_bias; Gemma 4 vanilla and rnn (layer_scalar 0.75, softcap 30; the rnn one with
-rms_norm_eps 0.05, so that its last layer_scalar has a real gradient); weights (1, 0, 0) once.
+rms_norm_eps 0.05, so that its last layer_scalar has a real gradient); weights (1, 0, 0) once;
+the KL(target || drafter) term (--kl) alone (0, 0, 0, 1) and next to the defaults (Qwen3 vanilla,
+Gemma 4 rnn).
 Gemma's last layer_scalar under eps 1e-6 has a gradient of ~4e-7 (the final RMSNorm is scale
 invariant up to eps): it is held to an absolute bound, 1e-3 x 1e-4 x the whole gradient's norm.
 The sequence is 24 stories tokens, n_prompt 5, anchors including ones near the end so some slots
@@ -68,7 +70,7 @@ DRAFTERS = {  # name -> make_deepspec overrides
     "gemma4_rnn": dict(style="gemma4", markov_head="rnn", conf=True, conf_with_markov=False, kv_heads=1,
                        layer_scalar=0.75, softcap=30.0, taps=(-1, 1, 3), norm_eps=0.05, seed=207),
 }
-# (case, drafter, anchors, (ce, l1, conf) or None for the tool's defaults). N = 24: anchor 22 has
+# (case, drafter, anchors, (ce, l1, conf[, kl]) or None for the tool's defaults). N = 24: anchor 22 has
 # one labelled slot, 21 two, 20 three.
 CASES = [
     ("qwen3_dflash", "qwen3_dflash", (5, 9, 16, 22), None),
@@ -79,6 +81,9 @@ CASES = [
     ("gemma4_vanilla", "gemma4_vanilla", (5, 11, 18, 21), None),
     ("gemma4_rnn", "gemma4_rnn", (6, 13, 20, 22), None),
     ("qwen3_vanilla_conf_ce_only", "qwen3_vanilla_conf", (5, 9, 17, 21), (1.0, 0.0, 0.0)),
+    ("qwen3_vanilla_conf_kl_only", "qwen3_vanilla_conf", (5, 9, 17, 21), (0.0, 0.0, 0.0, 1.0)),
+    ("qwen3_vanilla_conf_kl", "qwen3_vanilla_conf", (5, 8, 13, 20, 22), (0.1, 0.9, 1.0, 0.5)),
+    ("gemma4_rnn_kl", "gemma4_rnn", (6, 13, 20, 22), (0.1, 0.9, 1.0, 0.5)),
     ("gemma4_vanilla_target_softcap", "gemma4_vanilla", (5, 11, 18, 21), None),
 ]
 # Cases whose target has a final logit softcap (Gemma targets): its distribution in the L1 and
@@ -106,7 +111,7 @@ def sequence(target):
 
 
 def weights_of(w):
-    return dict(zip(("ce", "l1", "conf"), w)) if w else {}
+    return dict(zip(("ce", "l1", "conf", "kl"), w)) if w else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,13 +180,13 @@ def assembly_check(chk, target, name, tokens):
     context projection of R[0..p-1], the Markov walk forced along the labels), the target
     distribution from llama_ref's own logits, the sums in numpy."""
     _, drafter, anchors, w = next(c for c in CASES if c[0] == name)
-    ce_w, l1_w, conf_w = w or (0.1, 0.9, 1.0)
+    ce_w, l1_w, conf_w, kl_w = (tuple(w) + (0.0,))[:4] if w else (0.1, 0.9, 1.0, 0.0)
     m = ds.load(drafter_dir(drafter, target))
     cfg = m.config
     R, _ = train_ref.target_rows(m, target, tokens)
     t_logits = llama_ref.forward(llama_ref.load(target), tokens).logits.numpy()
     N, B = len(tokens), cfg.block_size
-    sums = {"ce": 0.0, "l1": 0.0, "conf": 0.0}
+    sums = {"ce": 0.0, "l1": 0.0, "conf": 0.0, "kl": 0.0}
     wsum = 0.0
     for p in anchors:
         labels = [tokens[q] if n_prompt_ok(q, N) else None for q in range(p + 1, p + 1 + B)]
@@ -203,12 +208,13 @@ def assembly_check(chk, target, name, tokens):
             l1 = np.abs(pd - pt).sum()
             sums["ce"] += wk * -np.log(pd[labels[k]])
             sums["l1"] += wk * l1
+            sums["kl"] += wk * float(np.sum(pt[pt > 0] * (np.log(pt[pt > 0]) - np.log(pd[pt > 0]))))
             if cfg.conf:
                 c, cstar = float(r.conf[k]), min(max(1 - l1 / 2, 0.0), 1.0)
                 sums["conf"] += wk * -(cstar * np.log(c) + (1 - cstar) * np.log1p(-c))
             wsum += wk
     want = {f"loss_{k}": v / wsum for k, v in sums.items()}
-    want["loss"] = ce_w * want["loss_ce"] + l1_w * want["loss_l1"] + conf_w * want["loss_conf"]
+    want["loss"] = ce_w * want["loss_ce"] + l1_w * want["loss_l1"] + conf_w * want["loss_conf"] + kl_w * want["loss_kl"]
     got, _ = train_ref.loss_and_grads(drafter_dir(drafter, target), target, tokens, N_PROMPT, anchors,
                                       **weights_of(w), **extra_of(name))
     for k in train_ref.LOSS_KEYS:

@@ -30,9 +30,11 @@ i >= n_prompt):
         L1_k  = sum_v |p_k,v - t_k,v|
         c*_k  = clamp(1 - L1_k / 2, 0, 1), DETACHED
         BCE_k = max(zc_k, 0) - zc_k c*_k + log(1 + exp(-|zc_k|))
+        KL_k  = sum_v t_k,v (log t_k,v - log p_k,v)     (terms with t_k,v = 0 are 0)
   * Over all valid (anchor, slot) pairs: loss_ce = sum w CE / sum w, loss_l1 = sum w L1 / sum w,
-    loss_conf = sum w BCE / sum w (0 without a confidence head), and
-        loss = ce * loss_ce + l1 * loss_l1 + conf * loss_conf      (defaults 0.1, 0.9, 1.0).
+    loss_conf = sum w BCE / sum w (0 without a confidence head), loss_kl = sum w KL / sum w, and
+        loss = ce * loss_ce + l1 * loss_l1 + conf * loss_conf + kl * loss_kl
+    (defaults 0.1, 0.9, 1.0, 0).
   * Trainable: every drafter tensor except embed_tokens.weight and lm_head.weight (Gemma's
     layers.{i}.layer_scalar included).
 
@@ -40,9 +42,9 @@ Entry points:
     anchor_candidates(n_prompt, N)                           -> [p, ...]
     trainable_names(cfg)                                     -> sorted tensor names
     target_rows(m, target_path, tokens, dtype)               -> (R, G) tensors
-    losses(m, R, G, tokens, n_prompt, anchors, ce, l1, conf) -> dict of 0-d tensors (+ "cstar")
-    loss_and_grads(drafter_dir, target_path, tokens, n_prompt, anchors, ce, l1, conf, dtype)
-        -> ({"loss", "loss_ce", "loss_l1", "loss_conf": float}, {name: numpy gradient})
+    losses(m, R, G, tokens, n_prompt, anchors, ce, l1, conf, kl) -> dict of 0-d tensors (+ "cstar")
+    loss_and_grads(drafter_dir, target_path, tokens, n_prompt, anchors, ce, l1, conf, kl, dtype)
+        -> ({"loss", "loss_ce", "loss_l1", "loss_conf", "loss_kl": float}, {name: numpy gradient})
 """
 
 import math
@@ -57,7 +59,7 @@ import deepspec_ref as ds  # noqa: E402
 import llama_ref  # noqa: E402
 
 FROZEN = ("embed_tokens.weight", "lm_head.weight")
-LOSS_KEYS = ("loss", "loss_ce", "loss_l1", "loss_conf")
+LOSS_KEYS = ("loss", "loss_ce", "loss_l1", "loss_conf", "loss_kl")
 
 
 def anchor_candidates(n_prompt, N):
@@ -114,8 +116,9 @@ def conf_logit(m, h_k, prev):
     return ds._linear(m, feat, "confidence_head.proj")[0]
 
 
-def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_fixed=None, target_softcap=0.0):
-    """The four losses (0-d tensors, differentiable in m.weights) of one sequence, plus "cstar":
+def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, kl=0.0, cstar_fixed=None,
+           target_softcap=0.0):
+    """The five losses (0-d tensors, differentiable in m.weights) of one sequence, plus "cstar":
     {(anchor index, slot): c*} of every valid slot with a confidence head.
 
     c* is detached, so the gradient is that of the loss with c* held constant. cstar_fixed (a
@@ -136,7 +139,7 @@ def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_f
     lm_head = m.w("lm_head.weight")
 
     zero = torch.zeros((), dtype=fc_dtype)
-    s_ce, s_l1, s_bce, s_w = zero, zero, zero, 0.0
+    s_ce, s_l1, s_bce, s_kl, s_w = zero, zero, zero, zero, 0.0
     cstars = {}
     for ai, p in enumerate(anchors):
         p = int(p)
@@ -156,12 +159,14 @@ def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_f
             tl = G[p + k] @ lm_head.T
             if target_softcap > 0:  # the target's own final logit softcap (Gemma)
                 tl = target_softcap * torch.tanh(tl / target_softcap)
-            pt = torch.softmax(tl, dim=-1)
+            logpt = torch.log_softmax(tl, dim=-1)
+            pt = torch.exp(logpt)
             w = slot_weight(k)
             ce_k = -logp[tokens[p + 1 + k]]
             l1_k = torch.sum(torch.abs(pd - pt))
             s_ce = s_ce + w * ce_k
             s_l1 = s_l1 + w * l1_k
+            s_kl = s_kl + w * torch.sum(torch.where(pt > 0, pt * (logpt - logp), zero))
             if cfg.conf:
                 zc = conf_logit(m, h[k], prev)
                 cstar = torch.clamp(1.0 - 0.5 * l1_k.detach(), 0.0, 1.0)
@@ -174,8 +179,9 @@ def losses(m, R, G, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, cstar_f
     loss_ce = s_ce / s_w
     loss_l1 = s_l1 / s_w
     loss_conf = s_bce / s_w
-    loss = ce * loss_ce + l1 * loss_l1 + conf * loss_conf
-    return {"loss": loss, "loss_ce": loss_ce, "loss_l1": loss_l1, "loss_conf": loss_conf,
+    loss_kl = s_kl / s_w
+    loss = ce * loss_ce + l1 * loss_l1 + conf * loss_conf + kl * loss_kl
+    return {"loss": loss, "loss_ce": loss_ce, "loss_l1": loss_l1, "loss_conf": loss_conf, "loss_kl": loss_kl,
             "cstar": cstars}
 
 
@@ -187,12 +193,12 @@ def trainable_model(m):
     return ds.DeepSpecModel(m.config, w)
 
 
-def loss_and_grads(drafter_dir, target_path, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0,
+def loss_and_grads(drafter_dir, target_path, tokens, n_prompt, anchors, ce=0.1, l1=0.9, conf=1.0, kl=0.0,
                    dtype=torch.float64, target_softcap=0.0):
-    """(loss values {loss, loss_ce, loss_l1, loss_conf}, {trainable name: gradient ndarray})."""
+    """(loss values {loss, loss_ce, loss_l1, loss_conf, loss_kl}, {trainable name: gradient ndarray})."""
     m = trainable_model(ds.load(drafter_dir, dtype=dtype))
     R, G = target_rows(m, target_path, tokens, dtype=dtype)
-    L = losses(m, R, G, tokens, n_prompt, anchors, ce=ce, l1=l1, conf=conf, target_softcap=target_softcap)
+    L = losses(m, R, G, tokens, n_prompt, anchors, ce=ce, l1=l1, conf=conf, kl=kl, target_softcap=target_softcap)
     names = trainable_names(m.config)
     params = [m.w(n) for n in names]
     grads = torch.autograd.grad(L["loss"], params, allow_unused=True)

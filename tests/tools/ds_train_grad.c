@@ -35,6 +35,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--ce")) lw.ce = (float)atof(v);
         else if (!strcmp(o, "--l1")) lw.l1 = (float)atof(v);
         else if (!strcmp(o, "--conf")) lw.conf = (float)atof(v);
+        else if (!strcmp(o, "--kl")) lw.kl = (float)atof(v);
         else if (!strcmp(o, "--target-softcap")) target_softcap = (float)atof(v);
         else if (!strcmp(o, "--out")) out = v;
         else {
@@ -67,11 +68,12 @@ int main(int argc, char **argv) {
     if (ds_tws_init(&tm, &tws) || ds_train_sequence(&tm, tws, &s, &lw, grad, &st)) return die("train");
     const float inv = st.weight > 0 ? (float)(1.0 / st.weight) : 0.0f;
     for (size_t i = 0; i < tm.n_params; i++) grad[i] *= inv;
-    float loss[4] = {(float)(st.loss * inv), (float)(st.ce * inv), (float)(st.l1 * inv), (float)(st.conf * inv)};
+    float loss[5] = {(float)(st.loss * inv), (float)(st.ce * inv), (float)(st.l1 * inv), (float)(st.conf * inv),
+                     (float)(st.kl * inv)};
     ds_st_writer *w = ds_st_writer_new();
     const int64_t one = 1;
-    const char *ln[4] = {"loss", "loss_ce", "loss_l1", "loss_conf"};
-    for (int i = 0; i < 4; i++)
+    const char *ln[5] = {"loss", "loss_ce", "loss_l1", "loss_conf", "loss_kl"};
+    for (int i = 0; i < 5; i++)
         if (ds_st_writer_add(w, ln[i], DS_F32, 1, &one, &loss[i])) return die("write");
     for (int i = 0; i < tm.n_entries; i++) {
         const ds_tentry *e = &tm.entries[i];
