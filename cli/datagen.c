@@ -14,7 +14,7 @@ typedef struct {
     const char *model, *prompts, *out, *holdout_out;
     int unconditional, append;
     long count, max_tokens, seed, concurrency, threads;
-    double holdout;
+    double holdout, plain;
     ds_sampler_params sp;
 } dg_args;
 
@@ -38,6 +38,8 @@ static void dg_usage(FILE *f) {
             "  --top-k K            (default 20; 0 = off)\n"
             "  --top-p P            (default 0.8; 1 = off)\n"
             "  --min-p M            (default 0 = off)\n"
+            "  --plain F            sample a fraction F of the sequences (evenly spread) from the target's\n"
+            "                       own distribution instead: temperature 1, no filter (default 0)\n"
             "  --seed S             sequence i is sampled with seed S + i (default 0): the same file whatever R\n"
             "  --concurrency R      sequences decoded together (default 8)\n"
             "  -t, --threads N      threads (default: all cores)\n"
@@ -55,6 +57,7 @@ static int parse_args(int argc, char **argv, dg_args *a) {
     a->sp.min_p = 0;
     a->concurrency = 8;
     a->holdout = -1;
+    a->plain = -1;
     a->count = -1;
     a->max_tokens = -1;
     for (int i = 1; i < argc; i++) {
@@ -86,6 +89,8 @@ static int parse_args(int argc, char **argv, dg_args *a) {
                 return cli_usage_error("--max-tokens expects a positive count, got '%s'", v);
         } else if (!strcmp(o, "--concurrency")) {
             if (!cli_parse_int(v, 1, 4096, &a->concurrency)) return cli_usage_error("--concurrency expects 1..4096, got '%s'", v);
+        } else if (!strcmp(o, "--plain")) {
+            if (!cli_parse_float(v, 0, 1, &a->plain)) return cli_usage_error("--plain expects a fraction in [0, 1], got '%s'", v);
         } else if (!strcmp(o, "--holdout")) {
             if (!cli_parse_float(v, 0, 1, &a->holdout)) return cli_usage_error("--holdout expects a fraction in [0, 1], got '%s'", v);
         } else {
@@ -152,6 +157,7 @@ int cmd_datagen(int argc, char **argv) {
     o.seed = (uint64_t)a.seed;
     o.concurrency = (int)a.concurrency;
     o.sp = a.sp;
+    if (a.plain >= 0) o.plain = a.plain;
     cli_catch_interrupt(); // Ctrl-C stops cleanly (the temporary files are removed or committed)
     o.interrupted = &cli_interrupted;
     dg_view view = {.tty = isatty(2), .last = -1e9};

@@ -2,6 +2,7 @@
 // index order (one process), or gathered to rank 0 and written there in index order (MPI).
 #include "train/datagen.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,11 @@ ds_datagen_opts ds_datagen_defaults(void) {
     o.concurrency = 8;
     o.holdout = -1;
     return o;
+}
+
+// Whether sequence `index` is one of the plain share (ds_datagen_opts.plain): floor((i+1)·f) > floor(i·f).
+static int is_plain(long index, double f) {
+    return f > 0 && floor((double)(index + 1) * f) > floor((double)index * f);
 }
 
 static double now_s(void) {
@@ -215,6 +221,9 @@ ds_status ds_datagen_run(const ds_datagen_opts *o, ds_datagen_result *res) {
     // batch size, and at R >= 10 sampled tokens near a tie would differ). Measured on a 2048 x 16
     // model with R = 16 and 32, no slower than sgemm on this memory-bound decoding. Prefill (one
     // sequence, the same rows whatever R) keeps sgemm.
+    ds_sampler_params plain_sp = ds_sampler_default();
+    plain_sp.temperature = 1.0f;
+    plain_sp.verify = o->sp.verify;
     const double t0 = now_s();
     double last_report = t0;
     long next = 0, written = 0, completed = 0; // in this rank's share (k-th = sequence rank + k·ranks)
@@ -227,7 +236,8 @@ ds_status ds_datagen_run(const ds_datagen_opts *o, ds_datagen_result *res) {
             if (s->index >= 0) continue;
             const long index = rank + next * ranks;
             const int src = (int)(index % g.n_sources);
-            const ds_seq_params sq = {.prompt = g.ptoks[src], .n_prompt = g.pn[src], .max_new = o->max_tokens, .sp = &o->sp,
+            const ds_seq_params sq = {.prompt = g.ptoks[src], .n_prompt = g.pn[src], .max_new = o->max_tokens,
+                                      .sp = is_plain(index, o->plain) ? &plain_sp : &o->sp,
                                       .seed = o->seed + (uint64_t)index, .batch_invariant = 1};
             if ((st = ds_engine_add(g.engine, &sq, &s->id))) goto fail;
             memcpy(s->toks, g.ptoks[src], sizeof(int32_t) * (size_t)g.pn[src]);

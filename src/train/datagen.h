@@ -35,12 +35,15 @@ typedef struct {
     uint64_t seed;           // sequence i is sampled with seed + i
     int concurrency;         // sequences decoded together per rank
     ds_sampler_params sp;
+    double plain;            // this fraction of the sequences (every 1/plain-th index, exactly floor(i·plain)
+                             // of the first i) is sampled from the target's own distribution instead
+                             // (temperature 1, no filter): the contexts a temperature-1 decode visits
     volatile int *interrupted; // set asynchronously: keep the completed sequences and stop
     ds_datagen_progress_fn progress; // called a few times a second on rank 0 (NULL = silent)
     void *progress_ctx;
 } ds_datagen_opts;
 
-ds_datagen_opts ds_datagen_defaults(void); // temperature 0.7, top-k 20, top-p 0.8, concurrency 8
+ds_datagen_opts ds_datagen_defaults(void); // temperature 0.7, top-k 20, top-p 0.8, plain 0, concurrency 8
 
 typedef struct {
     long written, held_out;  // sequences added to out / holdout_out by this run

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dspark datagen and eval on stories260K: a data file the reader accepts, with the right counts and
 # prompt lengths; the same bytes whatever --concurrency; --append, --holdout, --unconditional;
-# Ctrl-C keeps what is complete; bad prompt files give one line naming file:line and write nothing.
+# --plain; Ctrl-C keeps what is complete; bad prompt files give one line naming file:line and write nothing.
 # eval: the JSON fields for ngram, none and a fresh drafter, and the greedy losslessness check.
 set -u
 BIN=${DSPARK_BIN:?}/dspark
@@ -77,6 +77,23 @@ nh=$("$DUMP" "$TMP/h.dat" | sed -n 's/^count \([0-9]*\).*/\1/p')
 "$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 20 --max-tokens 10 --holdout 0.3 --holdout-out "$TMP/h2.dat" \
   -o "$TMP/m2.dat" --concurrency 5 2>/dev/null
 cmp -s "$TMP/m.dat" "$TMP/m2.dat" && cmp -s "$TMP/h.dat" "$TMP/h2.dat" || fail "the holdout split is not deterministic"
+
+# 4b. --plain F: sequence i is sampled from the target's own distribution (the tokens of a run with
+# --temp 1 --top-k 0 --top-p 1, same seed) exactly when floor((i+1)F) > floor(iF) -- here 3 and 7 of
+# 0..9 with F = 0.25 -- and the others are the run's own sampler's.
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 --plain 0.25 -o "$TMP/pl.dat" 2>/dev/null ||
+  fail "--plain failed"
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 -o "$TMP/pl0.dat" 2>/dev/null
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 --temp 1 --top-k 0 --top-p 1 -o "$TMP/pl1.dat" 2>/dev/null
+for f in pl pl0 pl1; do "$DUMP" "$TMP/$f.dat" --tokens | tail -n +2 >"$TMP/$f.txt"; done
+for i in 0 1 2 3 4 5 6 7 8 9; do
+  case $i in 3 | 7) src=pl1 ;; *) src=pl0 ;; esac
+  cmp -s <(sed -n "$((i + 1))p" "$TMP/pl.txt") <(sed -n "$((i + 1))p" "$TMP/$src.txt") ||
+    fail "--plain 0.25: sequence $i is not the $src run's"
+done
+cmp -s "$TMP/pl0.txt" "$TMP/pl1.txt" && fail "--plain check: temperature 1 and the defaults gave the same sequences"
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 2 --max-tokens 5 --plain 1.5 -o "$TMP/plx.dat" 2>"$TMP/err"
+[ $? -eq 2 ] && grep -q -- "--plain expects a fraction" "$TMP/err" || fail "--plain 1.5: $(cat "$TMP/err")"
 
 # 5. Ctrl-C: stops, says so, and commits the completed sequences (a valid file, fewer than asked).
 "$BIN" datagen -m "$MODEL" --unconditional -n 1000000 --max-tokens 200 -t 1 -o "$TMP/int.dat" 2>"$TMP/int.err" &
