@@ -77,7 +77,7 @@ typedef struct {
 
 typedef struct {
     double loss, ce, l1, conf; // weighted total and each term (weight-normalized means)
-    double kl;                 // the KL term (also weight-normalized)
+    double kl;                 // the KL term (also weight-normalized; computed only when its weight is not 0)
     double weight;             // Σ w_k over the valid slots (the normalizer)
     int slots;                 // valid slots
     double ptau;               // Σ over blocks of (1 + Σ_j Π_{i≤j} c*_i): probabilistic τ numerator

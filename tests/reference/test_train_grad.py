@@ -15,7 +15,8 @@ the target distribution from llama_ref's logits, sums in numpy -- within 1e-9. T
 
 FILE: a safetensors file holding, for every trainable tensor (all but embed_tokens.weight and
 lm_head.weight), its gradient under the same name (F32, same shape), plus the F32 scalars [1]
-"loss", "loss_ce", "loss_l1", "loss_conf", "loss_kl" -- and nothing else. Checks: every loss within 1e-4
+"loss", "loss_ce", "loss_l1", "loss_conf", "loss_kl" (0 when --kl is 0: not computed then) -- and
+nothing else. Checks: every loss within 1e-4
 relative; per tensor ||g_c - g_ref|| / max(||g_ref||, 1e-8) < 1e-3 (the C works in fp32).
 
 Matrix (2 layers, f32, block 4 or 5): Qwen3 DFlash (no Markov head, no confidence), vanilla +
@@ -264,6 +265,9 @@ def compare_case(chk, target, tokens, name, drafter, anchors, w):
         if not chk.equal(f"{name}: {k} shape", list(got[k].shape), [1]):
             continue
         g, r = float(got[k][0]), ref_loss[k]
+        if k == "loss_kl" and not weights_of(w).get("kl"):
+            chk.equal(f"{name}: loss_kl without --kl (not computed)", g, 0.0)
+            continue
         rel = abs(g - r) / max(abs(r), 1e-6)
         chk.close(f"{name}: {k} = {g:.7g} vs reference {r:.7g}, relative error", rel, 0.0, TOL_LOSS_REL)
     # One tensor's gradient is structurally ~0: Gemma's last layer_scalar, right before the
