@@ -39,7 +39,7 @@ static void dg_usage(FILE *f) {
             "  --top-p P            (default 0.8; 1 = off)\n"
             "  --min-p M            (default 0 = off)\n"
             "  --plain F            sample a fraction F of the sequences (evenly spread) from the target's\n"
-            "                       own distribution instead: temperature 1, no filter (default 0)\n"
+            "                       own distribution instead: temperature 1, no filter (default 0.5)\n"
             "  --seed S             sequence i is sampled with seed S + i (default 0): the same file whatever R\n"
             "  --concurrency R      sequences decoded together (default 8)\n"
             "  -t, --threads N      threads (default: all cores)\n"

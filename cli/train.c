@@ -17,10 +17,10 @@ extern char **environ;
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark train [-m TARGET] --data DATA (--init DIR | shape options) -o OUT [options]\n"
-            "  --steps N        optimizer steps (default 2400)\n"
+            "  --steps N        optimizer steps (default 3200)\n"
             "  --batch SEQS     sequences per step, over all MPI ranks (default 8)\n"
             "  --anchors A      anchor blocks sampled per sequence (default 64)\n"
-            "  --lr LR          peak learning rate (default 3e-3); --warmup F fraction of steps (0.04)\n"
+            "  --lr LR          peak learning rate (default 6e-3); --warmup F fraction of steps (0.04)\n"
             "                   (the defaults are measured on stories260K, docs/results.md; DeepSpec uses\n"
             "                   --anchors 512 --lr 6e-4 for targets of billions of parameters)\n"
             "  --clip C         gradient-norm clip (default 1.0; 0 = off)\n"

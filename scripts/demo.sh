@@ -14,7 +14,7 @@ echo "== stories260K, greedy, 64 tokens"
 BEST=$DRAFTER/best
 if [ ! -f "$DRAFTER/trainer_state.json" ] || ! grep -q '"step":	600' "$DRAFTER/trainer_state.json" || [ ! -f "$BEST/heldout.json" ]; then
   echo "== training a 2-layer DSpark drafter for stories260K (once, a few minutes; cached in $CACHE)"
-  echo "   (the full recipe, 16,000 sequences and the default 2,400 steps, is in docs/results.md)"
+  echo "   (the full recipe, 16,000 sequences and the default 3,200 steps, is in docs/results.md)"
   mkdir -p "$CACHE"
   [ -f "$CACHE/data2k.bin" ] || "$BIN" datagen --prompts docs/prompts/stories-train.txt -n 2000 --max-tokens 200 \
     --seed 1 -o "$CACHE/data2k.bin"

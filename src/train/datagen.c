@@ -18,6 +18,7 @@ ds_datagen_opts ds_datagen_defaults(void) {
     o.sp.top_k = 20;
     o.sp.top_p = 0.8f;
     o.sp.min_p = 0;
+    o.plain = 0.5; // half the sequences at temperature 1: what a T = 1 decode visits (docs/results.md)
     o.concurrency = 8;
     o.holdout = -1;
     return o;

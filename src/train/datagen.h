@@ -43,7 +43,7 @@ typedef struct {
     void *progress_ctx;
 } ds_datagen_opts;
 
-ds_datagen_opts ds_datagen_defaults(void); // temperature 0.7, top-k 20, top-p 0.8, plain 0, concurrency 8
+ds_datagen_opts ds_datagen_defaults(void); // temperature 0.7, top-k 20, top-p 0.8, plain 0.5, concurrency 8
 
 typedef struct {
     long written, held_out;  // sequences added to out / holdout_out by this run

@@ -60,7 +60,7 @@ tail -n 3 "$TMP/app.txt" | awk '$3 != 1 || $4 != 1 { bad = 1 } END { exit bad }'
 
 # EOS ends a sequence and is kept as its last token (stories260K's EOS is 2; at temperature 5 some
 # sequences reach it: about 6% in 300 tokens, 4 of these 40 seeds); it never appears inside one.
-"$BIN" datagen -m "$MODEL" --unconditional -n 40 --max-tokens 300 --temp 5 --top-k 0 --top-p 1 --seed 1000 -o "$TMP/eos.dat" 2>/dev/null
+"$BIN" datagen -m "$MODEL" --unconditional -n 40 --max-tokens 300 --temp 5 --top-k 0 --top-p 1 --plain 0 --seed 1000 -o "$TMP/eos.dat" 2>/dev/null
 "$DUMP" "$TMP/eos.dat" --tokens | tail -n +2 | awk '
   $2 < 301 { short++; if ($NF != 2) bad = bad " " $1 }
   { for (i = 4; i < NF; i++) if ($i == 2) bad = bad " " $1 }
@@ -80,10 +80,11 @@ cmp -s "$TMP/m.dat" "$TMP/m2.dat" && cmp -s "$TMP/h.dat" "$TMP/h2.dat" || fail "
 
 # 4b. --plain F: sequence i is sampled from the target's own distribution (the tokens of a run with
 # --temp 1 --top-k 0 --top-p 1, same seed) exactly when floor((i+1)F) > floor(iF) -- here 3 and 7 of
-# 0..9 with F = 0.25 -- and the others are the run's own sampler's.
+# 0..9 with F = 0.25 -- and the others are the run's own sampler's (--plain 0); the default is 0.5
+# (sequences 1, 3, 5, ...).
 "$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 --plain 0.25 -o "$TMP/pl.dat" 2>/dev/null ||
   fail "--plain failed"
-"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 -o "$TMP/pl0.dat" 2>/dev/null
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 --plain 0 -o "$TMP/pl0.dat" 2>/dev/null
 "$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 --temp 1 --top-k 0 --top-p 1 -o "$TMP/pl1.dat" 2>/dev/null
 for f in pl pl0 pl1; do "$DUMP" "$TMP/$f.dat" --tokens | tail -n +2 >"$TMP/$f.txt"; done
 for i in 0 1 2 3 4 5 6 7 8 9; do
@@ -92,6 +93,13 @@ for i in 0 1 2 3 4 5 6 7 8 9; do
     fail "--plain 0.25: sequence $i is not the $src run's"
 done
 cmp -s "$TMP/pl0.txt" "$TMP/pl1.txt" && fail "--plain check: temperature 1 and the defaults gave the same sequences"
+"$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 10 --max-tokens 30 --seed 5 -o "$TMP/pld.dat" 2>/dev/null
+"$DUMP" "$TMP/pld.dat" --tokens | tail -n +2 >"$TMP/pld.txt"
+for i in 0 1 2 3 4 5 6 7 8 9; do
+  src=$([ $((i % 2)) -eq 1 ] && echo pl1 || echo pl0)
+  cmp -s <(sed -n "$((i + 1))p" "$TMP/pld.txt") <(sed -n "$((i + 1))p" "$TMP/$src.txt") ||
+    fail "default --plain 0.5: sequence $i is not the $src run's"
+done
 "$BIN" datagen -m "$MODEL" --prompts "$TMP/p.txt" -n 2 --max-tokens 5 --plain 1.5 -o "$TMP/plx.dat" 2>"$TMP/err"
 [ $? -eq 2 ] && grep -q -- "--plain expects a fraction" "$TMP/err" || fail "--plain 1.5: $(cat "$TMP/err")"
 
