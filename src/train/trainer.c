@@ -42,7 +42,7 @@ ds_train_opts ds_train_defaults(void) {
     o.lr = 6e-3f;
     o.warmup = 0.04f;
     o.clip = 1.0f;
-    o.lw = (ds_loss_weights){0.1f, 0.9f, 1.0f, 4.0f};
+    o.lw = (ds_loss_weights){0.1f, 0.9f, 1.0f, 4.0f, 0.0f};
     o.eval_max_tokens = 128;
     return o;
 }

@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
     }
     static int tok[8192], anchors[1024];
     int n = 0, n_anchors = 0, n_prompt = 0;
-    ds_loss_weights lw = {0.1f, 0.9f, 1.0f, 4.0f};
+    ds_loss_weights lw = {0.1f, 0.9f, 1.0f, 4.0f, 0.0f};
     const char *out = NULL;
     float target_softcap = 0;
     for (int i = 3; i + 1 < argc; i += 2) {
