@@ -1,0 +1,288 @@
+// Affine (MLX 4/8-bit) products on integer dot products: the input rounded to int8 per group, then
+// u8 weights x s8 inputs summed exactly in int32 (VPDPBUSD with AVX512-VNNI; AVX2 and scalar
+// fallbacks compute the same integers). See qmatmul.h for the numerics, qmatmul_i8_isa.inc for
+// the kernel.
+#include "kernels/qmatmul.h"
+
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/affine.h"
+#include "kernels/half.h"
+#include "kernels/simd.h"
+
+#define DS_QX_GROUPS 512 // the most groups per pass (bounds the per-group tables on the stack)
+#define DS_QSEG 1024     // columns of one segment, the unit of the arithmetic (as qmatmul.c)
+
+// ---- The rounded input -------------------------------------------------------------------------
+
+size_t ds_qx_bytes(int n, int cols, int gs) {
+    return (size_t)n * (size_t)cols + 2 * sizeof(float) * (size_t)n * (size_t)(cols / gs) + 64;
+}
+
+// One group of gs floats: scale d = amax / 127 and r_i = round-to-nearest-even(x_i · (127 / amax))
+// written to q (position of element i: pos(i)); 0 when amax = 0; NaN scale (and r = 0) when the group
+// holds a NaN or an infinity, so the product is NaN as the float product would be.
+static float quantize_group(const float *x, int gs, int8_t *q, int ch, int *sum) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int i = 0; i < gs; i++) {
+        const float a = fabsf(x[i]);
+        if (!(a <= FLT_MAX)) finite = 0;
+        else if (a > amax) amax = a;
+    }
+    int s = 0;
+    if (!finite || amax == 0.0f) {
+        for (int i = 0; i < gs; i++) q[i] = 0;
+        *sum = 0;
+        return finite ? 0.0f : NAN;
+    }
+    const float id = 127.0f / amax;
+    for (int i = 0; i < gs; i++) {
+        float r = nearbyintf(x[i] * id); // default rounding mode: to nearest, ties to even
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        const int v = (int)r;
+        // 4-bit layouts (ch > 0): per block of ch columns, the even elements, then the odd ones
+        const int pos = ch ? (i / ch) * ch + (i % ch) / 2 + (i % 2) * (ch / 2) : i;
+        q[pos] = (int8_t)v;
+        s += v;
+    }
+    *sum = s;
+    return amax / 127.0f;
+}
+
+#if defined(__GNUC__)
+// The same rounding 16 lanes at a time (cvtps rounds to nearest even under the default MXCSR).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static float quantize_group_avx512(const float *x, int gs, int8_t *q,
+                                                                                      int ch, int *sum) {
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    for (int i = 0; i < gs; i += 16) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + i));
+        bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ); // NaN or infinity
+        amax = _mm512_max_ps(amax, a);
+    }
+    const float m = _mm512_reduce_max_ps(amax);
+    if (bad || m == 0.0f) {
+        for (int i = 0; i < gs; i++) q[i] = 0;
+        *sum = 0;
+        return bad ? NAN : 0.0f;
+    }
+    const __m512 id = _mm512_set1_ps(127.0f / m);
+    int8_t t[64];
+    __m512i s = _mm512_setzero_si512();
+    for (int i = 0; i < gs; i += 16) {
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), id));
+        v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        s = _mm512_add_epi32(s, v);
+        _mm_storeu_si128((__m128i *)(t + i), _mm512_cvtsepi32_epi8(v));
+    }
+    if (ch)
+        for (int i = 0; i < gs; i++) q[(i / ch) * ch + (i % ch) / 2 + (i % 2) * (ch / 2)] = t[i];
+    else memcpy(q, t, (size_t)gs);
+    *sum = _mm512_reduce_add_epi32(s);
+    return m / 127.0f;
+}
+#endif
+
+static int has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
+ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
+    const size_t ng = (size_t)(cols / gs);
+    ds_qx p;
+    float *d = buf, *s = d + (size_t)n * ng;
+    int8_t *q = (int8_t *)(s + (size_t)n * ng);
+    const int wide = gs <= 64 && has_avx512();
+    for (size_t i = 0; i < (size_t)n; i++)
+        for (size_t g = 0; g < ng; g++) {
+            const float *xg = x + i * (size_t)cols + g * (size_t)gs;
+            int8_t *qg = q + i * (size_t)cols + g * (size_t)gs;
+            int sum;
+#if defined(__GNUC__)
+            const float dg = wide ? quantize_group_avx512(xg, gs, qg, ch, &sum) : quantize_group(xg, gs, qg, ch, &sum);
+#else
+            const float dg = quantize_group(xg, gs, qg, ch, &sum);
+#endif
+            d[i * ng + g] = dg;
+            s[i * ng + g] = dg * (float)sum;
+        }
+    p.q = q;
+    p.d = d;
+    p.s = s;
+    return p;
+}
+
+// One weight row's scales and biases for groups [o, o + ng) of the matrix, widened to f32.
+static inline void scales_f32(const ds_weight *w, size_t o, int ng, float *sf, float *bf) {
+    switch (w->scale_type) {
+    case DS_BF16:
+        for (int g = 0; g < ng; g++) {
+            sf[g] = ds_bf16_to_f32(((const uint16_t *)w->scales)[o + g]);
+            bf[g] = ds_bf16_to_f32(((const uint16_t *)w->biases)[o + g]);
+        }
+        break;
+    case DS_F16:
+        for (int g = 0; g < ng; g++) {
+            sf[g] = ds_f16_to_f32(((const uint16_t *)w->scales)[o + g]);
+            bf[g] = ds_f16_to_f32(((const uint16_t *)w->biases)[o + g]);
+        }
+        break;
+    default:
+        memcpy(sf, (const float *)w->scales + o, sizeof(float) * (size_t)ng);
+        memcpy(bf, (const float *)w->biases + o, sizeof(float) * (size_t)ng);
+    }
+}
+#define ds_affine_scales_f32 scales_f32
+
+// ---- AVX-512 VNNI, 64 columns per vector (groups of 64) -----------------------------------------
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+// 32 bytes = 64 nibbles: the low nibbles (even elements) in bytes 0..31, the high ones (odd) in 32..63.
+VNNI_TARGET static inline __m512i w4load_vnni512(const uint8_t *p) {
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, sh), _mm512_set1_epi8(0x0F));
+}
+#define ISA vnni512
+#define ISA_TARGET VNNI_TARGET
+#define CH 64
+#define IVEC __m512i
+#define IZERO _mm512_setzero_si512()
+#define W8LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define W4LOAD(p) w4load_vnni512(p)
+#define IDOT4(acc, w, xp) _mm512_dpbusd_epi32(acc, w, _mm512_loadu_si512((const void *)(xp)))
+#define IDOT8 IDOT4
+#define FVEC __m512
+#define FZERO _mm512_setzero_ps()
+#define FLEN 16
+#define ICVT(v) _mm512_cvtepi32_ps(v)
+#define FFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define FMUL(a, b) _mm512_mul_ps(a, b)
+#define FSET1(f) _mm512_set1_ps(f)
+#define FLOAD(p) _mm512_loadu_ps(p)
+#define FSTORE(p, v) _mm512_storeu_ps(p, v)
+#define FSUM(v) _mm512_reduce_add_ps(v)
+#include "kernels/qmatmul_i8_isa.inc"
+#include "kernels/qmatmul_i8_undef.inc"
+
+// ---- AVX-512 VNNI on 256-bit vectors, 32 columns per vector (groups of 32) ----------------------
+// 16 bytes = 32 nibbles: low nibbles (even elements) in bytes 0..15, high ones (odd) in 16..31.
+#define W4LOAD_128(p)                                                                                     \
+    ({                                                                                                    \
+        const __m128i raw_ = _mm_loadu_si128((const __m128i *)(p)), m_ = _mm_set1_epi8(0x0F);             \
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw_, 4), m_), _mm_and_si128(raw_, m_));            \
+    })
+#define ISA vnni256
+#define ISA_TARGET VNNI_TARGET
+#define CH 32
+#define IVEC __m256i
+#define IZERO _mm256_setzero_si256()
+#define W8LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define W4LOAD(p) W4LOAD_128(p)
+#define IDOT4(acc, w, xp) _mm256_dpbusd_epi32(acc, w, _mm256_loadu_si256((const __m256i *)(xp)))
+#define IDOT8 IDOT4
+#define FVEC __m256
+#define FZERO _mm256_setzero_ps()
+#define FLEN 8
+#define ICVT(v) _mm256_cvtepi32_ps(v)
+#define FFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define FMUL(a, b) _mm256_mul_ps(a, b)
+#define FSET1(f) _mm256_set1_ps(f)
+#define FLOAD(p) _mm256_loadu_ps(p)
+#define FSTORE(p, v) _mm256_storeu_ps(p, v)
+#define FSUM(v) ds_hsum256(v)
+#include "kernels/qmatmul_i8_isa.inc"
+#include "kernels/qmatmul_i8_undef.inc"
+
+// ---- AVX2, 32 columns per vector ----------------------------------------------------------------
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+// u8 · s8 pairs into i16 (cannot saturate: 15 · 127 · 2 < 2^15), then pairs of i16 into i32.
+#define IDOT4_AVX2(acc, w, xp)                                                                            \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(xp))), \
+                                            _mm256_set1_epi16(1)))
+// 8 bits would saturate maddubs (255 · 127 · 2 > 2^15): widen both to i16 and multiply-add pairs.
+AVX2_TARGET static inline __m256i idot8_avx2(__m256i acc, __m256i w, const int8_t *xp) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)xp);
+    const __m256i w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(w)), w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(w, 1));
+    const __m256i x0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)), x1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1));
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1)));
+}
+#define ISA avx2
+#define ISA_TARGET AVX2_TARGET
+#define CH 32
+#define IVEC __m256i
+#define IZERO _mm256_setzero_si256()
+#define W8LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define W4LOAD(p) W4LOAD_128(p)
+#define IDOT4(acc, w, xp) IDOT4_AVX2(acc, w, xp)
+#define IDOT8(acc, w, xp) idot8_avx2(acc, w, xp)
+#define FVEC __m256
+#define FZERO _mm256_setzero_ps()
+#define FLEN 8
+#define ICVT(v) _mm256_cvtepi32_ps(v)
+#define FFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define FMUL(a, b) _mm256_mul_ps(a, b)
+#define FSET1(f) _mm256_set1_ps(f)
+#define FLOAD(p) _mm256_loadu_ps(p)
+#define FSTORE(p, v) _mm256_storeu_ps(p, v)
+#define FSUM(v) ds_hsum256(v)
+#include "kernels/qmatmul_i8_isa.inc"
+#include "kernels/qmatmul_i8_undef.inc"
+
+// ---- Scalar -------------------------------------------------------------------------------------
+// The same sums in natural column order (ds_qx_pack with ch = 0): per segment, per group, the
+// exact integer dot product scaled by s·d, plus b·(d·Σr).
+static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    const int cols = w->cols, gs = w->group_size, bits = ds_weight_bits(w), ng = cols / gs;
+    const int seg = cols < DS_QSEG ? cols : DS_QSEG;
+    const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        for (int i = 0; i < nb; i++) {
+            const int8_t *xq = px->q + (size_t)i * cols;
+            const float *d = px->d + (size_t)i * ng, *s = px->s + (size_t)i * ng;
+            float acc = 0.0f;
+            for (int c0 = 0; c0 < cols; c0 += seg) {
+                const int len = cols - c0 < seg ? cols - c0 : seg;
+                float v = 0.0f;
+                for (int g = c0 / gs; g < (c0 + len) / gs; g++) {
+                    int32_t isum = 0;
+                    for (int j = g * gs; j < (g + 1) * gs; j++) {
+                        const int q = bits == 8 ? row[j] : (row[j / 2] >> ((j % 2) * 4)) & 15;
+                        isum += q * xq[j];
+                    }
+                    float sg, bg;
+                    scales_f32(w, (size_t)r * ng + (size_t)g, 1, &sg, &bg);
+                    v += (sg * d[g]) * (float)isum + bg * s[g];
+                }
+                acc = c0 ? acc + v : v;
+            }
+            y[(size_t)i * ldy + r] = acc;
+        }
+    }
+}
+
+// ---- Entry points -------------------------------------------------------------------------------
+
+void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    if (w->group_size == 32) qi_rows_vnni256(y, ldy, px, nb, w, r0, r1);
+    else qi_rows_vnni512(y, ldy, px, nb, w, r0, r1);
+}
+void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    qi_rows_avx2(y, ldy, px, nb, w, r0, r1);
+}
+void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    qi_rows_scalar(y, ldy, px, nb, w, r0, r1);
+}
+
+int ds_qirows_ch(const char *isa, const ds_weight *w) {
+    if (ds_weight_bits(w) != 4) return 0; // 8 bits: natural order everywhere
+    if (!strcmp(isa, "scalar")) return 0;
+    if (!strcmp(isa, "vnni")) return w->group_size == 32 ? 32 : 64;
+    return 32;
+}
