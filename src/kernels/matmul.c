@@ -208,7 +208,10 @@ static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_we
     case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
     case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
     case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
-    case DS_Q8_0: t->q8_0(y, ldy, x, nb, w, r0, r1); break;
+    case DS_Q8_0:
+        if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
+        else t->q8_0(y, ldy, x, nb, w, r0, r1);
+        break;
     case DS_AFFINE4:
     case DS_AFFINE8:
         if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
@@ -356,11 +359,11 @@ static void matmul_run(float *y, const float *x, const ds_weight *w, int n, floa
     ds_parallel_for((int)(((size_t)rows + chunk - 1) / chunk), matmul_item, &j);
 }
 
-// Affine weights through the integer kernel: the input rounded once per product (qmatmul.h) into
+// Affine and Q8_0 weights through the integer kernel: the input rounded once per product (qmatmul.h) into
 // the scratch (which the kernel path does not otherwise use), as many rows at a time as it holds;
 // without a scratch, a stack buffer (or, for very long rows, a heap one).
 static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
-    const int cols = w->cols, gs = w->group_size;
+    const int cols = w->cols, gs = w->type == DS_Q8_0 ? 32 : w->group_size;
     const int ch = ds_qirows_ch(qi_get(isa_get())->name, w);
     _Alignas(64) unsigned char stack[1 << 16];
     void *buf = stack, *heap = NULL;
@@ -391,7 +394,7 @@ static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, f
 void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int gemm = n >= gemm_min_rows(w->type, min_rows) && w->type != DS_Q8_0;
-    if (!gemm && (w->type == DS_AFFINE4 || w->type == DS_AFFINE8) && w->round_inputs) {
+    if (!gemm && (w->type == DS_AFFINE4 || w->type == DS_AFFINE8 || w->type == DS_Q8_0) && w->round_inputs) {
         matmul_affine(y, x, w, n, scratch);
         return;
     }

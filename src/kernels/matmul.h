@@ -20,8 +20,10 @@ typedef struct {
     ds_dtype scale_type;  // F32, F16 or BF16: the stored type of scales and biases
     const void *scales;   // (rows, cols / group_size)
     const void *biases;   // (rows, cols / group_size)
-    int round_inputs;     // affine: few-row products round the input to int8 per group and run on
-                          // integer dot products (kernels/qmatmul.h); 0: f32 inputs (MLX's numerics)
+    int round_inputs;     // affine / Q8_0: few-row products round the input to int8 per group (Q8_0:
+                          // block) and run on integer dot products (kernels/qmatmul.h); 0: f32 inputs.
+                          // Set by the loaders: drafters' affine weights and GGUF Q8_0 (llama.cpp's
+                          // numerics); affine targets keep f32 inputs (MLX's)
 } ds_weight;
 
 // Bits per element of an affine weight (4 or 8), 0 for other types.

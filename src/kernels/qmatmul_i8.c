@@ -267,17 +267,107 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
     }
 }
 
+// ---- GGUF Q8_0 times the rounded input (blocks of 32, as llama.cpp's Q8_0 x Q8_0) ---------------
+// Per block b of a row: d_b·dx_b·Σ w_i r_i, the signed products formed as |w| (unsigned) times
+// r·sign(w) (signed), which VPDPBUSD and PMADDUBSW take (|w| ≤ 128, |r| ≤ 127: no saturation).
+#define DEFINE_Q80I(NAME, TARGET, IDOT)                                                                      \
+    TARGET __attribute__((always_inline)) static inline void q80iblock_##NAME(                                \
+        float *y, int ldy, const int8_t *xq, size_t xstride, const ds_block_q8_0 *blk, int nblk,             \
+        const float (*sd)[DS_QX_GROUPS], const int M, int acc) {                                              \
+        __m256 a[8];                                                                                          \
+        for (int k = 0; k < M; k++) a[k] = _mm256_setzero_ps();                                               \
+        for (int b = 0; b < nblk; b++) {                                                                      \
+            __builtin_prefetch(blk + b + 32);                                                                 \
+            const __m256i w = _mm256_loadu_si256((const __m256i *)blk[b].qs), wa = _mm256_sign_epi8(w, w);    \
+            for (int k = 0; k < M; k++) {                                                                     \
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * xstride + (size_t)b * 32)); \
+                const __m256i p = IDOT(wa, _mm256_sign_epi8(x, w));                                           \
+                a[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sd[k][b]), a[k]);                \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (int k = 0; k < M; k++) {                                                                         \
+            const float v = ds_hsum256(a[k]);                                                                 \
+            y[(size_t)k * ldy] = acc ? y[(size_t)k * ldy] + v : v;                                            \
+        }                                                                                                     \
+    }                                                                                                         \
+    TARGET static void q80i_rows_##NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
+        const int cols = w->cols, nblk = cols / 32, seg = cols < DS_QSEG ? cols : DS_QSEG;                   \
+        const ds_block_q8_0 *W = w->data;                                                                     \
+        float sd[8][DS_QX_GROUPS], df[DS_QX_GROUPS];                                                          \
+        for (int i = 0; i < nb; i += 8) {                                                                     \
+            const int m = nb - i < 8 ? nb - i : 8, pass = nblk <= DS_QX_GROUPS ? cols : seg;                  \
+            for (int p0 = 0; p0 < cols; p0 += pass) {                                                         \
+                const int len = cols - p0 < pass ? cols - p0 : pass, nbp = len / 32, b0 = p0 / 32;            \
+                for (int r = r0; r < r1; r++) {                                                               \
+                    const ds_block_q8_0 *row = W + (size_t)r * nblk + b0;                                     \
+                    for (int b = 0; b < nbp; b++) df[b] = ds_f16_to_f32(row[b].d);                            \
+                    for (int k = 0; k < m; k++) {                                                             \
+                        const float *dk = px->d + (size_t)(i + k) * nblk + b0;                                \
+                        for (int b = 0; b < nbp; b++) sd[k][b] = df[b] * dk[b];                               \
+                    }                                                                                         \
+                    float *yi = y + (size_t)i * ldy + r;                                                      \
+                    for (int s0 = 0; s0 < len; s0 += seg) {                                                   \
+                        const int c0 = p0 + s0, sb = (len - s0 < seg ? len - s0 : seg) / 32;                  \
+                        const int8_t *xs = px->q + (size_t)i * cols + c0;                                     \
+                        const float(*sds)[DS_QX_GROUPS] = (const float(*)[DS_QX_GROUPS])&sd[0][s0 / 32];      \
+                        switch (m) {                                                                          \
+                        case 1: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 1, c0 > 0); break; \
+                        case 2: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 2, c0 > 0); break; \
+                        case 3: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 3, c0 > 0); break; \
+                        case 4: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 4, c0 > 0); break; \
+                        case 5: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 5, c0 > 0); break; \
+                        case 6: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 6, c0 > 0); break; \
+                        case 7: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 7, c0 > 0); break; \
+                        default: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 8, c0 > 0); break; \
+                        }                                                                                     \
+                    }                                                                                         \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+#define IDOT_VNNI256(wa, xs) _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa, xs)
+#define IDOT_AVX2(wa, xs) _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), _mm256_set1_epi16(1))
+DEFINE_Q80I(vnni, VNNI_TARGET, IDOT_VNNI256)
+DEFINE_Q80I(avx2, AVX2_TARGET, IDOT_AVX2)
+#undef DEFINE_Q80I
+
+static void q80i_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    const int cols = w->cols, nblk = cols / 32, seg = cols < DS_QSEG ? cols : DS_QSEG;
+    const ds_block_q8_0 *W = w->data;
+    for (int r = r0; r < r1; r++)
+        for (int i = 0; i < nb; i++) {
+            const int8_t *xq = px->q + (size_t)i * cols;
+            const float *d = px->d + (size_t)i * nblk;
+            float acc = 0.0f;
+            for (int c0 = 0; c0 < cols; c0 += seg) {
+                const int len = cols - c0 < seg ? cols - c0 : seg;
+                float v = 0.0f;
+                for (int b = c0 / 32; b < (c0 + len) / 32; b++) {
+                    const ds_block_q8_0 *blk = W + (size_t)r * nblk + b;
+                    int32_t isum = 0;
+                    for (int j = 0; j < 32; j++) isum += blk->qs[j] * xq[b * 32 + j];
+                    v += (ds_f16_to_f32(blk->d) * d[b]) * (float)isum;
+                }
+                acc = c0 ? acc + v : v;
+            }
+            y[(size_t)i * ldy + r] = acc;
+        }
+}
+
 // ---- Entry points -------------------------------------------------------------------------------
 
 void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
-    if (w->group_size == 32) qi_rows_vnni256(y, ldy, px, nb, w, r0, r1);
+    if (w->type == DS_Q8_0) q80i_rows_vnni(y, ldy, px, nb, w, r0, r1);
+    else if (w->group_size == 32) qi_rows_vnni256(y, ldy, px, nb, w, r0, r1);
     else qi_rows_vnni512(y, ldy, px, nb, w, r0, r1);
 }
 void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
-    qi_rows_avx2(y, ldy, px, nb, w, r0, r1);
+    if (w->type == DS_Q8_0) q80i_rows_avx2(y, ldy, px, nb, w, r0, r1);
+    else qi_rows_avx2(y, ldy, px, nb, w, r0, r1);
 }
 void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
-    qi_rows_scalar(y, ldy, px, nb, w, r0, r1);
+    if (w->type == DS_Q8_0) q80i_rows_scalar(y, ldy, px, nb, w, r0, r1);
+    else qi_rows_scalar(y, ldy, px, nb, w, r0, r1);
 }
 
 int ds_qirows_ch(const char *isa, const ds_weight *w) {

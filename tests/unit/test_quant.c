@@ -19,6 +19,7 @@
 #include "model/st_weights.h"
 #include "kernels/affine.h"
 #include "io/qconfig.h"
+#include "round_ref.h"
 #include "tmpdir.h"
 
 // Edge trick, |w_min| > |w_max|: w = [-1.5, 0, 0.5, 0 ...]. scale0 = 2/15, edge = -1.5,
@@ -201,25 +202,6 @@ static void qmat_free(qmat *m) {
     free(m->scales);
     free(m->biases);
     free(m->deq);
-}
-
-// The rounding rule of the integer affine path, written from its contract (kernels/qmatmul.h)
-// independently of ds_qx_pack: per group of gs, d = amax/127, r = round-half-even(x·(127/amax)) in
-// f32; the reference product then uses x̂ = d·r.
-static void round_input_ref(const float *x, int cols, int gs, float *xhat) {
-    for (int g = 0; g < cols / gs; g++) {
-        const float *xg = x + (size_t)g * gs;
-        float amax = 0;
-        for (int j = 0; j < gs; j++) amax = fabsf(xg[j]) > amax ? fabsf(xg[j]) : amax;
-        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int j = 0; j < gs; j++) {
-            const float t = xg[j] * id;
-            float r = floorf(t);
-            const float frac = t - r;
-            if (frac > 0.5f || (frac == 0.5f && fmodf(r, 2.0f) != 0.0f)) r += 1.0f; // half to even
-            xhat[(size_t)g * gs + j] = d * r;
-        }
-    }
 }
 
 // ds_matmul against the dequantized matrix in double, for n input rows; with m->w.round_inputs,
