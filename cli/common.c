@@ -244,7 +244,9 @@ ds_model *cli_load_text_model(const char *model_arg, long threads) {
     const char *path = cli_model_path(model_arg);
     if (!path) return NULL;
     ds_model *m;
-    ds_model_params mp = {.n_threads = (int)threads};
+    // DSPARK_INT8_INPUTS=1: quantized targets' products on int8-rounded inputs (ds_model_params).
+    const char *i8 = getenv("DSPARK_INT8_INPUTS");
+    ds_model_params mp = {.n_threads = (int)threads, .int8_inputs = i8 && !strcmp(i8, "1")};
     ds_status st = ds_model_load(path, &mp, &m);
     if (st) {
         cli_fail(st);

@@ -270,7 +270,7 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
 // ---- GGUF Q8_0 times the rounded input (blocks of 32, as llama.cpp's Q8_0 x Q8_0) ---------------
 // Per block b of a row: d_b·dx_b·Σ w_i r_i, the signed products formed as |w| (unsigned) times
 // r·sign(w) (signed), which VPDPBUSD and PMADDUBSW take (|w| ≤ 128, |r| ≤ 127: no saturation).
-#define DEFINE_Q80I(NAME, TARGET, IDOT)                                                                      \
+#define DEFINE_Q80I_BLOCK(NAME, TARGET, IDOT)                                                                      \
     TARGET __attribute__((always_inline)) static inline void q80iblock_##NAME(                                \
         float *y, int ldy, const int8_t *xq, size_t xstride, const ds_block_q8_0 *blk, int nblk,             \
         const float (*sd)[DS_QX_GROUPS], const int M, int acc) {                                              \
@@ -289,7 +289,8 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
             const float v = ds_hsum256(a[k]);                                                                 \
             y[(size_t)k * ldy] = acc ? y[(size_t)k * ldy] + v : v;                                            \
         }                                                                                                     \
-    }                                                                                                         \
+    }
+#define DEFINE_Q80I_ROWS(NAME, TARGET)                                                                       \
     TARGET static void q80i_rows_##NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
         const int cols = w->cols, nblk = cols / 32, seg = cols < DS_QSEG ? cols : DS_QSEG;                   \
         const ds_block_q8_0 *W = w->data;                                                                     \
@@ -300,7 +301,7 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
                 const int len = cols - p0 < pass ? cols - p0 : pass, nbp = len / 32, b0 = p0 / 32;            \
                 for (int r = r0; r < r1; r++) {                                                               \
                     const ds_block_q8_0 *row = W + (size_t)r * nblk + b0;                                     \
-                    for (int b = 0; b < nbp; b++) df[b] = ds_f16_to_f32(row[b].d);                            \
+                    for (int b = 0; b < nbp; b++) df[b] = _cvtsh_ss(row[b].d); /* F16C */                      \
                     for (int k = 0; k < m; k++) {                                                             \
                         const float *dk = px->d + (size_t)(i + k) * nblk + b0;                                \
                         for (int b = 0; b < nbp; b++) sd[k][b] = df[b] * dk[b];                               \
@@ -325,11 +326,51 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
             }                                                                                                 \
         }                                                                                                     \
     }
-#define IDOT_VNNI256(wa, xs) _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa, xs)
 #define IDOT_AVX2(wa, xs) _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), _mm256_set1_epi16(1))
-DEFINE_Q80I(vnni, VNNI_TARGET, IDOT_VNNI256)
-DEFINE_Q80I(avx2, AVX2_TARGET, IDOT_AVX2)
-#undef DEFINE_Q80I
+DEFINE_Q80I_BLOCK(avx2, AVX2_TARGET, IDOT_AVX2)
+DEFINE_Q80I_ROWS(avx2, AVX2_TARGET)
+// AVX-512 VNNI takes two blocks per 512-bit vector (lanes 0-7 the first block, 8-15 the second,
+// scaled by a vector of the two blocks' s·d); AVX-512 has no byte sign instruction, so r·sign(w)
+// is a masked negation; an odd last block goes through 256 bits.
+VNNI_TARGET __attribute__((always_inline)) static inline void q80iblock_vnni(float *y, int ldy, const int8_t *xq, size_t xstride,
+                                                                           const ds_block_q8_0 *blk, int nblk,
+                                                                           const float (*sd)[DS_QX_GROUPS], const int M,
+                                                                           int acc) {
+    __m512 a[8];
+    __m256 a1[8];
+    for (int k = 0; k < M; k++) a[k] = _mm512_setzero_ps(), a1[k] = _mm256_setzero_ps();
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    int b = 0;
+    for (; b + 2 <= nblk; b += 2) {
+        __builtin_prefetch(blk + b + 32);
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk[b].qs)),
+                                             _mm256_loadu_si256((const __m256i *)blk[b + 1].qs), 1);
+        const __m512i wa = _mm512_abs_epi8(w);
+        const __mmask64 neg = _mm512_movepi8_mask(w);
+        for (int k = 0; k < M; k++) {
+            const __m512i x = _mm512_loadu_si512((const void *)(xq + (size_t)k * xstride + (size_t)b * 32));
+            const __m512i xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, xs);
+            const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)&sd[k][b]))));
+            a[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, a[k]);
+        }
+    }
+    if (b < nblk) { // the odd block
+        const __m256i w = _mm256_loadu_si256((const __m256i *)blk[b].qs), wa = _mm256_sign_epi8(w, w);
+        for (int k = 0; k < M; k++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * xstride + (size_t)b * 32));
+            const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa, _mm256_sign_epi8(x, w));
+            a1[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sd[k][b]), a1[k]);
+        }
+    }
+    for (int k = 0; k < M; k++) {
+        const float v = _mm512_reduce_add_ps(a[k]) + ds_hsum256(a1[k]);
+        y[(size_t)k * ldy] = acc ? y[(size_t)k * ldy] + v : v;
+    }
+}
+DEFINE_Q80I_ROWS(vnni, VNNI_TARGET)
+#undef DEFINE_Q80I_BLOCK
+#undef DEFINE_Q80I_ROWS
 
 static void q80i_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
     const int cols = w->cols, nblk = cols / 32, seg = cols < DS_QSEG ? cols : DS_QSEG;

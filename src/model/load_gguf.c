@@ -28,9 +28,6 @@ static ds_status take_weight(const ds_gguf *g, const char *name, ds_weight *w, i
     w->cols = (int)t->ne[0];
     w->rows = (int)t->ne[1];
     w->data = t->data;
-    // Q8_0 products round their input to int8 per block of 32, as llama.cpp (the format's reference
-    // implementation) computes them: integer dot products (kernels/qmatmul.h).
-    w->round_inputs = t->type == DS_Q8_0;
     return DS_OK;
 }
 
