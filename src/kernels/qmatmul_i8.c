@@ -138,7 +138,20 @@ static inline void scales_f32(const ds_weight *w, size_t o, int ng, float *sf, f
         memcpy(bf, (const float *)w->biases + o, sizeof(float) * (size_t)ng);
     }
 }
-#define ds_affine_scales_f32 scales_f32
+// The same with F16C's conversion (the vector kernels' targets all have it; ds_f16_to_f32 is the
+// portable bit-exact one, equal on every finite and infinite half).
+__attribute__((target("f16c"))) static inline void scales_f32_f16c(const ds_weight *w, size_t o, int ng, float *sf,
+                                                                  float *bf) {
+    if (w->scale_type != DS_F16) {
+        scales_f32(w, o, ng, sf, bf);
+        return;
+    }
+    for (int g = 0; g < ng; g++) {
+        sf[g] = _cvtsh_ss(((const uint16_t *)w->scales)[o + g]);
+        bf[g] = _cvtsh_ss(((const uint16_t *)w->biases)[o + g]);
+    }
+}
+#define ds_affine_scales_f32 scales_f32_f16c
 
 // ---- AVX-512 VNNI, 64 columns per vector (groups of 64) -----------------------------------------
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
