@@ -3,6 +3,9 @@
 #ifndef DS_KERNELS_QMATMUL_H
 #define DS_KERNELS_QMATMUL_H
 
+#include <string.h>
+
+#include "kernels/half.h"
 #include "kernels/matmul.h"
 
 // y[i*ldy + r] = dot(x_i, W_r) for output rows r in [r0, r1) and nb input rows (stride w->cols),
@@ -39,6 +42,28 @@ int ds_qirows_ch(const char *isa, const ds_weight *w);
 void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+
+// Scales and biases of groups [o, o + ng) of an affine weight (o counts groups from the matrix's
+// start: row · cols/gs + first group), widened to f32.
+static inline void ds_affine_row_scales(const ds_weight *w, size_t o, int ng, float *sf, float *bf) {
+    switch (w->scale_type) {
+    case DS_BF16:
+        for (int g = 0; g < ng; g++) {
+            sf[g] = ds_bf16_to_f32(((const uint16_t *)w->scales)[o + g]);
+            bf[g] = ds_bf16_to_f32(((const uint16_t *)w->biases)[o + g]);
+        }
+        break;
+    case DS_F16:
+        for (int g = 0; g < ng; g++) {
+            sf[g] = ds_f16_to_f32(((const uint16_t *)w->scales)[o + g]);
+            bf[g] = ds_f16_to_f32(((const uint16_t *)w->biases)[o + g]);
+        }
+        break;
+    default:
+        memcpy(sf, (const float *)w->scales + o, sizeof(float) * (size_t)ng);
+        memcpy(bf, (const float *)w->biases + o, sizeof(float) * (size_t)ng);
+    }
+}
 
 // GGUF's Q8_0: blocks of 32 int8 with one f16 scale; a row of `cols` is cols/32 blocks.
 typedef struct {

@@ -118,32 +118,12 @@ ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
     return p;
 }
 
-// One weight row's scales and biases for groups [o, o + ng) of the matrix, widened to f32.
-static inline void scales_f32(const ds_weight *w, size_t o, int ng, float *sf, float *bf) {
-    switch (w->scale_type) {
-    case DS_BF16:
-        for (int g = 0; g < ng; g++) {
-            sf[g] = ds_bf16_to_f32(((const uint16_t *)w->scales)[o + g]);
-            bf[g] = ds_bf16_to_f32(((const uint16_t *)w->biases)[o + g]);
-        }
-        break;
-    case DS_F16:
-        for (int g = 0; g < ng; g++) {
-            sf[g] = ds_f16_to_f32(((const uint16_t *)w->scales)[o + g]);
-            bf[g] = ds_f16_to_f32(((const uint16_t *)w->biases)[o + g]);
-        }
-        break;
-    default:
-        memcpy(sf, (const float *)w->scales + o, sizeof(float) * (size_t)ng);
-        memcpy(bf, (const float *)w->biases + o, sizeof(float) * (size_t)ng);
-    }
-}
 // The same with F16C's conversion (the vector kernels' targets all have it; ds_f16_to_f32 is the
 // portable bit-exact one, equal on every finite and infinite half).
 __attribute__((target("f16c"))) static inline void scales_f32_f16c(const ds_weight *w, size_t o, int ng, float *sf,
                                                                   float *bf) {
     if (w->scale_type != DS_F16) {
-        scales_f32(w, o, ng, sf, bf);
+        ds_affine_row_scales(w, o, ng, sf, bf);
         return;
     }
     for (int g = 0; g < ng; g++) {
@@ -199,16 +179,7 @@ VNNI_TARGET static inline __m512i w4load_vnni512(const uint8_t *p) {
 #define W4LOAD(p) W4LOAD_128(p)
 #define IDOT4(acc, w, xp) _mm256_dpbusd_epi32(acc, w, _mm256_loadu_si256((const __m256i *)(xp)))
 #define IDOT8 IDOT4
-#define FVEC __m256
-#define FZERO _mm256_setzero_ps()
-#define FLEN 8
-#define ICVT(v) _mm256_cvtepi32_ps(v)
-#define FFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define FMUL(a, b) _mm256_mul_ps(a, b)
-#define FSET1(f) _mm256_set1_ps(f)
-#define FLOAD(p) _mm256_loadu_ps(p)
-#define FSTORE(p, v) _mm256_storeu_ps(p, v)
-#define FSUM(v) ds_hsum256(v)
+#include "kernels/qmatmul_i8_f256.inc"
 #include "kernels/qmatmul_i8_isa.inc"
 #include "kernels/qmatmul_i8_undef.inc"
 
@@ -234,16 +205,7 @@ AVX2_TARGET static inline __m256i idot8_avx2(__m256i acc, __m256i w, const int8_
 #define W4LOAD(p) W4LOAD_128(p)
 #define IDOT4(acc, w, xp) IDOT4_AVX2(acc, w, xp)
 #define IDOT8(acc, w, xp) idot8_avx2(acc, w, xp)
-#define FVEC __m256
-#define FZERO _mm256_setzero_ps()
-#define FLEN 8
-#define ICVT(v) _mm256_cvtepi32_ps(v)
-#define FFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define FMUL(a, b) _mm256_mul_ps(a, b)
-#define FSET1(f) _mm256_set1_ps(f)
-#define FLOAD(p) _mm256_loadu_ps(p)
-#define FSTORE(p, v) _mm256_storeu_ps(p, v)
-#define FSUM(v) ds_hsum256(v)
+#include "kernels/qmatmul_i8_f256.inc"
 #include "kernels/qmatmul_i8_isa.inc"
 #include "kernels/qmatmul_i8_undef.inc"
 
@@ -270,7 +232,7 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
                         isum += q * xq[j];
                     }
                     float sg, bg;
-                    scales_f32(w, (size_t)r * ng + (size_t)g, 1, &sg, &bg);
+                    ds_affine_row_scales(w, (size_t)r * ng + (size_t)g, 1, &sg, &bg);
                     v += (sg * d[g]) * (float)isum + bg * s[g];
                 }
                 acc = c0 ? acc + v : v;
