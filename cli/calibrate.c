@@ -5,8 +5,9 @@
 // verification, so every round verifies all K slots and its accepted prefix length a is observed.
 // Each round gives z_k = logit(c_k) for its slots and the labels 1{a ≥ k}. A round near the end of a
 // token budget drafts (and verifies) fewer than K slots: it contributes only those positions; the
-// positions it never drafted are missing data, not rejections.
-#include <errno.h>
+// positions it never drafted are missing data, not rejections. The job is ds_calibrate_run
+// (include/dspark_jobs.h, src/gen/calibrate.c); this file parses its options, prints the table and
+// draws the reliability diagrams with gnuplot.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

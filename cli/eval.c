@@ -3,7 +3,8 @@
 // With --concurrency R, R prompts at a time share ONE engine (a new prompt joins as soon as one
 // finishes), and both total and per-request tokens/s are reported. At temperature 0, and when
 // sampling under the coupled rule (whose output is the seed's, whatever the drafter), every prompt's
-// tokens must equal the baseline's (a free losslessness check).
+// tokens must equal the baseline's (a free losslessness check). The job is ds_eval_run
+// (include/dspark_jobs.h, src/gen/eval.c); this file parses its options and prints its result.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>

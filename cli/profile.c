@@ -1,10 +1,9 @@
 // dspark profile: measure the target's verification cost table SPS(B) on this machine (the input of
 // --schedule auto) and save it as JSON; with -d, also the drafter's cost of drafting one full block.
-#include <errno.h>
+// The job is ds_profile_run (include/dspark_jobs.h, src/sched/profile.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
