@@ -28,7 +28,7 @@
 #include "kernels/matmul.h"
 #include "kernels/affine.h"
 #include "kernels/qmatmul.h"
-#include "quant/quantize.h"
+#include "dspark_jobs.h"
 
 // ---- GEMV ---------------------------------------------------------------------------------------
 
