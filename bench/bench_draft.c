@@ -42,7 +42,7 @@
 #include "dspark.h"
 #include "kernels/ops.h"
 #include "model/model.h"
-#include "quant/quantize.h"
+#include "dspark_jobs.h"
 
 #define MAX_R 16
 #define MAX_REPEATS 64

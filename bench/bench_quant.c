@@ -7,8 +7,10 @@
 //  - "bandwidth": read bandwidth (best of 5 over 512 MiB), the bound for memory-bound kernels;
 //  - "gemv": y = W x for one row (decode) per weight type F32, BF16, Q8/Q4 x groups 32/64: time,
 //    effective GB/s (weight bytes incl. scales/biases / time), fraction of the bandwidth bound and
+//    (the *_int8 kinds: the integer path drafters take)
 //    speed-up over BF16 (types f32, bf16, GGUF q8_0, affine q8/q4 in groups of 32/64); matrices are cycled through ~1 GiB of copies so they come from DRAM;
-//  - "multirow": n = 4..64 input rows, our kernel vs dequantized tiles + sgemm (the crossover);
+//  - "multirow": n = 1..64 input rows, our kernel (f32 inputs), the integer kernel (inputs rounded
+//    to int8, as drafters run) and dequantized tiles + sgemm (the crossover);
 //  - "file_size": a synthetic realistic-shape Llama target (bf16, build/bench-models/quant-*),
 //    quantized with dspark's quantizer to 8 and 4 bits: bytes and ratio to bf16 (and to f32);
 //  - "decode": greedy decode tokens/s of that target at f32, bf16, 8-bit and 4-bit (group 64).
@@ -26,7 +28,7 @@
 #include "kernels/matmul.h"
 #include "kernels/affine.h"
 #include "kernels/qmatmul.h"
-#include "quant/quantize.h"
+#include "dspark_jobs.h"
 
 // ---- GEMV ---------------------------------------------------------------------------------------
 
@@ -182,13 +184,16 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         ds_dtype t;
-        int bits, gs;
-    } kinds[] = {{"f32", DS_F32, 0, 0}, {"bf16", DS_BF16, 0, 0}, {"q8_0", DS_Q8_0, 0, 0}, {"q8_g32", 0, 8, 32}, {"q8_g64", 0, 8, 64},
-                 {"q4_g32", 0, 4, 32},  {"q4_g64", 0, 4, 64}};
+        int bits, gs, round; // round: the integer path (inputs rounded to int8, as drafters run)
+    } kinds[] = {{"f32", DS_F32, 0, 0, 0},        {"bf16", DS_BF16, 0, 0, 0},      {"q8_0", DS_Q8_0, 0, 0, 0},
+                 {"q8_g32", 0, 8, 32, 0},          {"q8_g64", 0, 8, 64, 0},          {"q4_g32", 0, 4, 32, 0},
+                 {"q4_g64", 0, 4, 64, 0},          {"q8_g64_int8", 0, 8, 64, 1},     {"q4_g32_int8", 0, 4, 32, 1},
+                 {"q4_g64_int8", 0, 4, 64, 1},     {"q8_0_int8", DS_Q8_0, 0, 0, 1}};
     double t_bf16 = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         bench_w w;
         make_weight(&w, rows, cols, kinds[k].t, kinds[k].bits, kinds[k].gs);
+        w.w.round_inputs = kinds[k].round;
         const size_t bytes = ds_weight_bytes(&w.w);
         int copies = (int)(((size_t)1 << 30) / bytes) + 1; // about 1 GiB of weights per pass
         copies = copies > 256 ? 256 : copies;
@@ -204,19 +209,20 @@ int main(int argc, char **argv) {
         free(w.b);
         free(w.c);
     }
-    // Several input rows (verification / prefill): our kernel vs dequantized tiles + sgemm, to place
-    // the crossover (ds_matmul switches at 16 rows for affine weights).
+    // Several input rows (verification / drafting / prefill): our kernel with f32 inputs, the integer
+    // kernel (inputs rounded to int8) and dequantized tiles + sgemm, to place the crossover.
     for (int bits = 8; bits >= 4; bits -= 4) {
         bench_w w;
         make_weight(&w, rows, cols, 0, bits, 64);
-        const int ns[] = {4, 8, 16, 32, 64};
+        const int ns[] = {1, 4, 7, 8, 16, 32, 64};
         float *x = malloc(sizeof(float) * (size_t)cols * 64), *y = malloc(sizeof(float) * (size_t)rows * 64);
         float *scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&w.w) * (size_t)nt);
         for (size_t i = 0; i < (size_t)cols * 64; i++) x[i] = bench_frand();
         for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
-            double t[2];
-            for (int path = 0; path < 2; path++) {
-                ds_matmul_set_gemm_min_rows(path ? 1 : 1000000);
+            double t[3];
+            for (int path = 0; path < 3; path++) { // kernel, sgemm, integer kernel
+                ds_matmul_set_gemm_min_rows(path == 1 ? 1 : 1000000);
+                w.w.round_inputs = path == 2;
                 double best = 1e30;
                 for (int r = 0; r < repeats; r++) {
                     const double t0 = bench_now();
@@ -228,8 +234,8 @@ int main(int argc, char **argv) {
             }
             ds_matmul_set_gemm_min_rows(0);
             printf("{\"bench\": \"multirow\", \"weights\": \"q%d_g64\", \"n\": %d, \"kernel_us\": %.1f, \"sgemm_us\": %.1f, "
-                   "\"kernel_over_sgemm\": %.2f}\n",
-                   bits, ns[k], t[0] * 1e6, t[1] * 1e6, t[0] / t[1]);
+                   "\"int8_kernel_us\": %.1f, \"kernel_over_sgemm\": %.2f, \"kernel_over_int8\": %.2f}\n",
+                   bits, ns[k], t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[1], t[0] / t[2]);
             fflush(stdout);
         }
         free(x);

@@ -559,7 +559,7 @@ static inline double bench_train_blocks_per_s(const char *target, const char *da
     o.steps = steps;
     o.batch = 8;
     o.anchors = 64;
-    o.threads = threads;
+    ds_set_threads(threads); // (the process's thread count: the job carries none)
     o.shape.n_layers = layers;
     const double t0 = bench_now();
     if (ds_train_run(&o)) {

@@ -5,8 +5,9 @@
 // verification, so every round verifies all K slots and its accepted prefix length a is observed.
 // Each round gives z_k = logit(c_k) for its slots and the labels 1{a ≥ k}. A round near the end of a
 // token budget drafts (and verifies) fewer than K slots: it contributes only those positions; the
-// positions it never drafted are missing data, not rejections.
-#include <errno.h>
+// positions it never drafted are missing data, not rejections. The job is ds_calibrate_run
+// (include/dspark_jobs.h, src/gen/calibrate.c); this file parses its options, prints the table and
+// draws the reliability diagrams with gnuplot.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +15,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "draft/calibration.h"
-#include "gen/prompts.h"
-#include "sched/calibrate.h"
-#include "train/data.h"
 
 typedef struct {
     const char *model, *drafter, *prompts, *out, *plot;
@@ -74,87 +71,6 @@ static int parse_args(int argc, char **argv, cal_args *a) {
     return 0;
 }
 
-// The rounds the observer collects.
-typedef struct {
-    int K;
-    int n, cap;
-    double *z;     // (cap, K)
-    int *n_slots;  // (cap)
-    int *accepted; // (cap)
-    int oom;
-} rounds;
-
-static void observe(void *ctx, int id, int n_drafted, const float *conf, int ell, int accepted) {
-    (void)id;
-    rounds *R = ctx;
-    // Fixed full-block verification: ell == n_drafted. Only the verified slots are observed.
-    const int m = ell < n_drafted ? ell : n_drafted;
-    if (!conf || m <= 0 || R->oom) return;
-    if (R->n == R->cap) {
-        const int cap = R->cap ? 2 * R->cap : 1024;
-        double *z = realloc(R->z, sizeof(double) * (size_t)cap * R->K);
-        if (z) R->z = z;
-        int *s = z ? realloc(R->n_slots, sizeof(int) * (size_t)cap) : NULL;
-        if (s) R->n_slots = s;
-        int *a = s ? realloc(R->accepted, sizeof(int) * (size_t)cap) : NULL;
-        if (a) R->accepted = a;
-        if (!a) {
-            R->oom = 1;
-            return;
-        }
-        R->cap = cap;
-    }
-    double *z = R->z + (size_t)R->n * R->K;
-    for (int k = 0; k < R->K; k++) z[k] = k < m ? ds_calib_logit((double)conf[k]) : 0;
-    R->n_slots[R->n] = m;
-    R->accepted[R->n] = accepted < m ? accepted : m;
-    R->n++;
-}
-
-typedef struct {
-    ds_model *model;
-    ds_drafter *drafter;
-    ds_engine *engine;
-    ds_prompt_set *prompts;
-    ds_gen_prompts pt;  // the prompts tokenized
-    ds_gen_request *req; // (pt.n)
-    rounds R;
-} cal_state;
-
-static int interrupted(void *ctx) { return cli_interrupted; }
-
-static void cal_free(cal_state *g) {
-    ds_engine_free(g->engine);
-    ds_drafter_free(g->drafter);
-    ds_model_free(g->model);
-    ds_prompts_free(g->prompts);
-    ds_gen_prompts_free(&g->pt);
-    free(g->req);
-    free(g->R.z);
-    free(g->R.n_slots);
-    free(g->R.accepted);
-}
-
-// The calibration file's content (draft/calibration.h writes it).
-static void calibration_of(const cal_args *a, const ds_sts_result *r, int n_rounds, ds_calibration *c) {
-    memset(c, 0, sizeof *c);
-    c->K = r->K;
-    for (int k = 0; k < r->K; k++) {
-        c->temps[k] = r->temps[k];
-        c->ece_before[k] = r->ece_before[k];
-        c->ece_after[k] = r->ece_after[k];
-        c->auc_after[k] = r->auc_after[k];
-        c->auc_before[k] = r->auc_before[k];
-        c->n[k] = r->n[k];
-        c->acceptance[k] = r->n[k] ? (double)r->n_pos[k] / r->n[k] : NAN;
-    }
-    c->rounds = n_rounds;
-    c->temp = a->temp;
-    c->prompts = a->prompts;
-    c->max_tokens = a->max_tokens;
-    c->seed = a->seed;
-}
-
 // gnuplot single-quoted string: '' stands for one quote.
 static void gp_quoted(FILE *f, const char *s) {
     fputc('\'', f);
@@ -165,8 +81,10 @@ static void gp_quoted(FILE *f, const char *s) {
     fputc('\'', f);
 }
 
-// Reliability diagrams of the prefix survival at positions 1..min(3, K), before and after STS.
-static void plot(const char *png, const ds_calib_data *d, const ds_sts_result *r) {
+// Reliability diagrams of the prefix survival at positions 1..min(3, K), before and after STS
+// (the job computed the bins).
+static void plot(const char *png, const ds_calibrate_result *c) {
+    const ds_sts_result *r = &c->fit;
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
         fprintf(stderr, "dspark: gnuplot is not installed: --plot %s skipped\n", png);
         return;
@@ -176,24 +94,19 @@ static void plot(const char *png, const ds_calib_data *d, const ds_sts_result *r
     snprintf(dat, sizeof dat, "%s/dspark-calib-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
     const int fd = mkstemp(dat);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    double *conf = malloc(sizeof(double) * (size_t)(d->n ? d->n : 1));
-    unsigned char *lab = malloc((size_t)(d->n ? d->n : 1));
-    if (!f || !conf || !lab) {
+    if (!f) {
         fprintf(stderr, "dspark: could not write the plot data for %s\n", png);
-        if (f) fclose(f);
-        else if (fd >= 0) close(fd);
-        if (fd >= 0) unlink(dat);
-        free(conf);
-        free(lab);
+        if (fd >= 0) {
+            close(fd);
+            unlink(dat);
+        }
         return;
     }
-    const int P = r->K < 3 ? r->K : 3;
+    const int P = c->n_plot;
     // Blocks (gnuplot "index"): 2k = before, 2k + 1 = after; rows: mean conf, accuracy, count.
     for (int k = 1; k <= P; k++)
         for (int pass = 0; pass < 2; pass++) {
-            ds_calib_bin b[DS_CALIB_BINS];
-            const int n = ds_calib_cumulative(d, pass ? r->temps : NULL, k, conf, lab);
-            ds_calib_reliability(conf, lab, n, DS_CALIB_BINS, b);
+            const ds_calib_bin *b = c->reliability[k - 1][pass];
             int rows = 0;
             for (int i = 0; i < DS_CALIB_BINS; i++)
                 if (b[i].count) {
@@ -203,8 +116,6 @@ static void plot(const char *png, const ds_calib_data *d, const ds_sts_result *r
             if (!rows) fprintf(f, "NaN NaN 0\n"); // keep the block numbering
             fprintf(f, "\n\n");
         }
-    free(conf);
-    free(lab);
     fclose(f);
     FILE *gp = popen("gnuplot", "w");
     int ok = 0;
@@ -257,88 +168,60 @@ static void print_table(const cal_args *a, int n_prompts, int n_rounds, const ds
     }
 }
 
+// The job's events: only the note that a loaded calibration is not what gets measured.
+static void show_progress(void *ctx, const ds_calibrate_event *ev) {
+    if (ev->kind == DS_CALIBRATE_EV_RAW)
+        fprintf(stderr, "dspark: note: ignoring %s/calibration.json while measuring (the raw confidences are fitted)\n",
+                (const char *)ctx);
+}
+
 int cmd_calibrate(int argc, char **argv) {
     cal_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc;
-    cal_state g = {0};
-    ds_status st;
+    ds_model *m = NULL;
+    ds_drafter *d = NULL;
     char out_path[4096];
-    if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
-    if (!(g.model = cli_load_text_model(a.model, a.threads)) || cli_pick_drafter(&a.drafter, DS_SPEC_DSPARK, g.model)) {
-        cal_free(&g);
+    if (!(m = cli_load_text_model(a.model, a.threads)) || cli_pick_drafter(&a.drafter, DS_SPEC_DSPARK, m)) {
+        ds_model_free(m);
         return 1;
     }
     if (a.out) snprintf(out_path, sizeof out_path, "%s", a.out);
     else snprintf(out_path, sizeof out_path, "%s/calibration.json", a.drafter);
-    if (!cli_check_writable(out_path) || !(g.drafter = cli_load_drafter(a.drafter, g.model))) {
-        cal_free(&g);
+    if (!cli_check_writable(out_path) || !(d = cli_load_drafter(a.drafter, m))) {
+        ds_model_free(m);
         return 1;
     }
-    const ds_tokenizer *tok = ds_model_tokenizer(g.model);
-    const ds_drafter_info *di = ds_drafter_get_info(g.drafter);
-    if (!di->has_confidence) {
+    if (!ds_drafter_get_info(d)->has_confidence) {
         fprintf(stderr,
                 "dspark: %s has no confidence head (enable_confidence_head is false): there is nothing to calibrate\n",
                 a.drafter);
-        cal_free(&g);
+        ds_drafter_free(d);
+        ds_model_free(m);
         return 1;
     }
-    // Measure the raw head: any calibration loaded with the drafter is dropped for this run.
-    const float *old;
-    if (ds_drafter_calibration(g.drafter, &old) > 0)
-        fprintf(stderr, "dspark: note: ignoring %s/calibration.json while measuring (the raw confidences are fitted)\n",
-                a.drafter);
-    const float none[1] = {1};
-    if ((st = ds_drafter_set_calibration(g.drafter, none, 0))) goto fail;
-    const ds_spec_params spec = {.kind = DS_SPEC_DSPARK, .draft_max = di->block_size, .schedule = DS_SCHEDULE_FIXED};
-    if ((st = ds_engine_init(g.model, g.drafter, &spec, &g.engine))) goto fail;
-    g.R.K = di->block_size;
-    ds_engine_set_observer(g.engine, observe, &g.R);
-    const int L = (int)a.max_tokens;
-    ds_sampler_params sp = ds_sampler_default();
-    sp.temperature = (float)a.temp;
-
-    if ((st = ds_gen_prompts_tokenize(g.model, g.prompts, L, &g.pt))) goto fail; // (naming the file and line)
-    // Every prompt in turn through the drafter's engine (one at a time); the observer sees the rounds.
-    g.req = calloc((size_t)g.pt.n, sizeof *g.req);
-    if (!g.req) goto oom;
-    for (int i = 0; i < g.pt.n; i++)
-        g.req[i] = (ds_gen_request){.ids = g.pt.ids[i], .n_ids = g.pt.len[i], .max_new = L, .sp = sp,
-                                    .seed = (uint64_t)a.seed + (uint64_t)i};
+    ds_calibrate_options o = ds_calibrate_options_default();
+    o.prompts = a.prompts;
+    o.out = out_path;
+    o.temp = (float)a.temp;
+    o.max_tokens = (int)a.max_tokens;
+    o.seed = (uint64_t)a.seed;
+    o.interrupted = &cli_interrupted;
+    o.progress = show_progress;
+    o.progress_ctx = (void *)a.drafter;
     cli_catch_interrupt();
-    const ds_gen_run_params run = {.max_active = 1, .interrupted = interrupted};
-    if ((st = ds_gen_run(g.engine, tok, g.req, g.pt.n, &run, NULL)) == DS_ERR_INTERRUPTED) {
+    ds_calibrate_result r;
+    const ds_status st = ds_calibrate_run(m, d, &o, &r);
+    ds_drafter_free(d);
+    ds_model_free(m);
+    if (st == DS_ERR_INTERRUPTED) {
         fprintf(stderr, "dspark: interrupted: nothing written\n");
-        cal_free(&g);
         return 130;
     }
-    if (st) goto fail;
-    if (g.R.oom) goto oom;
-
-    const ds_calib_data d = {.K = g.R.K, .n = g.R.n, .z = g.R.z, .n_slots = g.R.n_slots, .accepted = g.R.accepted};
-    ds_sts_result res;
-    if ((st = ds_sts_fit(&d, &res))) goto fail;
-    if (!d.n) {
-        fprintf(stderr, "dspark: no round drafted anything (is --max-tokens at least 2?): nothing to calibrate\n");
-        cal_free(&g);
-        return 1;
-    }
-    print_table(&a, g.prompts->n, d.n, &res);
-    ds_calibration cal;
-    calibration_of(&a, &res, d.n, &cal);
-    if ((st = ds_calibration_save(&cal, out_path))) goto fail; // atomically
+    if (st) return cli_fail(st);
+    print_table(&a, r.n_prompts, r.rounds, &r.fit);
     printf("calibration written to %s\n", out_path);
     fflush(stdout);
-    if (a.plot) plot(a.plot, &d, &res);
-    cal_free(&g);
+    if (a.plot) plot(a.plot, &r);
     return 0;
-oom:
-    cal_free(&g);
-    fprintf(stderr, "dspark: out of memory\n");
-    return 1;
-fail:
-    rc = cli_fail(st);
-    cal_free(&g);
-    return rc;
 }

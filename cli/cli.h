@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "dspark.h"
+#include "dspark_jobs.h"
 
 // Print "dspark: <message>" for the last library error to stderr and return 1.
 int cli_fail(ds_status st);
@@ -41,7 +42,8 @@ int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_
 int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter);
 const char *cli_spec_name(ds_spec_kind k);
 // The target for a command that takes text (the default model when model_arg is NULL), with
-// `threads`; NULL after printing why (no model, a load error, no tokenizer).
+// `threads` set as the process's thread count (ds_set_threads: 0 = all cores); NULL after printing
+// why (no model, a load error, no tokenizer).
 ds_model *cli_load_text_model(const char *model_arg, long threads);
 // A drafter paired with m (printing a target_id warning); NULL after printing the error.
 ds_drafter *cli_load_drafter(const char *dir, const ds_model *m);

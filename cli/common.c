@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/atomic.h"
-#include "train/registry.h"
 
 volatile int cli_interrupted = 0;
 
@@ -218,9 +216,7 @@ int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter) {
     return 0;
 }
 
-const char *cli_spec_name(ds_spec_kind k) {
-    return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
-}
+const char *cli_spec_name(ds_spec_kind k) { return ds_spec_kind_name(k); }
 
 int cli_check_writable(const char *file) {
     char dir[4096];
@@ -244,7 +240,10 @@ ds_model *cli_load_text_model(const char *model_arg, long threads) {
     const char *path = cli_model_path(model_arg);
     if (!path) return NULL;
     ds_model *m;
-    ds_model_params mp = {.n_threads = (int)threads};
+    ds_set_threads((int)threads); // the process's one thread count (0 = all cores)
+    // DSPARK_INT8_INPUTS=1: quantized targets' products on int8-rounded inputs (ds_model_params).
+    const char *i8 = getenv("DSPARK_INT8_INPUTS");
+    ds_model_params mp = {.n_threads = (int)threads, .int8_inputs = i8 && !strcmp(i8, "1")};
     ds_status st = ds_model_load(path, &mp, &m);
     if (st) {
         cli_fail(st);

@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "train/datagen.h"
-#include "train/trainer.h"
 
 typedef struct {
     const char *model, *prompts, *out, *holdout_out;
@@ -146,7 +144,7 @@ int cmd_datagen(int argc, char **argv) {
         return 1;
     }
     const int rank = ds_mpi_rank();
-    o.threads = (int)a.threads;
+    ds_set_threads((int)a.threads); // (the process's count: the job carries none)
     o.prompts = a.prompts;
     o.out = a.out;
     o.holdout_out = a.holdout_out;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "train/data.h"
 
 static void dv_usage(FILE *f) {
     fprintf(f,

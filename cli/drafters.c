@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "train/registry.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -3,16 +3,14 @@
 // With --concurrency R, R prompts at a time share ONE engine (a new prompt joins as soon as one
 // finishes), and both total and per-request tokens/s are reported. At temperature 0, and when
 // sampling under the coupled rule (whose output is the seed's, whatever the drafter), every prompt's
-// tokens must equal the baseline's (a free losslessness check).
+// tokens must equal the baseline's (a free losslessness check). The job is ds_eval_run
+// (include/dspark_jobs.h, src/gen/eval.c); this file parses its options and prints its result.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/status.h"
 #include "cli.h"
-#include "gen/prompts.h"
-#include "train/data.h"
 
 typedef struct {
     const char *model, *drafter, *prompts;
@@ -92,99 +90,11 @@ static const char *schedule_name(ds_schedule_kind k) {
     return k == DS_SCHEDULE_AUTO ? "auto" : k == DS_SCHEDULE_THRESHOLD ? "threshold" : "fixed";
 }
 
-// Totals over prompts of one configuration.
-typedef struct {
-    long rounds, generated, drafted, accepted;
-    long tried_by_pos[64], accepted_by_pos[64];
-    double step_s, draft_s;
-    long requests;       // completed requests
-    double request_rate; // Σ over them of generated / (finish − join) seconds
-} ev_total;
+static double tau_of(const ds_eval_totals *t) { return t->rounds ? (double)(t->accepted + t->rounds) / (double)t->rounds : 0; }
+static double rate_of(const ds_eval_totals *t) { return t->step_s > 0 ? (double)t->generated / t->step_s : 0; }
+static double request_rate_of(const ds_eval_totals *t) { return t->requests ? t->request_rate / (double)t->requests : 0; }
 
-typedef struct {
-    ds_model *model;
-    ds_drafter *drafter;
-    ds_engine *spec, *base;
-    ds_prompt_set *prompts;
-    ds_gen_prompts pt;            // the prompts tokenized
-    int32_t *out_spec, *out_base; // (prompts->n, max_tokens) generated tokens
-    int *n_spec, *n_base;         // (prompts->n) how many
-    int *done_spec, *done_base;   // (prompts->n) completed
-} ev_state;
-
-static void ev_free(ev_state *g) {
-    ds_engine_free(g->spec);
-    ds_engine_free(g->base);
-    ds_drafter_free(g->drafter);
-    ds_model_free(g->model);
-    ds_gen_prompts_free(&g->pt);
-    ds_prompts_free(g->prompts);
-    free(g->out_spec);
-    free(g->out_base);
-    free(g->n_spec);
-    free(g->n_base);
-    free(g->done_spec);
-    free(g->done_base);
-}
-
-// Run prompts 0..n-1 through e, up to R at a time (ds_gen_run: a prompt joins as soon as a running
-// one finishes). Prompt i uses seed seed0 + i; its tokens go to out + i·L (n_out[i] of them) and
-// done[i] is set when it completes. Totals (if t) add up over completed requests; step_s is the
-// wall time of every ds_engine_step. Returns DS_ERR_INTERRUPTED (no message) on Ctrl-C.
-typedef struct {
-    int L;
-    int32_t *out;
-    int *n_out, *done;
-    ev_total *t;
-} ev_run;
-
-static void add_stats(ev_total *t, const ds_seq_stats *s, int n, double seconds) {
-    t->rounds += s->rounds;
-    t->generated += n;
-    t->drafted += s->drafted;
-    t->accepted += s->accepted;
-    for (int k = 0; k < 64; k++) {
-        t->tried_by_pos[k] += s->tried_by_pos[k];
-        t->accepted_by_pos[k] += s->accepted_by_pos[k];
-    }
-    t->draft_s += s->draft_s;
-    t->requests++;
-    t->request_rate += seconds > 0 ? n / seconds : 0;
-}
-
-static void on_done(void *ctx, int i, const ds_gen *g) {
-    ev_run *r = ctx;
-    const ds_text_out *tx = ds_gen_text(g);
-    const int n = ds_text_out_tokens(tx);
-    for (int k = 0; k < n; k++) r->out[(size_t)i * r->L + k] = ds_text_out_token_id(tx, k);
-    r->n_out[i] = n;
-    r->done[i] = 1;
-    if (r->t) add_stats(r->t, ds_gen_stats(g), n, ds_gen_seconds(g));
-}
-
-static int interrupted(void *ctx) { return cli_interrupted; }
-
-static ds_status run_set(ds_engine *e, const ds_tokenizer *tok, int32_t *const *ptoks, const int *plen, int n, int R,
-                         int L, const ds_sampler_params *sp, uint64_t seed0, int32_t *out, int *n_out, int *done,
-                         ev_total *t) {
-    ds_gen_request *req = calloc((size_t)n, sizeof *req);
-    if (!req) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n; i++) {
-        req[i] = (ds_gen_request){.ids = ptoks[i], .n_ids = plen[i], .max_new = L, .sp = *sp, .seed = seed0 + (uint64_t)i};
-        n_out[i] = done[i] = 0;
-    }
-    ev_run r = {L, out, n_out, done, t};
-    const ds_gen_run_params p = {.max_active = R, .on_done = on_done, .interrupted = interrupted, .ctx = &r};
-    const ds_status st = ds_gen_run(e, tok, req, n, &p, t ? &t->step_s : NULL);
-    free(req);
-    return st;
-}
-
-static double tau_of(const ev_total *t) { return t->rounds ? (double)(t->accepted + t->rounds) / (double)t->rounds : 0; }
-static double rate_of(const ev_total *t) { return t->step_s > 0 ? (double)t->generated / t->step_s : 0; }
-static double request_rate_of(const ev_total *t) { return t->requests ? t->request_rate / (double)t->requests : 0; }
-
-static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const ev_total *b, int checked) {
+static void print_json(const ev_args *a, int n_prompts, const ds_eval_totals *s, const ds_eval_totals *b, int checked) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "spec", cli_spec_name(a->spec.kind));
     cJSON_AddStringToObject(o, "schedule", schedule_name(a->spec.schedule));
@@ -216,7 +126,7 @@ static void print_json(const ev_args *a, int n_prompts, const ev_total *s, const
     cJSON_Delete(o);
 }
 
-static void print_table(const ev_args *a, int n_prompts, const ev_total *s, const ev_total *b, int checked) {
+static void print_table(const ev_args *a, int n_prompts, const ds_eval_totals *s, const ds_eval_totals *b, int checked) {
     printf("eval: %d prompts, spec %s, schedule %s, temp %g, up to %ld tokens each, concurrency %ld\n", n_prompts,
            cli_spec_name(a->spec.kind), schedule_name(a->spec.schedule), (double)a->sp.temperature, a->max_tokens,
            a->concurrency);
@@ -240,87 +150,30 @@ int cmd_eval(int argc, char **argv) {
     ev_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc;
-    ev_state g = {0};
-    ds_status st;
-    if ((st = ds_prompts_load(a.prompts, &g.prompts))) return cli_fail(st);
-    if (!(g.model = cli_load_text_model(a.model, a.threads)) ||
-        cli_pick_drafter(&a.drafter, a.spec.kind, g.model) || (a.drafter && !(g.drafter = cli_load_drafter(a.drafter, g.model)))) {
-        ev_free(&g);
+    ds_model *m = NULL;
+    ds_drafter *d = NULL;
+    if (!(m = cli_load_text_model(a.model, a.threads)) || cli_pick_drafter(&a.drafter, a.spec.kind, m) ||
+        (a.drafter && !(d = cli_load_drafter(a.drafter, m)))) {
+        ds_model_free(m);
         return 1;
     }
-    const ds_tokenizer *tok = ds_model_tokenizer(g.model);
-    const ds_spec_params none = {.kind = DS_SPEC_NONE};
-    if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.spec)) || (st = ds_engine_init(g.model, NULL, &none, &g.base)))
-        goto fail;
-    const int L = (int)a.max_tokens, P = g.prompts->n, R = (int)a.concurrency;
-    g.out_spec = malloc(sizeof(int32_t) * (size_t)L * P);
-    g.out_base = malloc(sizeof(int32_t) * (size_t)L * P);
-    g.n_spec = calloc((size_t)P, sizeof(int));
-    g.n_base = calloc((size_t)P, sizeof(int));
-    g.done_spec = calloc((size_t)P, sizeof(int));
-    g.done_base = calloc((size_t)P, sizeof(int));
-    if (!g.out_spec || !g.out_base || !g.n_spec || !g.n_base || !g.done_spec || !g.done_base)
-        goto oom;
-    if ((st = ds_gen_prompts_tokenize(g.model, g.prompts, L, &g.pt))) goto fail; // (naming the file and line)
-
+    ds_eval_options o = ds_eval_options_default();
+    o.prompts = a.prompts;
+    o.max_tokens = (int)a.max_tokens;
+    o.concurrency = (int)a.concurrency;
+    o.seed = (uint64_t)a.seed;
+    o.sp = a.sp;
+    o.interrupted = &cli_interrupted;
     cli_catch_interrupt();
-    ev_total ts = {0}, tb = {0};
-    // Greedy, and coupled sampling (the target's own draws at every position), decode exactly the
-    // baseline's tokens with any drafter; the residual rule only matches it in distribution.
-    const int greedy = a.sp.temperature == 0 || a.sp.verify == DS_VERIFY_COUPLED;
-    // Warm-up (page faults, caches), not counted: the first prompt, 8 tokens, plain decoding.
-    if ((st = run_set(g.base, tok, g.pt.ids, g.pt.len, 1, 1, L < 8 ? L : 8, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
-                      g.done_base, NULL)) &&
-        st != DS_ERR_INTERRUPTED)
-        goto fail;
-    // The whole set with the requested drafting, then the baseline at the same concurrency.
-    if (!cli_interrupted && (st = run_set(g.spec, tok, g.pt.ids, g.pt.len, P, R, L, &a.sp, (uint64_t)a.seed, g.out_spec, g.n_spec,
-                                          g.done_spec, &ts)) &&
-        st != DS_ERR_INTERRUPTED)
-        goto fail;
-    memset(g.done_base, 0, sizeof(int) * (size_t)P);
-    if (!cli_interrupted && (st = run_set(g.base, tok, g.pt.ids, g.pt.len, P, R, L, &a.sp, (uint64_t)a.seed, g.out_base, g.n_base,
-                                          g.done_base, &tb)) &&
-        st != DS_ERR_INTERRUPTED)
-        goto fail;
-    int n_done = 0, n_diff = 0;
-    char first_diff[512] = "";
-    for (int i = 0; i < P; i++) {
-        if (!g.done_spec[i] || !g.done_base[i]) continue;
-        n_done++;
-        const int ns = g.n_spec[i], nb = g.n_base[i];
-        const int32_t *os = g.out_spec + (size_t)i * L, *ob = g.out_base + (size_t)i * L;
-        if (greedy && (ns != nb || memcmp(os, ob, sizeof(int32_t) * (size_t)ns) != 0)) {
-            if (!n_diff++) {
-                int k = 0;
-                while (k < ns && k < nb && os[k] == ob[k]) k++;
-                snprintf(first_diff, sizeof first_diff,
-                         "%s:%d differs at generated token %d (%s: %d, plain: %d; %d vs %d tokens)", a.prompts,
-                         g.prompts->line[i], k, cli_spec_name(a.spec.kind), k < ns ? os[k] : -1, k < nb ? ob[k] : -1, ns, nb);
-            }
-        }
-    }
-    if (cli_interrupted) fprintf(stderr, "dspark: interrupted: reporting the %d of %d prompts completed\n", n_done, g.prompts->n);
-    if (n_diff) {
-        fprintf(stderr,
-                "dspark: eval: NOT LOSSLESS: %d of %d prompts decoded with --spec %s differ from plain decoding; "
-                "first: %s\n",
-                n_diff, n_done, cli_spec_name(a.spec.kind), first_diff);
-        ev_free(&g);
-        return 1;
-    }
-    const int checked = greedy && n_done > 0;
-    if (a.json) print_json(&a, n_done, &ts, &tb, checked);
-    else print_table(&a, n_done, &ts, &tb, checked);
+    ds_eval_result r;
+    const ds_status st = ds_eval_run(m, d, &a.spec, &o, &r);
+    ds_drafter_free(d);
+    ds_model_free(m);
+    if (st && st != DS_ERR_MISMATCH) return cli_fail(st);
+    if (r.interrupted) fprintf(stderr, "dspark: interrupted: reporting the %d of %d prompts completed\n", r.n_done, r.n_prompts);
+    if (st) return cli_fail(st); // NOT LOSSLESS
+    if (a.json) print_json(&a, r.n_done, &r.spec, &r.base, r.checked);
+    else print_table(&a, r.n_done, &r.spec, &r.base, r.checked);
     fflush(stdout);
-    ev_free(&g);
-    return cli_interrupted ? 130 : 0;
-oom:
-    ev_free(&g);
-    fprintf(stderr, "dspark: out of memory\n");
-    return 1;
-fail:
-    rc = cli_fail(st);
-    ev_free(&g);
-    return rc;
+    return r.interrupted ? 130 : 0;
 }

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "inflate/inflate.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "kernels/matmul.h"
 
 static void usage(FILE *f) {
     fprintf(f,

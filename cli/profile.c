@@ -1,16 +1,11 @@
 // dspark profile: measure the target's verification cost table SPS(B) on this machine (the input of
 // --schedule auto) and save it as JSON; with -d, also the drafter's cost of drafting one full block.
-#include <cjson/cJSON.h>
-#include <errno.h>
-#include <omp.h>
+// The job is ds_profile_run (include/dspark_jobs.h, src/sched/profile.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "base/threads.h"
 #include "cli.h"
-#include "io/json.h"
 
 typedef struct {
     const char *model, *drafter, *out;
@@ -85,62 +80,6 @@ static void default_out(const char *model_path, int threads, char *out, size_t c
     snprintf(out, cap, "%s.t%d.costs.json", name, threads);
 }
 
-static int cmp_d(const void *x, const void *y) {
-    const double a = *(const double *)x, b = *(const double *)y;
-    return a < b ? -1 : a > b;
-}
-
-// Median seconds of ds_drafter_draft for a full block after `ctx` committed context rows, whose tap
-// rows come from a real target forward over deterministic tokens.
-// An allocation failure is reported here (DS_ERR_NOMEM with no library message).
-static ds_status time_drafter(const ds_model *m, const ds_drafter *d, int ctx, int repeats, double *out_s,
-                              int *ctx_used) {
-    const ds_model_info *in = ds_model_get_info(m);
-    const ds_drafter_info *di = ds_drafter_get_info(d);
-    const int K = di->block_size, tap_w = di->n_taps * di->hidden;
-    if (ctx + K + 2 > in->max_ctx) ctx = in->max_ctx - K - 2;
-    if (ctx < 1) ctx = 1;
-    *ctx_used = ctx;
-    ds_kv *kv = NULL;
-    ds_workspace *ws = NULL;
-    ds_draft_state *s = NULL;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)ctx), dtok[64];
-    float *taps = malloc(sizeof(float) * (size_t)ctx * tap_w);
-    float *logits = malloc(sizeof(float) * (size_t)K * di->vocab), conf[64];
-    double *t = malloc(sizeof(double) * (size_t)repeats);
-    ds_status st = DS_OK;
-    if (!tok || !taps || !logits || !t) {
-        fprintf(stderr, "dspark: out of memory\n");
-        st = DS_ERR_NOMEM;
-        goto done;
-    }
-    for (int i = 0; i < ctx; i++) tok[i] = (int32_t)((i * 7919 + 13) % in->vocab_size);
-    if (in->bos_id >= 0) tok[0] = in->bos_id;
-    if ((st = ds_kv_init(m, ctx, &kv)) || (st = ds_workspace_init(m, &ws))) goto done;
-    ds_forward_seq f = {.kv = kv, .tokens = tok, .n_tokens = ctx, .tap_layers = di->tap_layers, .n_taps = di->n_taps,
-                        .taps = taps};
-    if ((st = ds_model_forward(m, ws, &f, 1))) goto done;
-    if ((st = ds_draft_state_init(d, ctx + K + 1, &s)) || (st = ds_drafter_append(d, s, taps, ctx))) goto done;
-    const ds_sampler_params sp = ds_sampler_default(); // greedy
-    for (int r = 0; r <= repeats; r++) {             // the first run warms up
-        ds_rng rng = ds_rng_init(1, 0);
-        const double t0 = cli_now();
-        if ((st = ds_drafter_draft(d, s, tok[ctx - 1], K, &sp, &rng, dtok, logits, conf))) goto done;
-        if (r) t[r - 1] = cli_now() - t0;
-    }
-    qsort(t, (size_t)repeats, sizeof *t, cmp_d);
-    *out_s = t[repeats / 2];
-done:
-    ds_draft_state_free(s);
-    ds_workspace_free(ws);
-    ds_kv_free(kv);
-    free(tok);
-    free(taps);
-    free(logits);
-    free(t);
-    return st;
-}
-
 int cmd_profile(int argc, char **argv) {
     prof_args a;
     int rc = parse_args(argc, argv, &a);
@@ -149,11 +88,10 @@ int cmd_profile(int argc, char **argv) {
     if (!path) return 1;
     ds_model *m = NULL;
     ds_drafter *d = NULL;
-    cJSON *j = NULL;
-    ds_model_params mp = {.n_threads = (int)a.threads};
-    ds_status st = ds_model_load(path, &mp, &m);
+    ds_set_threads((int)a.threads);
+    ds_status st = ds_model_load(path, NULL, &m);
     if (st) return cli_fail(st);
-    const int threads = a.threads ? (int)a.threads : ds_threads();
+    const int threads = ds_threads(); // what the table holds for
     if (a.drafter) {
         if ((st = ds_drafter_load(a.drafter, m, &d))) goto fail;
         if (ds_drafter_warning(d)) fprintf(stderr, "dspark: warning: %s\n", ds_drafter_warning(d));
@@ -170,45 +108,30 @@ int cmd_profile(int argc, char **argv) {
     const ds_model_info *in = ds_model_get_info(m);
     fprintf(stderr, "dspark: profiling %s with %d threads: B = 1..%ld, %ld context rows, median of %ld%s\n", in->name,
             threads, a.bmax, a.ctx, a.repeats, a.quick ? " (quick: powers of two, interpolated)" : "");
-    ds_cost_table t;
-    if ((st = ds_profile_costs(m, (int)a.bmax, (int)a.ctx, (int)a.repeats, a.quick, &t))) goto fail;
-    double draft_s = 0;
-    int draft_ctx = 0;
-    if (d && (st = time_drafter(m, d, (int)a.ctx, (int)a.repeats, &draft_s, &draft_ctx))) {
-        if (st == DS_ERR_NOMEM) goto quit; // already reported
-        goto fail;
-    }
-    if ((st = ds_cost_table_save(&t, in->name, threads, out))) goto fail;
-    if (d) {
-        // ds_cost_table_save writes the table; the drafter's cost is added to the same file.
-        if ((st = ds_json_load(out, 1 << 24, &j))) goto fail;
-        cJSON_AddNumberToObject(j, "draft_round_s", draft_s);
-        cJSON_AddNumberToObject(j, "draft_block", ds_drafter_get_info(d)->block_size);
-        cJSON_AddStringToObject(j, "drafter", a.drafter);
-        if ((st = ds_json_save(j, out))) goto fail;
-    }
-
-    printf("cost table of %s, %d threads (%s)\n", in->name, threads, a.quick ? "quick" : "every B measured");
+    ds_profile_options o = ds_profile_options_default();
+    o.bmax = (int)a.bmax;
+    o.ctx = (int)a.ctx;
+    o.repeats = (int)a.repeats;
+    o.quick = a.quick;
+    o.out = out;
+    o.drafter_name = a.drafter;
+    ds_profile_result r;
+    if ((st = ds_profile_run(m, d, &o, &r))) goto fail;
+    const ds_cost_table *t = &r.costs;
+    printf("cost table of %s, %d threads (%s)\n", in->name, r.threads, a.quick ? "quick" : "every B measured");
     printf("%5s %12s %12s %10s\n", "B", "SPS", "tokens/s", "ms/step");
-    for (int b = 1; b <= t.bmax; b++)
-        printf("%5d %12.1f %12.1f %10.4f\n", b, t.sps[b], b * t.sps[b], 1e3 / t.sps[b]);
+    for (int b = 1; b <= t->bmax; b++)
+        printf("%5d %12.1f %12.1f %10.4f\n", b, t->sps[b], b * t->sps[b], 1e3 / t->sps[b]);
     if (d)
         printf("drafter %s: %.4f ms per round (block of %d after %d context rows; median of %ld)\n", a.drafter,
-               draft_s * 1e3, ds_drafter_get_info(d)->block_size, draft_ctx, a.repeats);
+               r.draft_s * 1e3, r.draft_block, r.draft_ctx, a.repeats);
     printf("written to %s\n", out);
-    cJSON_Delete(j);
     ds_drafter_free(d);
     ds_model_free(m);
     return 0;
 fail:
     rc = cli_fail(st);
-    cJSON_Delete(j);
     ds_drafter_free(d);
     ds_model_free(m);
     return rc;
-quit:
-    cJSON_Delete(j);
-    ds_drafter_free(d);
-    ds_model_free(m);
-    return 1;
 }

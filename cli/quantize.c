@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "quant/quantize.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "serve/server.h"
 
 static void serve_usage(FILE *f) {
     fprintf(f,
@@ -146,7 +145,6 @@ int cmd_serve(int argc, char **argv) {
     sp.model = m;
     sp.drafter = d;
     sp.spec = spec;
-    sp.n_threads = (int)threads;
     sp.port = (int)port;
     sp.max_concurrency = (int)maxc;
     sp.queue_max = (int)queue;

@@ -1,11 +1,18 @@
 // dspark tokenize: text -> JSON id array, or (--decode) a JSON id array -> text.
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "io/json.h"
+
+// A token id in a JSON array: an integer number in int32 range (checked before any conversion).
+static int is_id(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble >= INT32_MIN && v->valuedouble <= INT32_MAX &&
+           v->valuedouble == floor(v->valuedouble);
+}
 
 static void tok_usage(FILE *f) {
     fprintf(f,
@@ -66,7 +73,7 @@ int cmd_tokenize(int argc, char **argv) {
         const cJSON *it;
         int k = 0;
         cJSON_ArrayForEach(it, arr) {
-            if (!ds_json_is_int(it, INT32_MIN, INT32_MAX)) n = -1;
+            if (!is_id(it)) n = -1;
             else if (ids) ids[k++] = (int32_t)it->valuedouble;
         }
         cJSON_Delete(arr);

@@ -9,8 +9,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/atomic.h"
-#include "train/trainer.h"
 
 extern char **environ;
 
@@ -114,16 +112,20 @@ static void draw_plot(const char *out, const char *png) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
     snprintf(loss_dat, sizeof loss_dat, "%s/loss.dat", out);
     snprintf(tau_dat, sizeof tau_dat, "%s/heldout.dat", out);
+    // The two data files are built in memory and written atomically (ds_atomic_write_text).
     FILE *in = fopen(path, "r");
-    ds_atomic_file lf, tf;
-    if (!in || ds_atomic_open(&lf, loss_dat)) {
+    char *loss_text = NULL, *tau_text = NULL;
+    size_t loss_len = 0, tau_len = 0;
+    FILE *lf = NULL, *tf = NULL;
+    if (!in || ds_atomic_check(loss_dat) || !(lf = open_memstream(&loss_text, &loss_len))) {
         if (in) fclose(in);
         fprintf(stderr, "dspark: could not draw %s: cannot read %s or write %s\n", png, path, loss_dat);
         return;
     }
-    if (ds_atomic_open(&tf, tau_dat)) {
+    if (ds_atomic_check(tau_dat) || !(tf = open_memstream(&tau_text, &tau_len))) {
         fclose(in);
-        ds_atomic_abort(&lf);
+        fclose(lf);
+        free(loss_text);
         fprintf(stderr, "dspark: could not draw %s: cannot write %s\n", png, tau_dat);
         return;
     }
@@ -134,22 +136,28 @@ static void draw_plot(const char *out, const char *png) {
         cJSON *j = cJSON_Parse(line);
         const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step"), *loss = cJSON_GetObjectItemCaseSensitive(j, "loss"),
                     *ho = cJSON_GetObjectItemCaseSensitive(j, "heldout");
-        if (cJSON_IsNumber(step) && cJSON_IsNumber(loss)) fprintf(lf.f, "%d %g\n", step->valueint, loss->valuedouble);
+        if (cJSON_IsNumber(step) && cJSON_IsNumber(loss)) fprintf(lf, "%d %g\n", step->valueint, loss->valuedouble);
         if (cJSON_IsNumber(step) && cJSON_IsArray(ho) && cJSON_GetArraySize(ho) > 0) {
-            fprintf(tf.f, "%d", step->valueint);
+            fprintf(tf, "%d", step->valueint);
             int k = 0;
             for (const cJSON *e = ho->child; e && k < DS_TRAIN_MAX_EVAL_TEMPS; e = e->next, k++) {
                 const cJSON *tau = cJSON_GetObjectItemCaseSensitive(e, "tau"), *tt = cJSON_GetObjectItemCaseSensitive(e, "temp");
-                fprintf(tf.f, " %g", cJSON_IsNumber(tau) ? tau->valuedouble : 0.0);
+                fprintf(tf, " %g", cJSON_IsNumber(tau) ? tau->valuedouble : 0.0);
                 temps[k] = cJSON_IsNumber(tt) ? (float)tt->valuedouble : 0;
             }
             if (k > n_temps) n_temps = k;
-            fputc('\n', tf.f);
+            fputc('\n', tf);
         }
         cJSON_Delete(j);
     }
     fclose(in);
-    if (ds_atomic_commit(&lf) || ds_atomic_commit(&tf)) {
+    fclose(lf);
+    fclose(tf);
+    const int bad = ds_atomic_write_text(loss_dat, loss_text ? loss_text : "") ||
+                    ds_atomic_write_text(tau_dat, tau_text ? tau_text : "");
+    free(loss_text);
+    free(tau_text);
+    if (bad) {
         fprintf(stderr, "dspark: could not draw %s: %s\n", png, ds_last_error());
         return;
     }
@@ -184,7 +192,7 @@ int cmd_train(int argc, char **argv) {
     ds_mpi_init(&argc, &argv);
     ds_train_opts o = ds_train_defaults();
     const char *model = NULL, *plot = NULL;
-    int reg = 0;
+    int reg = 0, threads = 0;
     static int taps[64];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -234,7 +242,7 @@ int cmd_train(int argc, char **argv) {
         INT("--anchors", 1, 1000000, o.anchors)
         INT("--save-every", 1, 100000000, o.save_every)
         INT("--stop-after", 1, 100000000, o.stop_after)
-        INT("-t", 1, 1024, o.threads)
+        INT("-t", 1, 1024, threads)
         INT("--eval-every", 1, 100000000, o.eval_every)
         INT("--eval-max-tokens", 1, 1 << 24, o.eval_max_tokens)
         INT("--patience", 1, 1000000, o.patience)
@@ -304,6 +312,7 @@ int cmd_train(int argc, char **argv) {
     progress pr = {.tty = isatty(2)};
     o.progress = show_progress;
     o.progress_ctx = &pr;
+    ds_set_threads(threads); // the process's one thread count (0 = all cores)
     ds_status st = ds_train_run(&o);
     const int rank = ds_mpi_rank();
     ds_mpi_finalize();

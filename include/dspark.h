@@ -94,7 +94,12 @@ typedef struct {
 } ds_model_info;
 
 typedef struct {
-    int n_threads; // 0 = all cores
+    int n_threads;   // shorthand: ds_model_load calls ds_set_threads(n_threads) (0 = all cores); pass
+                     // NULL params to keep the process's count as it is
+    int int8_inputs; // 1: products with quantized weights (MLX affine, GGUF Q8_0) round their inputs to
+                     // int8 per group and run on integer dot products (llama.cpp's numerics for Q8_0;
+                     // 1.4-3x faster at verification sizes); 0 (default): f32 inputs (MLX's numerics).
+                     // Drafters always take the integer path (their numbers only steer proposals).
 } ds_model_params;
 
 // Load a target model: `path` is a .gguf file or a Hugging Face directory (config.json +
@@ -107,10 +112,21 @@ const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
 // Whether generating `id` ends a sequence: the EOS id, and any further stop ids the checkpoint
 // declares (Hugging Face generation_config.json "eos_token_id" may list several).
 int ds_model_is_stop(const ds_model *m, int32_t id);
-// Set the number of threads used by forward passes and training (the library's thread pool, with
-// OpenBLAS single-threaded inside it), process-wide (whichever thread runs them). 0 = all cores.
-// On a busy machine the pool falls back to the calling thread by itself when threads lose time.
+// The thread count has one owner: the library's thread pool (src/base/threads.c), process-wide.
+// ds_set_threads sets the number of threads used by forward passes and training (OpenBLAS runs
+// single-threaded inside them), whichever thread runs them (the server's engine thread included);
+// 0 = all cores. No object or job carries a count of its own: front ends call this once. On a busy
+// machine the pool falls back to the calling thread by itself when threads lose time.
 void ds_set_threads(int n_threads);
+// The threads the next parallel region uses: the ds_set_threads value (at most the cores this
+// process may run on), or all of them.
+int ds_threads(void);
+// OpenBLAS picks its kernels from the CPU model at load time and falls back to generic SSE3
+// ("Prescott") kernels on CPUs newer than it knows (Debian 12's 0.3.21 on Sapphire/Emerald Rapids:
+// 4x slower sgemm). Returns the OPENBLAS_CORETYPE value that matches this CPU's instruction sets
+// ("SkylakeX", "Haswell") when OpenBLAS chose a weaker one, else NULL. Programs set it in the
+// environment and re-execute themselves (it is read only at load).
+const char *ds_openblas_core_hint(void);
 
 // KV cache of one sequence. Grows as rows are appended (amortized doubling) up to max_ctx.
 ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out);
@@ -453,6 +469,7 @@ typedef enum {
     DS_SPEC_DSPARK,   // a DeepSpec drafter (DSpark or DFlash)
     DS_SPEC_NGRAM,    // prompt lookup: what followed the latest earlier occurrence of the last n tokens
 } ds_spec_kind;
+const char *ds_spec_kind_name(ds_spec_kind k); // "none", "dspark", "ngram" (as --spec spells them)
 
 // How many drafted tokens each request verifies per round.
 typedef enum {

@@ -4,8 +4,11 @@
 The order is read from the diagram at the top of docs/architecture.md (top line = highest layer),
 so the document and the check cannot drift apart. Two checks:
 
-  includes  every `#include "..."` in src/ and cli/ names a header of the same or a lower layer
-            ("dspark.h", the public API in include/, is below everything);
+  includes  every `#include "..."` in src/ names a header of the same or a lower layer (the public
+            headers in include/, "dspark.h" and "dspark_jobs.h", are below everything); a cli/
+            file includes nothing but the public headers, its own "cli.h" and system headers
+            (<...>, none of which may name a folder of src/): cli/ is built without src/ on its
+            include path, and this says so by name;
   symbols   (with --objects FILE: a list of the library's object files, one path a line, as CMake
             lays them out under CMakeFiles/dspark.dir/src/LAYER/) every symbol an object file of layer L uses from another object
             file is defined in layer L or below. This catches what includes cannot: every public
@@ -45,8 +48,32 @@ def layer_of(rel, layers):
     return None
 
 
+def public_headers(root):
+    """The headers in include/ (the public API), by the name an #include uses."""
+    inc = os.path.join(root, "include")
+    return {name for name in os.listdir(inc) if name.endswith(".h")} if os.path.isdir(inc) else set()
+
+
+def check_cli_include(rel, lineno, line, public, src_dirs):
+    """A cli/ file's #include: the public headers, cli.h, or a system header; else a message."""
+    m = re.match(r'\s*#\s*include\s+(["<])([^">]+)[">]', line)
+    if not m:
+        return None
+    kind, inc = m.groups()
+    if kind == "<":
+        if inc.split("/")[0] in src_dirs and "/" in inc:
+            return f"{rel}:{lineno}: #include <{inc}> reaches into src/: cli/ may include only the public headers"
+        return None
+    if inc == "cli.h" or inc in public:
+        return None
+    return (f"{rel}:{lineno}: #include \"{inc}\": cli/ may include only the public headers (include/: "
+            f"{', '.join(sorted(public))}), cli.h and system headers")
+
+
 def check_includes(root, layers):
     rank = {l: i for i, l in enumerate(layers)}
+    public = public_headers(root)
+    src_dirs = set(os.listdir(os.path.join(root, "src"))) if os.path.isdir(os.path.join(root, "src")) else set()
     bad = []
     for top in ("src", "cli"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
@@ -61,11 +88,16 @@ def check_includes(root, layers):
                     continue
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
+                        if top == "cli":
+                            msg = check_cli_include(rel, lineno, line, public, src_dirs)
+                            if msg:
+                                bad.append(msg)
+                            continue
                         m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
                         if not m:
                             continue
                         inc = m.group(1)
-                        if inc == "dspark.h" or "/" not in inc:
+                        if inc in public or "/" not in inc:
                             continue  # the public API, or a header of the same folder
                         dst_layer = "src/" + inc.split("/")[0]
                         if dst_layer not in rank:

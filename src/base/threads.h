@@ -19,9 +19,10 @@
 
 #include <stdint.h>
 
-// Threads for the next parallel region: the ds_set_threads value (at most ds_threads_max()), or all
-// cores.
-int ds_threads(void);
+#include "dspark.h"
+
+// ds_set_threads / ds_threads (the count for the next parallel region: the ds_set_threads value, at
+// most ds_threads_max(), or all cores) are public: include/dspark.h. This file is their one owner.
 // The cores this process may run on (its affinity mask, read once): the most threads any region
 // uses, so per-thread scratch sized by it is always enough.
 int ds_threads_max(void);

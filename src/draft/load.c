@@ -277,6 +277,9 @@ static ds_status W(loader *L, const char *name, int rows, int cols, ds_weight *w
     ds_status st = expect(L, name);
     if (!st) st = ds_st_weight_q(L->d->st, L->dir, name, rows, cols, 0, &L->d->quant, w);
     if (!st && ds_weight_bits(w)) { // a quantized module also owns <module>.scales and .biases
+        // A drafter's outputs only steer the proposals (the target decides every token), so its
+        // quantized products take the fast integer path: inputs rounded to int8 (kernels/qmatmul.h).
+        w->round_inputs = 1;
         char m[256], n[300];
         ds_st_module_of(name, m, sizeof m);
         snprintf(n, sizeof n, "%s.scales", m);

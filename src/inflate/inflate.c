@@ -1,7 +1,24 @@
-// dspark inflate (see inflate.h). Every output tensor is one call of emit(): a source tensor (or
+// dspark inflate: a small llama target and its DeepSpec drafter grown to a realistic size while
+// computing exactly what they computed (a memory-bound target with real acceptance, for measuring
+// speculation end to end). From the small pair (hidden h, FFN f, L layers) it writes
+// OUT/target (a Hugging Face LlamaForCausalLM directory, tokenizer as tokenizer.gguf) and
+// OUT/drafter (the matching DeepSpec drafter) of hidden H, FFN F, L' layers:
+//   - the residual stream is zero-padded: embedding columns >= h are 0, and every write into the
+//     residual (o_proj, down_proj rows >= h; the drafter's fc rows >= h) is 0, so padded
+//     dimensions stay exactly 0 through every layer;
+//   - RMSNorm over H instead of h dimensions: weight x sqrt(h/H) and eps x h/H;
+//   - attention keeps the original heads (head_dim written explicitly);
+//   - FFN neurons beyond f have zero down_proj columns; layers beyond L have zero o_proj and
+//     down_proj (identities); the real layer l sits at l·L'/L and taps follow it;
+//   - every other padded weight is random (uniform, 1/sqrt(fan-in)), so kernels read real bytes;
+//   - the drafter is padded the same way (its hidden size is the target's, its FFN F), and its
+//     q/k projections are scaled by sqrt(h/H), which its per-head q/k norms (eps x h/H) undo exactly.
+// Matrices are written in `dtype` (vectors stay f32), atomically (OUT appears complete or not at all).
+//
+// dspark inflate (the API: include/dspark_jobs.h). Every output tensor is one call of emit(): a source tensor (or
 // none) placed into a bigger one through a row map and a column map, whose entries name a source
 // row/column, or say the element is 0 or random. The whole construction is the list of maps below.
-#include "inflate/inflate.h"
+#include "dspark_jobs.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

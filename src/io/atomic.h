@@ -15,7 +15,7 @@
 
 #include <stdio.h>
 
-#include "dspark.h"
+#include "dspark_jobs.h"
 
 typedef struct {
     FILE *f;         // write here
@@ -28,11 +28,8 @@ ds_status ds_atomic_open(ds_atomic_file *af, const char *path);
 ds_status ds_atomic_commit(ds_atomic_file *af);
 // Discard everything written (removes the temporary file).
 void ds_atomic_abort(ds_atomic_file *af);
-// Write `text` as the whole content of `path`, atomically.
-ds_status ds_atomic_write_text(const char *path, const char *text);
-
-// Whether a file may be written at `path` by the rule above (DS_OK when it may), without writing.
-ds_status ds_atomic_check(const char *path);
+// ds_atomic_write_text (a whole file from a string) and ds_atomic_check (whether `path` may be written
+// by the rule above) are public: include/dspark_jobs.h.
 
 // Directories written as a whole (quantize, init-drafter, inflate): the files go into a fresh "<dir>.tmp.<pid>"
 // (trailing slashes of `dir` ignored), which is renamed to `dir` at the end. `dir` must not exist

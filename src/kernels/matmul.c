@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -184,17 +185,38 @@ int ds_weight_select_rows(const ds_weight *w, const int32_t *ids, int n, ds_weig
     return 0;
 }
 
-// xp: BF16, the input packed by the ISA's pack (or NULL: the kernel packs segment by segment).
+// The integer affine kernel that goes with an ISA entry (kernels/qmatmul_i8.c): VNNI where the CPU
+// has it, else the AVX2 or scalar one; `name` picks the input layout (ds_qirows_ch).
+typedef void (*qirows_fn)(float *, int, const ds_qx *, int, const ds_weight *, int, int);
+typedef struct {
+    const char *name;
+    qirows_fn rows;
+} qi_kernel;
+static const qi_kernel g_qi[] = {{"vnni", ds_qirows_vnni}, {"avx2", ds_qirows_avx2}, {"scalar", ds_qirows_scalar}};
+
+static const qi_kernel *qi_get(const isa_table *t) {
+    if (t == &g_isas[0] && __builtin_cpu_supports("avx512vnni")) return &g_qi[0];
+    return t == &g_isas[2] ? &g_qi[2] : &g_qi[1];
+}
+
+// xp: BF16, the input packed by the ISA's pack (or NULL: the kernel packs segment by segment);
+// qx: affine, the input rounded for the ISA's integer kernel.
 static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1,
-                          const float *xp) {
+                          const float *xp, const ds_qx *qx) {
     const isa_table *t = isa_get();
     switch (w->type) {
     case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
     case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
     case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
-    case DS_Q8_0: t->q8_0(y, ldy, x, nb, w, r0, r1); break;
+    case DS_Q8_0:
+        if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
+        else t->q8_0(y, ldy, x, nb, w, r0, r1);
+        break;
     case DS_AFFINE4:
-    case DS_AFFINE8: t->affine(y, ldy, x, nb, w, r0, r1); break;
+    case DS_AFFINE8:
+        if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
+        else t->affine(y, ldy, x, nb, w, r0, r1);
+        break;
     default: break;
     }
 }
@@ -297,7 +319,8 @@ typedef struct {
     const float *x;
     const ds_weight *w;
     float *scratch;
-    const float *xp; // BF16 kernel: the packed input, or NULL
+    const float *xp;  // BF16 kernel: the packed input, or NULL
+    const ds_qx *qx;  // affine kernel: the rounded input
     int n, gemm, chunk;
 } matmul_job;
 
@@ -306,26 +329,21 @@ static void matmul_item(void *ctx, int item, int worker) {
     const int rows = j->w->rows, r0 = item * j->chunk, r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
     float *mine = j->scratch ? j->scratch + (size_t)worker * ds_matmul_scratch_floats(j->w) : NULL; // F32: none
     if (j->gemm) gemm_slice(j->y, j->x, j->w, j->n, r0, r1, mine);
-    else rows_dispatch(j->y, rows, j->x, j->n, j->w, r0, r1, j->xp);
+    else rows_dispatch(j->y, rows, j->x, j->n, j->w, r0, r1, j->xp, j->qx);
 }
 
 void ds_matmul(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
     ds_matmul_ex(y, x, w, n, scratch, 0);
 }
 
-void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows) {
-    isa_get(); // one-time setup before the sgemm path and outside any parallel region
+// One product with its kernel choice made: inline below DS_PARALLEL_MIN_MACS, else the pool over
+// items of output rows.
+static void matmul_run(float *y, const float *x, const ds_weight *w, int n, float *scratch, int gemm, const float *xp,
+                       const ds_qx *qx) {
     const int rows = w->rows;
-    const int gemm = n >= gemm_min_rows(w->type, min_rows) && w->type != DS_Q8_0;
     const size_t macs = (size_t)rows * (size_t)w->cols * (size_t)n;
-    // BF16 through our kernel: the input packed once for all items (matmul_isa.inc), into the
-    // scratch (which the kernel path does not otherwise use); without room, the kernel packs per
-    // segment itself, to the same numbers.
-    const float *xp = NULL;
-    if (!gemm && w->type == DS_BF16 && scratch && (size_t)n * (size_t)w->cols + 16 <= ds_matmul_scratch_floats(w))
-        xp = isa_get()->pack(scratch, x, n, w->cols);
     if (macs < DS_PARALLEL_MIN_MACS && !gemm) {
-        rows_dispatch(y, rows, x, n, w, 0, rows, xp);
+        rows_dispatch(y, rows, x, n, w, 0, rows, xp, qx);
         return;
     }
     // Items of whole 16-row groups (threads never share a cache line of y), sized from the shape
@@ -337,8 +355,56 @@ void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *sc
     if (gemm && chunk > ((size_t)gemm_tile_rows(w) & ~(size_t)15)) chunk = (size_t)gemm_tile_rows(w) & ~(size_t)15;
     if (chunk < 16) chunk = 16;
     if (chunk > (size_t)rows || macs < DS_PARALLEL_MIN_MACS) chunk = (size_t)rows;
-    matmul_job j = {y, x, w, scratch, xp, n, gemm, (int)chunk};
+    matmul_job j = {y, x, w, scratch, xp, qx, n, gemm, (int)chunk};
     ds_parallel_for((int)(((size_t)rows + chunk - 1) / chunk), matmul_item, &j);
+}
+
+// Affine and Q8_0 weights through the integer kernel: the input rounded once per product (qmatmul.h) into
+// the scratch (which the kernel path does not otherwise use), as many rows at a time as it holds;
+// without a scratch, a stack buffer (or, for very long rows, a heap one).
+static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
+    const int cols = w->cols, gs = w->type == DS_Q8_0 ? 32 : w->group_size;
+    const int ch = ds_qirows_ch(qi_get(isa_get())->name, w);
+    _Alignas(64) unsigned char stack[1 << 16];
+    void *buf = stack, *heap = NULL;
+    size_t room = sizeof stack;
+    if (scratch) {
+        buf = scratch;
+        room = ds_matmul_scratch_floats(w) * sizeof(float);
+    }
+    int per = 0;
+    while (per < n && ds_qx_bytes(per + 1, cols, gs) <= room) per++;
+    if (per >= 8) per &= ~7;
+    if (per == 0) {
+        per = 1;
+        buf = heap = malloc(ds_qx_bytes(1, cols, gs));
+        if (!buf) { // out of memory for one row's rounding: a NaN output says so rather than garbage
+            for (size_t i = 0; i < (size_t)n * (size_t)w->rows; i++) y[i] = NAN;
+            return;
+        }
+    }
+    for (int i = 0; i < n; i += per) {
+        const int m = n - i < per ? n - i : per;
+        const ds_qx qx = ds_qx_pack(buf, x + (size_t)i * cols, m, cols, gs, ch);
+        matmul_run(y + (size_t)i * w->rows, x + (size_t)i * cols, w, m, NULL, 0, NULL, &qx);
+    }
+    free(heap);
+}
+
+void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows) {
+    isa_get(); // one-time setup before the sgemm path and outside any parallel region
+    const int gemm = n >= gemm_min_rows(w->type, min_rows) && w->type != DS_Q8_0;
+    if (!gemm && (w->type == DS_AFFINE4 || w->type == DS_AFFINE8 || w->type == DS_Q8_0) && w->round_inputs) {
+        matmul_affine(y, x, w, n, scratch);
+        return;
+    }
+    // BF16 through our kernel: the input packed once for all items (matmul_isa.inc), into the
+    // scratch (which the kernel path does not otherwise use); without room, the kernel packs per
+    // segment itself, to the same numbers.
+    const float *xp = NULL;
+    if (!gemm && w->type == DS_BF16 && scratch && (size_t)n * (size_t)w->cols + 16 <= ds_matmul_scratch_floats(w))
+        xp = isa_get()->pack(scratch, x, n, w->cols);
+    matmul_run(y, x, w, n, scratch, gemm, xp, NULL);
 }
 
 const char *ds_openblas_core_hint(void) {

@@ -20,6 +20,10 @@ typedef struct {
     ds_dtype scale_type;  // F32, F16 or BF16: the stored type of scales and biases
     const void *scales;   // (rows, cols / group_size)
     const void *biases;   // (rows, cols / group_size)
+    int round_inputs;     // affine / Q8_0: few-row products round the input to int8 per group (Q8_0:
+                          // block) and run on integer dot products (kernels/qmatmul.h); 0: f32 inputs.
+                          // Set by the loaders: drafters' affine weights and GGUF Q8_0 (llama.cpp's
+                          // numerics); affine targets keep f32 inputs (MLX's)
 } ds_weight;
 
 // Bits per element of an affine weight (4 or 8), 0 for other types.
@@ -68,11 +72,6 @@ const char *ds_matmul_isa(void);
 // Force a path (for tests comparing implementations); returns 0 if the CPU lacks it.
 int ds_matmul_force_isa(const char *isa);
 
-#endif
+// ds_openblas_core_hint (which OPENBLAS_CORETYPE this CPU deserves) is public: include/dspark.h.
 
-// OpenBLAS picks its kernels from the CPU model at load time and falls back to generic SSE3
-// ("Prescott") kernels on CPUs newer than it knows (Debian 12's 0.3.21 on Sapphire/Emerald Rapids:
-// 4x slower sgemm). Returns the OPENBLAS_CORETYPE value that matches this CPU's instruction sets
-// ("SkylakeX", "Haswell") when OpenBLAS chose a weaker one, else NULL. Programs set it in the
-// environment and re-execute themselves (it is read only at load).
-const char *ds_openblas_core_hint(void);
+#endif

@@ -3,6 +3,9 @@
 #ifndef DS_KERNELS_QMATMUL_H
 #define DS_KERNELS_QMATMUL_H
 
+#include <string.h>
+
+#include "kernels/half.h"
 #include "kernels/matmul.h"
 
 // y[i*ldy + r] = dot(x_i, W_r) for output rows r in [r0, r1) and nb input rows (stride w->cols),
@@ -11,6 +14,56 @@
 void ds_qrows_avx512(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1);
 void ds_qrows_avx2(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1);
 void ds_qrows_scalar(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1);
+
+// ---- Affine weights times the input rounded to int8 (qmatmul_i8.c) ----------------------------
+// The numerics of every affine product of few rows (decoding, verification, drafting): each input
+// row is rounded per group of the weight's group size gs, r_i = round-half-even(x_i · 127 / amax_g)
+// in -127..127 with scale d_g = amax_g / 127 (d_g = 0 for an all-zero group; NaN for a group holding a
+// NaN or infinity), and the product is that of the dequantized weights with the rounded input:
+// y = Σ_g s_g·d_g·(Σ_{i∈g} q_i r_i) + b_g·(d_g·Σ_{i∈g} r_i), the integer sums exact (VPDPBUSD: u8 q
+// times s8 r). The same rounding on every instruction set, so a row's integers never depend on the
+// machine; only the float additions' order follows the vector width (as everywhere). Many-row
+// products (prefill) go to sgemm over dequantized tiles with the f32 input, as before.
+typedef struct {
+    const int8_t *q; // (n, cols) the rounded input; 4 bits with ch > 0: per block of ch columns, the
+                     // even elements, then the odd ones (the weights' nibble order, no shuffle)
+    const float *d;  // (n, cols / gs) per group: amax / 127
+    const float *s;  // (n, cols / gs) per group: d · Σ r (the biases' term)
+} ds_qx;
+
+// Bytes ds_qx_pack needs for n rows of `cols` in groups of gs (16-byte aligned buffer).
+size_t ds_qx_bytes(int n, int cols, int gs);
+// Round n input rows (stride cols) into buf (ds_qx_bytes of it); ch: the 4-bit column block of the
+// kernel that will read it (ds_qirows_ch), 0 for natural order.
+ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch);
+// The ch an ISA's kernel reads ("vnni", "avx2", "scalar").
+int ds_qirows_ch(const char *isa, const ds_weight *w);
+// y[i*ldy + r] for output rows [r0, r1) of the nb packed rows (group size 32 or 64, bits 4 or 8).
+void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+
+// Scales and biases of groups [o, o + ng) of an affine weight (o counts groups from the matrix's
+// start: row · cols/gs + first group), widened to f32.
+static inline void ds_affine_row_scales(const ds_weight *w, size_t o, int ng, float *sf, float *bf) {
+    switch (w->scale_type) {
+    case DS_BF16:
+        for (int g = 0; g < ng; g++) {
+            sf[g] = ds_bf16_to_f32(((const uint16_t *)w->scales)[o + g]);
+            bf[g] = ds_bf16_to_f32(((const uint16_t *)w->biases)[o + g]);
+        }
+        break;
+    case DS_F16:
+        for (int g = 0; g < ng; g++) {
+            sf[g] = ds_f16_to_f32(((const uint16_t *)w->scales)[o + g]);
+            bf[g] = ds_f16_to_f32(((const uint16_t *)w->biases)[o + g]);
+        }
+        break;
+    default:
+        memcpy(sf, (const float *)w->scales + o, sizeof(float) * (size_t)ng);
+        memcpy(bf, (const float *)w->biases + o, sizeof(float) * (size_t)ng);
+    }
+}
 
 // GGUF's Q8_0: blocks of 32 int8 with one f16 scale; a row of `cols` is cols/32 blocks.
 typedef struct {

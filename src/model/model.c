@@ -31,6 +31,30 @@
 
 // ---- lifetime ------------------------------------------------------------------------------------
 
+// ds_model_params.int8_inputs: every quantized matrix a product reads takes the integer path.
+static void weight_round_inputs(ds_weight *w) {
+    if (w->data && (ds_weight_bits(w) || w->type == DS_Q8_0)) w->round_inputs = 1;
+}
+static void model_round_inputs(ds_model *m) {
+    for (int l = 0; l < m->info.n_layers; l++) {
+        ds_layer *L = &m->layers[l];
+        ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) weight_round_inputs(ws[i]);
+    }
+    for (int e = 0; e < m->n_moe; e++) {
+        ds_moe *E = &m->moe[e];
+        weight_round_inputs(&E->router);
+        weight_round_inputs(&E->shared_gate);
+        for (int j = 0; j < E->n_experts; j++) {
+            weight_round_inputs(&E->gate[j]);
+            weight_round_inputs(&E->up[j]);
+            weight_round_inputs(&E->down[j]);
+        }
+    }
+    weight_round_inputs(&m->output);
+    weight_round_inputs(&m->ple_model_proj);
+}
+
 ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out) {
     *out = NULL;
     if (!path) return ds_fail(DS_ERR_INVALID, "no model path given");
@@ -38,6 +62,7 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
     if (stat(path, &st) != 0) return ds_fail(DS_ERR_IO, "%s: no such file or directory", path);
     if (params) ds_set_threads(params->n_threads);
     ds_status s = S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
+    if (s == DS_OK && params && params->int8_inputs) model_round_inputs(*out);
     if (s == DS_OK && !((*out)->path = strdup(path))) {
         ds_model_free(*out);
         *out = NULL;

@@ -1,4 +1,9 @@
-// dspark quantize (see quantize.h). Sources are listed as named tensors (mapped safetensors data, or
+// dspark quantize: a DeepSpec drafter or a target (any architecture model/load_hf.c runs) written in MLX's affine format
+// (../shared/docs/mlx-affine-quant.md): packed U32 weights with per-group scales/biases, both
+// config blocks, safetensors metadata {"format": "mlx"}, sharded above a size limit, written
+// atomically (a temporary directory renamed into place), then reloaded as a smoke test.
+//
+// dspark quantize (the API: include/dspark_jobs.h). Sources are listed as named tensors (mapped safetensors data, or
 // a GGUF target's Hugging Face view read row by row); a policy decides per 2-D weight or 3-D expert
 // stack (module) whether and how it is quantized; every output tensor is declared up front (shapes
 // only) and then streamed, a chunk of rows at a time, into the safetensors shards of a temporary
@@ -7,7 +12,7 @@
 // source pages of each chunk are dropped once read (ds_mapfile_drop; a GGUF tensor's at its end) and
 // the output goes through the page cache.
 // The directory is reloaded (smoke test) and then renamed into place.
-#include "quant/quantize.h"
+#include "dspark_jobs.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -17,10 +17,9 @@
 #ifndef DS_SCHED_CALIBRATE_H
 #define DS_SCHED_CALIBRATE_H
 
-#include "dspark.h"
+#include "dspark_jobs.h"
 
-#define DS_CALIB_BINS 20     // ECE bins
-#define DS_CALIB_MAX_POS 64  // positions (slots per block) at most
+// DS_CALIB_BINS (ECE bins) and DS_CALIB_MAX_POS (positions at most): include/dspark_jobs.h.
 #define DS_CALIB_GRID_LO -30 // grid exponents: T = 2^(i/10), i = LO..HI
 #define DS_CALIB_GRID_HI 30
 
@@ -32,16 +31,7 @@ typedef struct {
     const int *accepted; // (n) accepted prefix length of round r, 0..n_slots[r]
 } ds_calib_data;
 
-typedef struct {
-    int K;
-    double temps[DS_CALIB_MAX_POS];       // T_k (1 where nothing was observed)
-    int n[DS_CALIB_MAX_POS];              // rounds that observed position k
-    int n_pos[DS_CALIB_MAX_POS];          // ... of which 1{a ≥ k}
-    double conf_before[DS_CALIB_MAX_POS]; // mean A_k with every T = 1
-    double conf_after[DS_CALIB_MAX_POS];  // mean A_k with the fitted temperatures
-    double ece_before[DS_CALIB_MAX_POS], ece_after[DS_CALIB_MAX_POS]; // NaN when n = 0
-    double auc_before[DS_CALIB_MAX_POS], auc_after[DS_CALIB_MAX_POS]; // NaN when one class is empty
-} ds_sts_result;
+// ds_sts_result (the fit and its measures per position): include/dspark_jobs.h.
 
 // Check the data (shapes, 0 ≤ a ≤ n_slots ≤ K, finite logits): DS_ERR_INVALID naming the first problem.
 ds_status ds_calib_check(const ds_calib_data *d);
@@ -59,12 +49,7 @@ int ds_calib_cumulative(const ds_calib_data *d, const double *temps, int k, doub
 // when n = 0 or bins is out of range.
 double ds_calib_ece(const double *conf, const unsigned char *label, int n, int bins);
 
-// One bin of a reliability diagram.
-typedef struct {
-    int count;
-    double conf; // mean confidence in the bin (0 when empty)
-    double acc;  // mean label in the bin (0 when empty)
-} ds_calib_bin;
+// One bin of a reliability diagram: ds_calib_bin, include/dspark_jobs.h.
 void ds_calib_reliability(const double *conf, const unsigned char *label, int n, int bins, ds_calib_bin *out);
 
 // ROC-AUC by ranks (Mann-Whitney U; tied scores get their average rank): the probability that a

@@ -229,7 +229,6 @@ static void drop_active(ds_server *s, int i) { // under mu
 static void *engine_main(void *arg) {
     ds_server *s = arg;
     const int maxc = s->p.max_concurrency;
-    ds_set_threads(s->p.n_threads); // (process-wide; repeated here so the engine never depends on the caller)
     // Every parallel region sizes its team from ds_threads(); this thread's default of 1 is what
     // OpenBLAS's OpenMP build reads to run sgemm single-threaded inside them (the main thread gets
     // it from openblas_set_num_threads). Without it a one-thread engine nested OpenBLAS's own team

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark_jobs.h"
 
 // ---------------------------------------------------------------------------------------------
 // OpenAI requests (src/serve/request.c): parsing and validation, independent of HTTP.
@@ -84,39 +84,7 @@ void ds_metrics_round(ds_metrics *mt, int ell, int accepted);
 // Render every metric (prefix dspark_) into a malloc'ed string.
 char *ds_metrics_render(const ds_metrics *mt, const char *model_name);
 
-// ---------------------------------------------------------------------------------------------
-// The server (src/serve/server.c).
-
-typedef struct {
-    const ds_model *model;
-    const ds_drafter *drafter;    // NULL unless spec.kind == DS_SPEC_DSPARK
-    ds_spec_params spec;
-    const char *host;             // IPv4 address or "localhost" (default 127.0.0.1)
-    int port;                     // 0 = any free port (see ds_server_port)
-    int max_concurrency;          // requests decoded together (default 8)
-    int queue_max;                // requests waiting beyond those; more get 503 (default 64)
-    size_t max_body;              // request body limit in bytes (default 1 MiB); larger gets 413
-    int max_connections;          // open connections (threads) at once (default 256)
-    int max_per_client;           // open connections from one IP address (default max_connections / 4):
-                                  // one client holding idle connections cannot take them all
-    int header_timeout_s;         // a connection idle this long before its request headers are
-                                  // complete, or between requests, is closed (default 10)
-    const char *model_name;       // the id /v1/models reports and responses carry
-    int n_threads;                // forward-pass threads of the engine thread (0 = all cores)
-    int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)
-    ds_verify_rule verify;        // requests that do not say ("verify") use this rule (default coupled)
-    const char *api_key;          // non-NULL: every endpoint but /health needs "Authorization: Bearer KEY" (else 401)
-    const char *cors_origin;      // non-NULL: Access-Control-Allow-Origin on every response, OPTIONS preflights answered
-} ds_serve_params;
-
-typedef struct ds_server ds_server;
-
-// Start the engine thread and the HTTP daemon (listening when this returns).
-ds_status ds_server_start(const ds_serve_params *p, ds_server **out);
-int ds_server_port(const ds_server *s);
-// Stop accepting completions (503), let queued and running ones finish for up to `timeout_s`
-// seconds, cancel the rest, stop the daemon and the engine thread. Returns how many were cut off.
-int ds_server_drain(ds_server *s, double timeout_s);
-void ds_server_free(ds_server *s);
+// The server itself (ds_serve_params, ds_server_start / port / drain / free, src/serve/server.c) is
+// public: include/dspark_jobs.h.
 
 #endif

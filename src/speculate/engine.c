@@ -88,6 +88,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *ds_spec_kind_name(ds_spec_kind k) {
+    return k == DS_SPEC_DSPARK ? "dspark" : k == DS_SPEC_NGRAM ? "ngram" : "none";
+}
+
 ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *sp, ds_engine **out) {
     *out = NULL;
     if (sp->kind == DS_SPEC_DSPARK && !drafter)

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark_jobs.h"
 
 #define DS_DATA_MAGIC "DSPKDATA"
 #define DS_DATA_VERSION 1u
@@ -52,23 +52,7 @@ uint64_t ds_fnv1a64(uint64_t h, const void *p, size_t n);
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-typedef struct ds_data ds_data;
-
-// Map and validate `path` completely (see above). Errors are one line naming the file.
-ds_status ds_data_open(const char *path, ds_data **out);
-void ds_data_close(ds_data *d);
-size_t ds_data_count(const ds_data *d);
-uint64_t ds_data_vocab(const ds_data *d);
-size_t ds_data_total_tokens(const ds_data *d);
-// Sequence i: its ids (pointing into the mapping; valid until ds_data_close), its length and how
-// many leading tokens are prompt (loss mask 0). An out-of-range i is DS_ERR_INVALID.
-ds_status ds_data_get(const ds_data *d, size_t i, const int32_t **tokens, int *n_tokens, int *n_prompt);
-
-// The k most frequent token ids among the response tokens (those after each sequence's prompt) of
-// the data, most frequent first (ties: the lower id first), into ids (k); *covered gets how many
-// response tokens they account for and *total how many there are. k larger than the vocabulary
-// is clamped (*n_out = the ids written).
-ds_status ds_data_top_tokens(const ds_data *d, int k, int32_t *ids, int *n_out, size_t *covered, size_t *total);
+// ds_data_open / close / count / vocab / total_tokens / get / top_tokens: include/dspark_jobs.h.
 
 // ---------------------------------------------------------------------------------------------
 // Writing

@@ -1,6 +1,15 @@
-// Datagen (datagen.h): the engine decodes R sequences at a time; completed sequences are written in
+// Datagen: the frozen target writes drafter training data (data.h's file): R sequences at a time
+// through the engine (plain decoding), each from a prompt (or BOS alone) with its own seed, written
+// in generation order so the file does not depend on R, on the thread count, or on the number of
+// MPI ranks.
+//
+// Under MPI (mpirun -np N), rank r generates the sequences r, r + N, r + 2N, ... and sends them to
+// rank 0, which writes the one file (and the held-out file): byte-identical to a one-process run
+// with the same options. (Rank 0 holds the other ranks' sequences in memory until the end.)
+//
+// Datagen (the API: include/dspark_jobs.h): the engine decodes R sequences at a time; completed sequences are written in
 // index order (one process), or gathered to rank 0 and written there in index order (MPI).
-#include "train/datagen.h"
+#include "dspark_jobs.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -193,8 +202,7 @@ ds_status ds_datagen_run(const ds_datagen_opts *o, ds_datagen_result *res) {
     const long mine = o->count > rank ? (o->count - rank + ranks - 1) / ranks : 0;
     dg_state g = {.o = o};
     g.R = (int)(o->concurrency < mine ? o->concurrency : (mine > 0 ? mine : 1));
-    ds_model_params mp = {.n_threads = o->threads};
-    ds_status st = ds_model_load(o->target, &mp, &g.model);
+    ds_status st = ds_model_load(o->target, NULL, &g.model); // (the process's thread count: ds_set_threads)
     if (!st) st = load_sources(&g);
     const ds_model_info *info = g.model ? ds_model_get_info(g.model) : NULL;
     // Writers first (rank 0): a bad output path fails before any generation.

@@ -6,18 +6,9 @@
 
 #include <stdint.h>
 
-#include "dspark.h"
-
-#define DS_HELDOUT_MAX_POS 64
+#include "dspark_jobs.h" // ds_heldout_result
 
 typedef struct ds_heldout ds_heldout; // tokenized prompts
-
-typedef struct {
-    double tau;                        // (accepted + rounds) / rounds over every prompt
-    long rounds, accepted, generated;
-    int n_pos;                         // positions verified at least once
-    double accept[DS_HELDOUT_MAX_POS]; // accepted_by_pos / tried_by_pos
-} ds_heldout_result;
 
 // Load and tokenize a prompt file (ds_prompts_load_chat's formats: conversations are rendered with
 // the target's chat format; BOS added); every prompt plus max_tokens must

@@ -1,5 +1,19 @@
-// The drafter registry (registry.h).
-#include "train/registry.h"
+// The drafter registry: what `train --register` and `quantize --register` wrote, under the identity
+// of the target each drafter was made for (config.json's "target_id", ds_model_target_id), so that
+// generate, eval, calibrate and serve can pick a drafter for the loaded target by itself.
+//
+// The directory: $DSPARK_REGISTRY when set, else $XDG_DATA_HOME/dspark/drafters, else
+// $HOME/.local/share/dspark/drafters (created on the first registration). One JSON file per
+// registered drafter directory, named by a hash of its absolute path (registering it again replaces
+// the entry), written atomically:
+//   {"target_id": "llama:735c4ef8608a1084", "path": "/abs/drafter", "source": "train",
+//    "tau": 3.61, "temp": 0, "step": 2400, "time": 1764590000}
+// tau / temp / step: the drafter's recorded held-out τ (absent when none was measured).
+// A drafter is only ever picked for the target whose identity it was registered under, and only
+// while its directory's config.json still records that identity.
+//
+// The drafter registry (the API: include/dspark_jobs.h).
+#include "dspark_jobs.h"
 
 #include <dirent.h>
 #include <errno.h>

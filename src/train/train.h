@@ -4,7 +4,7 @@
 #define DS_TRAIN_TRAIN_H
 
 #include "draft/drafter.h"
-#include "dspark.h"
+#include "dspark_jobs.h" // ds_loss_weights
 
 // Views into one flat f32 buffer with every trainable tensor (the same layout serves parameters,
 // gradients and both AdamW moments). Shapes follow the DeepSpec tensor names.
@@ -67,13 +67,7 @@ void ds_tmodel_views(const ds_tmodel *tm, float *base, ds_tview *v);
 // Write a DeepSpec checkpoint directory's tensors: trainable from `params`, frozen from the drafter.
 ds_status ds_tmodel_write(const ds_tmodel *tm, const float *params, ds_dtype dtype, const char *dir);
 
-// Loss weights and results.
-typedef struct {
-    float ce, l1, conf; // multipliers (0.1, 0.9, 1.0)
-    float decay;        // per-slot weight w_k = exp(-k / decay) (4)
-    float kl;           // multiplier of KL(t ‖ p_d) = Σ_v t_v log(t_v / p_d,v), the target's distribution
-                        // as a soft label (0)
-} ds_loss_weights;
+// Loss weights (ds_loss_weights: include/dspark_jobs.h, the trainer's options) and results.
 
 typedef struct {
     double loss, ce, l1, conf; // weighted total and each term (weight-normalized means)

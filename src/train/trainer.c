@@ -419,7 +419,6 @@ ds_status ds_train_run(const ds_train_opts *o) {
         return ds_fail(DS_ERR_INVALID, "training needs steps, batch and anchors >= 1, lr > 0, warmup in [0, 1]");
     if (o->batch % ranks)
         return ds_fail(DS_ERR_INVALID, "--batch %d must be a multiple of the %d MPI ranks", o->batch, ranks);
-    ds_set_threads(o->threads);
     state S = {.o = o};
     ds_model *target = NULL;
     ds_data *data = NULL;

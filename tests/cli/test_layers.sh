@@ -1,7 +1,7 @@
 #!/bin/bash
 # The layer map of docs/architecture.md holds (scripts/check_layers.py: includes and the symbols
 # each layer's object files use), and the check fails on a planted include and a planted call that
-# reach up the order.
+# reach up the order, and on a cli/ file that includes a library header (cli/ sees include/ only).
 set -u
 SRC=${DSPARK_SRC:?}
 BUILD=$(cd "${DSPARK_BIN:?}/.." && pwd)
@@ -15,12 +15,25 @@ out=$($PY "$SRC/scripts/check_layers.py" --root "$SRC" --objects "$BUILD/layer_o
 
 # A kernel that includes the engine's verification header (speculate is above kernels).
 mkdir -p "$TMP/root"
-cp -r "$SRC/src" "$SRC/cli" "$TMP/root/"
+cp -r "$SRC/src" "$SRC/cli" "$SRC/include" "$TMP/root/"
 mkdir -p "$TMP/root/docs" && cp "$SRC/docs/architecture.md" "$TMP/root/docs/"
 sed -i '1i #include "speculate/verify.h"' "$TMP/root/src/kernels/ops.c"
 out=$($PY "$SRC/scripts/check_layers.py" --root "$TMP/root" 2>&1) && fail "a planted upward include passed"
 echo "$out" | grep -q 'src/kernels/ops.c:1: #include "speculate/verify.h" reaches up: src/speculate is above src/kernels' \
     || fail "unexpected message for the planted include: $out"
+
+# cli/ reaching past the public headers: a library header by its layer path, and by angle brackets.
+mkdir -p "$TMP/cli_root"
+cp -r "$SRC/src" "$SRC/cli" "$SRC/include" "$TMP/cli_root/"
+mkdir -p "$TMP/cli_root/docs" && cp "$SRC/docs/architecture.md" "$TMP/cli_root/docs/"
+$PY "$SRC/scripts/check_layers.py" --root "$TMP/cli_root" >/dev/null 2>&1 || fail "the copied tree does not pass"
+sed -i '1i #include "gen/prompts.h"' "$TMP/cli_root/cli/eval.c"
+sed -i '1i #include <io/json.h>' "$TMP/cli_root/cli/profile.c"
+out=$($PY "$SRC/scripts/check_layers.py" --root "$TMP/cli_root" 2>&1) && fail "a planted cli/ include of src/ passed"
+echo "$out" | grep -q '^cli/eval.c:1: #include "gen/prompts.h": cli/ may include only the public headers (include/: dspark.h, dspark_jobs.h), cli.h and system headers$' \
+    || fail "unexpected message for the planted cli/ include: $out"
+echo "$out" | grep -q '^cli/profile.c:1: #include <io/json.h> reaches into src/: cli/ may include only the public headers$' \
+    || fail "unexpected message for the planted cli/ <include>: $out"
 
 # A kernel object file that calls the engine, with no include at all (dspark.h declares it).
 mkdir -p "$TMP/obj/dspark.dir/src/kernels"

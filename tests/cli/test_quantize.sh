@@ -179,6 +179,17 @@ t8plain=$("$BIN" generate -m "$TMP/t8" -p "Once upon a time" -n 48 --temp 0 2>/d
 t8spec=$("$BIN" generate -m "$TMP/t8" -d "$TMP/q8" -p "Once upon a time" -n 48 --temp 0 2>"$TMP/g2.err") ||
   fail "quantized drafter on the quantized target: $(cat "$TMP/g2.err")"
 [ -n "$t8plain" ] && [ "$t8spec" = "$t8plain" ] || fail "speculative greedy text on the 8-bit target differs"
+# The integer path on the target (DSPARK_INT8_INPUTS=1: inputs rounded to int8, kernels/qmatmul.h): its
+# log-probabilities move (the rounding is real), and speculation on it is still lossless (a verified row
+# is bitwise the row decoded alone on that path too).
+lp() { "$BIN" generate -m "$TMP/t8" -p "Once upon a time" -n 8 --temp 0 --json --logprobs 0 2>/dev/null |
+  py 'import json, sys; print(json.load(sys.stdin)["logprobs"])'; }
+lp_f32=$(lp) && lp_i8=$(DSPARK_INT8_INPUTS=1 lp) || fail "generate --logprobs on the 8-bit target"
+[ -n "$lp_f32" ] && [ "$lp_f32" != "$lp_i8" ] || fail "DSPARK_INT8_INPUTS=1 did not change the target's numbers"
+i8plain=$(DSPARK_INT8_INPUTS=1 "$BIN" generate -m "$TMP/t8" -p "Once upon a time" -n 48 --temp 0 2>/dev/null)
+i8spec=$(DSPARK_INT8_INPUTS=1 "$BIN" generate -m "$TMP/t8" -d "$TMP/q8" -p "Once upon a time" -n 48 --temp 0 2>"$TMP/g3.err") ||
+  fail "quantized drafter on the int8-input target: $(cat "$TMP/g3.err")"
+[ -n "$i8plain" ] && [ "$i8spec" = "$i8plain" ] || fail "speculative greedy text on the int8-input target differs"
 refuse "already quantized" "already quantized" "$TMP/o8" "$TMP/t8" "$TMP/o8" --target --bits 4 --group-size 64
 refuse "target in drafter mode" "use --target" "$TMP/o9" "$TMP/t8" "$TMP/o9" --bits 4 --group-size 64
 

@@ -19,6 +19,7 @@
 #include "base/threads.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "round_ref.h"
 #include "kernels/simd.h"
 
 static const char *const k_isas[] = {"avx512", "avx2", "scalar"};
@@ -68,6 +69,7 @@ typedef struct {
 static void make_weight(test_weight *tw, ds_dtype type, int rows, int cols) {
     const size_t n = (size_t)rows * cols;
     tw->deq = xmalloc(n * sizeof(double));
+    memset(&tw->w, 0, sizeof tw->w);
     tw->w.type = type;
     tw->w.rows = rows;
     tw->w.cols = cols;
@@ -133,9 +135,15 @@ static float *make_x(int n, int cols) {
     return x;
 }
 
-// y = x · Wᵀ with `tw`'s exact values in double; also the error scale sum |w||x| per output.
-static void reference(const test_weight *tw, const float *x, int n, double *yref, double *scale) {
+// y = x · Wᵀ with `tw`'s exact values in double; also the error scale sum |w||x| per output. With
+// w.round_inputs (Q8_0's integer path), x rounded per block of 32 by the rule (round_ref.h).
+static void reference(const test_weight *tw, const float *x0, int n, double *yref, double *scale) {
     const int rows = tw->w.rows, cols = tw->w.cols;
+    float *x = xmalloc((size_t)n * cols * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        if (tw->w.round_inputs) round_input_ref(x0 + (size_t)i * cols, cols, 32, x + (size_t)i * cols);
+        else memcpy(x + (size_t)i * cols, x0 + (size_t)i * cols, (size_t)cols * sizeof(float));
+    }
     for (int i = 0; i < n; i++)
         for (int r = 0; r < rows; r++) {
             double s = 0, a = 0;
@@ -147,6 +155,7 @@ static void reference(const test_weight *tw, const float *x, int n, double *yref
             yref[(size_t)i * rows + r] = s;
             scale[(size_t)i * rows + r] = a;
         }
+    free(x);
 }
 
 // Run ds_matmul (scratch sized exactly as documented) and compare with the reference.
@@ -210,13 +219,17 @@ static void run_type(ds_dtype type, const int *cols_list, int n_cols) {
             for (size_t ri = 0; ri < sizeof k_rows / sizeof k_rows[0]; ri++) {
                 test_weight tw;
                 make_weight(&tw, type, k_rows[ri], cols_list[ci]);
-                for (size_t ni = 0; ni < sizeof k_ns / sizeof k_ns[0]; ni++) {
-                    float *x = make_x(k_ns[ni], cols_list[ci]);
-                    check_matmul(&tw, x, k_ns[ni], "shapes"); // the default path for this n
-                    ds_matmul_set_gemm_min_rows(k_ns[ni] > 1 ? 2 : 1 << 30); // and the other one
-                    check_matmul(&tw, x, k_ns[ni], "shapes, other path");
-                    ds_matmul_set_gemm_min_rows(0);
-                    free(x);
+                // Q8_0: f32 inputs, then the integer path (inputs rounded per block, as loaded GGUF runs)
+                for (int round = 0; round <= (type == DS_Q8_0); round++) {
+                    tw.w.round_inputs = round;
+                    for (size_t ni = 0; ni < sizeof k_ns / sizeof k_ns[0]; ni++) {
+                        float *x = make_x(k_ns[ni], cols_list[ci]);
+                        check_matmul(&tw, x, k_ns[ni], "shapes"); // the default path for this n
+                        ds_matmul_set_gemm_min_rows(k_ns[ni] > 1 ? 2 : 1 << 30); // and the other one
+                        check_matmul(&tw, x, k_ns[ni], "shapes, other path");
+                        ds_matmul_set_gemm_min_rows(0);
+                        free(x);
+                    }
                 }
                 free_weight(&tw);
             }
@@ -566,14 +579,15 @@ static void test_f16_vs_hardware(void **state) {
 // thread count (the work is split by shape alone, each output computed by one thread with the same
 // code, OpenBLAS single-threaded inside each item), and matches the reference.
 static void test_threads(void **state) {
-    const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16, DS_Q8_0};
+    const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16, DS_Q8_0, DS_Q8_0}; // the last: the integer path
     const int rows_list[] = {512, 515, 4099};
     const int cols = 1024;
     const int ns[] = {1, 3, 4, 5, 9, 30};
-    for (int t = 0; t < 4; t++)
+    for (int t = 0; t < 5; t++)
         for (int ri = 0; ri < 3; ri++) {
             test_weight tw;
             make_weight(&tw, types[t], rows_list[ri], cols);
+            tw.w.round_inputs = t == 4;
             const size_t nsc = ds_matmul_scratch_floats(&tw.w) * (size_t)ds_threads_max();
             float *scratch = nsc ? xmalloc(nsc * 4) : NULL;
             for (int ni = 0; ni < 6; ni++) {
@@ -598,8 +612,8 @@ static void test_threads(void **state) {
                         }
                     // And both agree with the reference.
                     if (rows < 1000) check_matmul(&tw, x, n, "threads");
-                    // sgemm and the Q8_0 kernel do not depend on the ISA.
-                    if (n >= 8 || types[t] == DS_Q8_0) break;
+                    // sgemm and the f32-input Q8_0 kernel do not depend on the ISA.
+                    if ((n >= 8 && t != 4) || t == 3) break;
                 }
                 free(x);
                 free(y1);
@@ -618,7 +632,7 @@ static void test_threads(void **state) {
 // matmul_isa.inc (input rows whole from L1, two passes over L2 panels, segments outer), row
 // counts that leave remainders of the register blocks and several panels, and column tails.
 static void test_rows_batch_invariant(void **state) {
-    const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16, DS_Q8_0};
+    const ds_dtype types[] = {DS_F32, DS_F16, DS_BF16, DS_Q8_0, DS_Q8_0}; // the last: the integer path
     const int cols_list[] = {100, 1500, 2065, 4100};
     const int cols_q8[] = {96, 1024, 1504, 4128}; // Q8_0 rows are whole blocks of 32
     const int rows_list[] = {19, 203};
@@ -626,12 +640,13 @@ static void test_rows_batch_invariant(void **state) {
     ds_matmul_set_gemm_min_rows(1 << 30); // the kernel at every n
     for (int is = 0; is < N_ISAS; is++) {
         if (!force_isa_or_skip(k_isas[is])) continue;
-        for (int t = 0; t < 4; t++)
+        for (int t = 0; t < 5; t++)
             for (int ci = 0; ci < 4; ci++)
                 for (int ri = 0; ri < 2; ri++) {
                     const int rows = rows_list[ri], cols = types[t] == DS_Q8_0 ? cols_q8[ci] : cols_list[ci];
                     test_weight tw;
                     make_weight(&tw, types[t], rows, cols);
+                    tw.w.round_inputs = t == 4;
                     const size_t nsc = ds_matmul_scratch_floats(&tw.w) * (size_t)ds_threads_max();
                     float *scratch = nsc ? xmalloc(nsc * 4) : NULL;
                     float *x = make_x(23, cols), *y = xmalloc((size_t)23 * rows * 4), *y1 = xmalloc((size_t)rows * 4);
@@ -645,8 +660,9 @@ static void test_rows_batch_invariant(void **state) {
                         for (int i = 0; i < n; i++) {
                             ds_matmul(y1, x + (size_t)i * cols, &tw.w, 1, scratch);
                             if (memcmp(y1, y + (size_t)i * rows, (size_t)rows * 4) != 0)
-                                print_error("isa %s type %s rows %d cols %d: row %d of %d differs from it alone\n",
-                                            k_isas[is], ds_dtype_name(types[t]), rows, cols, i, n);
+                                print_error("isa %s type %s%s rows %d cols %d: row %d of %d differs from it alone\n",
+                                            k_isas[is], ds_dtype_name(types[t]), t == 4 ? " (int8 inputs)" : "", rows,
+                                            cols, i, n);
                             assert_memory_equal(y1, y + (size_t)i * rows, (size_t)rows * 4);
                         }
                     }

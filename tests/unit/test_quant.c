@@ -15,9 +15,11 @@
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
+#include "kernels/qmatmul.h"
 #include "model/st_weights.h"
 #include "kernels/affine.h"
 #include "io/qconfig.h"
+#include "round_ref.h"
 #include "tmpdir.h"
 
 // Edge trick, |w_min| > |w_max|: w = [-1.5, 0, 0.5, 0 ...]. scale0 = 2/15, edge = -1.5,
@@ -202,27 +204,35 @@ static void qmat_free(qmat *m) {
     free(m->deq);
 }
 
-// ds_matmul against the dequantized matrix in double, for n input rows.
+// ds_matmul against the dequantized matrix in double, for n input rows; with m->w.round_inputs,
+// against the dequantized matrix times the input rounded by the rule above.
 static void check_product(const qmat *m, int n) {
     const int rows = m->w.rows, cols = m->w.cols;
     float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
+    float *xr = malloc(sizeof(float) * (size_t)n * cols);
     float *scratch = malloc(sizeof(float) * (ds_matmul_scratch_floats(&m->w) * 64 + 1));
     for (size_t k = 0; k < (size_t)n * cols; k++) x[k] = nrand();
     ds_matmul(y, x, &m->w, n, scratch);
+    const int rounded = m->w.round_inputs && n < 64; // 64 rows and more: sgemm, f32 inputs
+    for (int i = 0; i < n; i++) {
+        if (rounded) round_input_ref(x + (size_t)i * cols, cols, m->w.group_size, xr + (size_t)i * cols);
+        else memcpy(xr + (size_t)i * cols, x + (size_t)i * cols, sizeof(float) * (size_t)cols);
+    }
     for (int i = 0; i < n; i++)
         for (int r = 0; r < rows; r++) {
             double ref = 0, mag = 0;
             for (int j = 0; j < cols; j++) {
-                ref += (double)m->deq[(size_t)r * cols + j] * x[(size_t)i * cols + j];
-                mag += fabs((double)m->deq[(size_t)r * cols + j] * x[(size_t)i * cols + j]);
+                ref += (double)m->deq[(size_t)r * cols + j] * xr[(size_t)i * cols + j];
+                mag += fabs((double)m->deq[(size_t)r * cols + j] * xr[(size_t)i * cols + j]);
             }
             if (!(fabs(y[(size_t)i * rows + r] - ref) <= 1e-5 * mag + 1e-6)) {
-                print_error("%s bits %d gs %d n %d: y[%d][%d] = %g, expected %g\n", ds_matmul_isa(),
-                            ds_weight_bits(&m->w), m->w.group_size, n, i, r, y[(size_t)i * rows + r], ref);
+                print_error("%s bits %d gs %d n %d rounded %d: y[%d][%d] = %g, expected %g\n", ds_matmul_isa(),
+                            ds_weight_bits(&m->w), m->w.group_size, n, rounded, i, r, y[(size_t)i * rows + r], ref);
                 fail();
             }
         }
     free(x);
+    free(xr);
     free(y);
     free(scratch);
 }
@@ -240,7 +250,10 @@ static void test_kernels(void **state) {
                 for (int st = 0; st < 2; st++) {
                     qmat m;
                     qmat_make(&m, 37, 320, bits, gs, st ? DS_BF16 : DS_F32);
-                    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) check_product(&m, ns[i]);
+                    for (int round = 0; round < 2; round++) { // f32 inputs, then the integer path
+                        m.w.round_inputs = round;
+                        for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) check_product(&m, ns[i]);
+                    }
                     qmat_free(&m);
                 }
     }
@@ -257,9 +270,17 @@ static void test_kernels_large(void **state) {
     check_product(&m, 5);
     check_product(&m, 20);
     check_product(&m, 66); // sgemm over dequantized tiles
+    m.w.round_inputs = 1;
+    check_product(&m, 1);
+    check_product(&m, 7);
+    check_product(&m, 20);
+    check_product(&m, 66);
     qmat_free(&m);
     qmat_make(&m, 70, 4096, 8, 32, DS_F16);
     check_product(&m, 3);
+    m.w.round_inputs = 1;
+    check_product(&m, 3);
+    check_product(&m, 9);
     qmat_free(&m);
 }
 
@@ -279,10 +300,11 @@ static void test_qrows_batch_invariant(void **state) {
         tested++;
         for (int bits = 4; bits <= 8; bits += 4)
             for (int gs = 32; gs <= 64; gs += 32)
-                for (int ci = 0; ci < 4; ci++) {
-                    const int rows = 21, cols = cols_list[ci], nmax = 17;
+                for (int ci = 0; ci < 8; ci++) { // each column count with f32 inputs and rounded ones
+                    const int rows = 21, cols = cols_list[ci % 4], nmax = 17;
                     qmat m;
                     qmat_make(&m, rows, cols, bits, gs, ci % 2 ? DS_BF16 : DS_F32);
+                    m.w.round_inputs = ci >= 4;
                     float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
                     float *y1 = malloc(sizeof(float) * (size_t)rows);
                     for (size_t t = 0; t < (size_t)nmax * cols; t++) x[t] = nrand();
@@ -291,8 +313,8 @@ static void test_qrows_batch_invariant(void **state) {
                         for (int i = 0; i < ns[ni]; i++) {
                             ds_matmul(y1, x + (size_t)i * cols, &m.w, 1, NULL);
                             if (memcmp(y1, y + (size_t)i * rows, sizeof(float) * (size_t)rows) != 0) {
-                                print_error("%s bits %d gs %d cols %d: row %d of %d differs from it alone\n",
-                                            isas[k], bits, gs, cols, i, ns[ni]);
+                                print_error("%s bits %d gs %d cols %d rounded %d: row %d of %d differs from it alone\n",
+                                            isas[k], bits, gs, cols, m.w.round_inputs, i, ns[ni]);
                                 fail();
                             }
                         }
@@ -306,6 +328,55 @@ static void test_qrows_batch_invariant(void **state) {
     ds_matmul_set_gemm_min_rows(0);
     assert_true(tested >= 1);
     if (!ds_matmul_force_isa(isas[0]) && !ds_matmul_force_isa(isas[1])) ds_matmul_force_isa(isas[2]);
+}
+
+// ds_qx_pack follows the rounding rule exactly: ties to even (x·127/amax = k + 0.5), the extremes
+// at ±127, an all-zero group (d = 0), a NaN or infinity (d = NaN, so the product is NaN), the group
+// sums, and the 4-bit layouts (per block of ch columns, even elements then odd ones).
+static void test_qx_pack_rounding(void **state) {
+    (void)state;
+    enum { GS = 64, COLS = 4 * GS };
+    float x[COLS], xhat[COLS];
+    for (int j = 0; j < COLS; j++) x[j] = nrand();
+    // group 0: amax 127 (id = 1 exactly), so x = k + 0.5 are exact ties
+    for (int j = 0; j < GS; j++) x[j] = (float)(j % 16) - 7.5f;
+    x[0] = 127.0f;
+    x[1] = -127.0f;
+    for (int j = 0; j < GS; j++) x[GS + j] = 0.0f;   // group 1: all zero
+    x[3 * GS + 5] = NAN;                              // group 3: a NaN
+    _Alignas(64) unsigned char buf[8192];
+    assert_true(ds_qx_bytes(1, COLS, GS) <= sizeof buf);
+    for (int ch = 0; ch <= 64; ch += 32) {
+        const ds_qx p = ds_qx_pack(buf, x, 1, COLS, GS, ch);
+        round_input_ref(x, 3 * GS, GS, xhat); // groups 0..2 (the reference knows no NaN)
+        for (int g = 0; g < 3; g++) {
+            int sum = 0;
+            for (int j = 0; j < GS; j++) {
+                const int pos = ch ? (j / ch) * ch + (j % ch) / 2 + (j % 2) * (ch / 2) : j;
+                const int r = p.q[g * GS + pos];
+                const float want = p.d[g] > 0 ? xhat[g * GS + j] / p.d[g] : 0.0f;
+                if ((float)r != rintf(want)) {
+                    print_error("ch %d group %d element %d: r = %d, expected %g (x = %g)\n", ch, g, j, r, want, x[g * GS + j]);
+                    fail();
+                }
+                sum += r;
+            }
+            assert_true(p.s[g] == p.d[g] * (float)sum);
+        }
+        assert_true(p.q[0] == 127 && p.q[ch ? ch / 2 : 1] == -127); // x[1] is an odd element
+        assert_true(p.d[0] == 1.0f);
+        assert_true(p.q[ch ? 1 : 2] == -6 && p.q[ch ? 2 : 4] == -4); // x[2] = -5.5 -> -6, x[4] = -3.5 -> -4 (even)
+        assert_true(p.d[1] == 0.0f && p.s[1] == 0.0f);
+        assert_true(isnan(p.d[3]) && isnan(p.s[3]));
+    }
+    // The product of a weight row with a NaN in its input is NaN on the integer path, as on f32.
+    qmat m;
+    qmat_make(&m, 16, COLS, 4, GS, DS_BF16);
+    m.w.round_inputs = 1;
+    float y[16];
+    ds_matmul(y, x, &m.w, 1, NULL);
+    for (int r = 0; r < 16; r++) assert_true(isnan(y[r]));
+    qmat_free(&m);
 }
 
 // The quantized embedding gather and ds_weight_bytes.
@@ -455,7 +526,7 @@ int main(void) {
         cmocka_unit_test(test_dequant_formula),
         cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_kernels_large),
-        cmocka_unit_test(test_qrows_batch_invariant),   cmocka_unit_test(test_gather_bytes),
+        cmocka_unit_test(test_qrows_batch_invariant), cmocka_unit_test(test_qx_pack_rounding),   cmocka_unit_test(test_gather_bytes),
         cmocka_unit_test(test_st_weight),       cmocka_unit_test(test_config_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
