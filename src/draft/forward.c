@@ -149,35 +149,25 @@ static ds_status reserve(ds_draft_state *s, int need) {
 
 // ---- shared pieces -------------------------------------------------------------------------------
 
-static void add_bias(float *y, const float *b, int rows, int n) {
-    if (b)
-        for (int i = 0; i < rows; i++) ds_add(y + (size_t)i * n, b, n);
-}
-
-static void rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps) {
-    for (int i = 0; i < rows; i++) ds_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
-}
-
 // K and V rows (n, nkv·hd) of `src` (n, H) for layer l into b->kb / b->vb, with k_norm and RoPE at
 // positions pos[i] (or pos0 + i when pos is NULL):
 // K = RoPE(k_norm(src·Wkᵀ + bk)); V = src·Wvᵀ + bv, or (Gemma, K = V) v_norm(src·Wkᵀ), weightless.
 static void project_kv(const ds_drafter *d, ds_draft_bufs *b, int l, const float *src, int n, const int *pos,
                        int pos0) {
     const ds_draft_layer *y = &d->layers[l];
-    const int kvd = d->nkv * d->hd, half = d->hd / 2;
+    const int kvd = d->nkv * d->hd;
     ds_matmul(b->kb, src, &y->wk, n, b->scratch);
-    add_bias(b->kb, y->bk, n, kvd);
+    ds_add_rows(b->kb, y->bk, n, kvd);
     if (d->style == DS_STYLE_QWEN3) {
         ds_matmul(b->vb, src, &y->wv, n, b->scratch);
-        add_bias(b->vb, y->bv, n, kvd);
+        ds_add_rows(b->vb, y->bv, n, kvd);
     } else {
-        rmsnorm_rows(b->vb, b->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
+        ds_rmsnorm_rows(b->vb, b->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
     }
     for (int i = 0; i < n; i++) {
         float *k = b->kb + (size_t)i * kvd;
-        rmsnorm_rows(k, k, y->k_norm, d->nkv, d->hd, d->eps);
-        ds_rope_angles(b->rcos, b->rsin, d->inv_freq, half, pos ? pos[i] : pos0 + i);
-        ds_rope(k, d->nkv, d->hd, b->rcos, b->rsin, DS_ROPE_HALVES);
+        ds_rmsnorm_rows(k, k, y->k_norm, d->nkv, d->hd, d->eps);
+        ds_rope_at(k, d->nkv, d->hd, d->inv_freq, pos ? pos[i] : pos0 + i, 0, DS_ROPE_HALVES, b->rcos, b->rsin);
     }
 }
 
@@ -202,7 +192,7 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
         // c = RMSNorm_hidden_norm(taps · fcᵀ)   (m, H)
         ds_draft_bufs *b = &s->b;
         ds_matmul(b->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, b->scratch);
-        rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
+        ds_rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
         for (int l = 0; l < d->info.n_layers; l++) {
             project_kv(d, b, l, b->xn, m, NULL, s->len);
             store_kv(s, b, l, s->len, 0, m);
@@ -213,13 +203,6 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
 }
 
 // ---- block forward -------------------------------------------------------------------------------
-
-static void gelu_tanh_mul(float *a, const float *b, int n) {
-    for (int i = 0; i < n; i++) {
-        const float x = a[i];
-        a[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * b[i];
-    }
-}
 
 typedef struct {
     const ds_drafter *d;
@@ -249,15 +232,14 @@ static void block_attn_item(void *ctx, int item, int worker) {
 static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st, const int *pos, int R,
                         int B, int l) {
     const ds_draft_layer *y = &d->layers[l];
-    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, M = R * B;
-    rmsnorm_rows(b->xn, b->x, y->input_norm, M, H, d->eps);
+    const int H = d->H, qd = d->nq * d->hd, M = R * B;
+    ds_rmsnorm_rows(b->xn, b->x, y->input_norm, M, H, d->eps);
     ds_matmul(b->q, b->xn, &y->wq, M, b->scratch);
-    add_bias(b->q, y->bq, M, qd);
+    ds_add_rows(b->q, y->bq, M, qd);
     for (int i = 0; i < M; i++) {
         float *q = b->q + (size_t)i * qd;
-        rmsnorm_rows(q, q, y->q_norm, d->nq, d->hd, d->eps);
-        ds_rope_angles(b->rcos, b->rsin, d->inv_freq, half, pos[i]);
-        ds_rope(q, d->nq, d->hd, b->rcos, b->rsin, DS_ROPE_HALVES);
+        ds_rmsnorm_rows(q, q, y->q_norm, d->nq, d->hd, d->eps);
+        ds_rope_at(q, d->nq, d->hd, d->inv_freq, pos[i], 0, DS_ROPE_HALVES, b->rcos, b->rsin);
     }
     project_kv(d, b, l, b->xn, M, pos, 0);
     for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->len, r * B, B);
@@ -269,11 +251,11 @@ static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *c
     else
         for (int i = 0; i < items; i++) block_attn_item(&a, i, 0);
     ds_matmul(b->xn, b->att, &y->wo, M, b->scratch);
-    add_bias(b->xn, y->bo, M, H);
+    ds_add_rows(b->xn, y->bo, M, H);
     if (d->style == DS_STYLE_QWEN3) {
         // x = x + attn; x = x + down(silu(gate(n)) ⊙ up(n)), n = post_attention_layernorm(x)
         ds_add(b->x, b->xn, M * H);
-        rmsnorm_rows(b->xn, b->x, y->post_attn_norm, M, H, d->eps);
+        ds_rmsnorm_rows(b->xn, b->x, y->post_attn_norm, M, H, d->eps);
         ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
         ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
         ds_swiglu(b->hb, b->hb2, M * d->F);
@@ -282,21 +264,18 @@ static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *c
     } else {
         // Gemma sandwich: x = x + post_attn_norm(attn); x = x + post_ffn_norm(mlp(pre_ffn_norm(x)));
         // x = x · layer_scalar; MLP = down(gelu_tanh(gate) ⊙ up).
-        rmsnorm_rows(b->xn, b->xn, y->post_attn_norm, M, H, d->eps);
+        ds_rmsnorm_rows(b->xn, b->xn, y->post_attn_norm, M, H, d->eps);
         ds_add(b->x, b->xn, M * H);
-        rmsnorm_rows(b->xn, b->x, y->pre_ffn_norm, M, H, d->eps);
+        ds_rmsnorm_rows(b->xn, b->x, y->pre_ffn_norm, M, H, d->eps);
         ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
         ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
-        gelu_tanh_mul(b->hb, b->hb2, M * d->F);
+        ds_geglu_tanhf(b->hb, b->hb2, M * d->F);
         ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
-        rmsnorm_rows(b->xn, b->xn, y->post_ffn_norm, M, H, d->eps);
+        ds_rmsnorm_rows(b->xn, b->xn, y->post_ffn_norm, M, H, d->eps);
         ds_add(b->x, b->xn, M * H);
-        if (y->layer_scalar != 1.0f)
-            for (int i = 0; i < M * H; i++) b->x[i] *= y->layer_scalar;
+        if (y->layer_scalar != 1.0f) ds_scale(b->x, y->layer_scalar, (size_t)M * H);
     }
 }
-
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Markov bias for slot k added to `logits` (V), from prev's W1 row `w1` (r) and the slot's hidden
 // h (H). `state` (r) is the rnn head's s_{k-1}, updated in place.
@@ -313,7 +292,7 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         memcpy(z, h, sizeof(float) * H);
         memcpy(z + H, w1, sizeof(float) * r);
         ds_matmul(g, z, &d->gate_proj, 1, s->b.scratch);
-        for (int i = 0; i < r; i++) v[i] = sigmoidf_(g[i] + d->gate_bias[i]) * w1[i];
+        for (int i = 0; i < r; i++) v[i] = ds_sigmoid(g[i] + d->gate_bias[i]) * w1[i];
         break;
     case DS_MARKOV_RNN: // z = [s ; W1[prev] ; h]; (g, c, o) = split3(joint_proj(z)); v = tanh(o)
         memcpy(z, state, sizeof(float) * r);
@@ -322,7 +301,7 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         ds_matmul(g, z, &d->joint_proj, 1, s->b.scratch);
         for (int i = 0; i < 3 * r; i++) g[i] += d->joint_bias[i];
         for (int i = 0; i < r; i++) {
-            const float gate = sigmoidf_(g[i]);
+            const float gate = ds_sigmoid(g[i]);
             state[i] = gate * state[i] + (1.0f - gate) * tanhf(g[r + i]);
             v[i] = tanhf(g[2 * r + i]);
         }
@@ -360,7 +339,7 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
                 float z = d->conf_b + ds_dot(d->conf_w, h, H);
                 if (d->info.confidence_with_markov) z += ds_dot(d->conf_w + H, w1, r);
                 if (k < d->n_calib) z /= d->calib[k]; // Sequential Temperature Scaling
-                conf[k] = sigmoidf_(z);
+                conf[k] = ds_sigmoid(z);
             } else {
                 conf[k] = NAN;
             }
@@ -393,20 +372,13 @@ static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_s
         for (int i = 0; i < B; i++) {
             float *x = b->x + (size_t)(r * B + i) * H;
             ds_weight_row_f32(&d->embed, i == 0 ? anchors[r] : d->info.mask_token_id, x);
-            if (d->embed_scale != 1.0f)
-                for (int j = 0; j < H; j++) x[j] *= d->embed_scale;
+            if (d->embed_scale != 1.0f) ds_scale(x, d->embed_scale, (size_t)H);
             pos[r * B + i] = st[r]->len + i;
         }
     }
     for (int l = 0; l < d->info.n_layers; l++) block_layer(d, b, st, pos, R, B, l);
-    rmsnorm_rows(b->xn, b->x, d->norm, R * B, H, d->eps);
+    ds_rmsnorm_rows(b->xn, b->x, d->norm, R * B, H, d->eps);
     return DS_OK;
-}
-
-// Gemma's final softcap tanh(U/c)·c over n values.
-static void softcap(const ds_drafter *d, float *u, size_t n) {
-    if (d->softcap > 0)
-        for (size_t i = 0; i < n; i++) u[i] = tanhf(u[i] / d->softcap) * d->softcap;
 }
 
 // U = h · lm_headᵀ for n rows (Gemma: softcapped). With a draft vocabulary only its rows are
@@ -417,7 +389,7 @@ static ds_status output_logits(const ds_drafter *d, ds_draft_bufs *b, const floa
     ds_matmul(u, h, K >= V ? &d->lm_head : &d->vocab_head, n, b->scratch);
     if (!ds_all_finite(u, (size_t)n * (K >= V ? V : K))) // (before the softcap, which makes inf finite)
         return ds_fail(DS_ERR_FORMAT, "the drafter computed NaN or infinite logits (its weights hold NaN/Inf values)");
-    softcap(d, u, (size_t)n * (K >= V ? V : K));
+    if (d->softcap > 0) ds_softcap(u, (size_t)n * (K >= V ? V : K), d->softcap); // Gemma
     if (K >= V) return DS_OK;
     for (int i = 0; i < n; i++) {
         float *l = logits + (size_t)i * V;

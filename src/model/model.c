@@ -537,27 +537,18 @@ static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs,
         for (int i = 0; i < items; i++) attention_item(&a, i, 0);
 }
 
-// x (n) = c · tanh(x / c)
-static void softcap(float *x, size_t n, float c) {
-    for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
-}
-
-static void scale_rows(float *x, float s, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 // Per-layer inputs of every row (Gemma 4 PLE): ws->ple (R, n_layers, ple_dim) from the scaled
 // embeddings ws->x and the rows of the per-layer table for the rows' tokens (the only rows read).
 static void ple_inputs(const ds_model *m, ds_workspace *ws, const ds_forward_seq *seqs, int n_seqs, int R) {
     const int P = m->ple_dim, n = m->info.n_layers, dim = m->info.dim;
     const float eps = m->info.norm_eps, s2 = 0.70710678118654752f; // 2^-0.5
     ds_matmul_ex(ws->ple, ws->x, &m->ple_model_proj, R, ws->scratch, ws->gemm_min_rows);
-    scale_rows(ws->ple, 1.0f / sqrtf((float)dim), (size_t)R * n * P);
+    ds_scale(ws->ple, 1.0f / sqrtf((float)dim), (size_t)R * n * P);
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
             float *row = ws->ple + (size_t)r * n * P;
             ds_weight_row_f32(&m->ple_embd, seqs[s].tokens[i], ws->ple_row);
-            for (int l = 0; l < n; l++) ds_rmsnorm(row + (size_t)l * P, row + (size_t)l * P, m->ple_proj_norm, P, eps);
+            ds_rmsnorm_rows(row, row, m->ple_proj_norm, n, P, eps);
             for (int j = 0; j < n * P; j++) row[j] = (row[j] + ws->ple_row[j] * m->ple_embed_scale) * s2;
         }
 }
@@ -580,22 +571,18 @@ static void moe_block(const ds_model *m, ds_workspace *ws, const ds_layer *L, in
         dense_mlp(m, ws, L, ws->xb, ws->ffn, R);
         if (E->shared_gate.data) {
             ds_matmul_ex(ws->hb, ws->xb, &E->shared_gate, R, ws->scratch, ws->gemm_min_rows); // (R, 1)
-            for (int r = 0; r < R; r++) scale_rows(ws->ffn + (size_t)r * dim, 1.0f / (1.0f + expf(-ws->hb[r])), dim);
+            for (int r = 0; r < R; r++) ds_scale(ws->ffn + (size_t)r * dim, ds_sigmoid(ws->hb[r]), dim);
         }
-        if (E->dense_post_norm)
-            for (int r = 0; r < R; r++)
-                ds_rmsnorm(ws->ffn + (size_t)r * dim, ws->ffn + (size_t)r * dim, E->dense_post_norm, dim, eps);
+        if (E->dense_post_norm) ds_rmsnorm_rows(ws->ffn, ws->ffn, E->dense_post_norm, R, dim, eps);
     }
     const float *route = ws->xb, *in = ws->xb;
     if (E->pre_norm) { // Gemma 4: the router reads h, the experts N2(h) (ws->logit_in is free until the logits)
-        for (int r = 0; r < R; r++)
-            ds_rmsnorm(ws->logit_in + (size_t)r * dim, ws->x + (size_t)r * dim, E->pre_norm, dim, eps);
+        ds_rmsnorm_rows(ws->logit_in, ws->x, E->pre_norm, R, dim, eps);
         route = ws->x;
         in = ws->logit_in;
     }
     ds_moe_forward(m, E, ws->moe, route, in, ws->xb, R, ws->scratch, ws->gemm_min_rows);
-    if (E->post_norm)
-        for (int r = 0; r < R; r++) ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, E->post_norm, dim, eps);
+    if (E->post_norm) ds_rmsnorm_rows(ws->xb, ws->xb, E->post_norm, R, dim, eps);
     if (L->w_gate.data) ds_add(ws->xb, ws->ffn, R * dim);
 }
 
@@ -638,7 +625,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
                 ds_rope_angles(ws->rcos + ((size_t)r * nr + k) * mhalf, ws->rsin + ((size_t)r * nr + k) * mhalf,
                                m->rope[k].inv_freq, m->rope[k].half, ws->row_pos[r]);
             ds_weight_row_f32(&m->tok_embd, seqs[s].tokens[i], ws->x + (size_t)r * dim);
-            if (m->embed_scale) scale_rows(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
+            if (m->embed_scale) ds_scale(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
         }
     copy_taps(m, seqs, n_seqs, ws->x, -1);
     if (m->ple_dim) ple_inputs(m, ws, seqs, n_seqs, R);
@@ -648,8 +635,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
         const int own_kv = !L->kv_shared;
         // Attention block.
-        for (int r = 0; r < R; r++)
-            ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->attn_norm, dim, in->norm_eps);
+        ds_rmsnorm_rows(ws->xb, ws->x, L->attn_norm, R, dim, in->norm_eps);
         ds_matmul_ex(ws->q, ws->xb, &L->wq, R, ws->scratch, ws->gemm_min_rows);
         if (own_kv) ds_matmul_ex(ws->k, ws->xb, &L->wk, R, ws->scratch, ws->gemm_min_rows);
         if (own_kv && L->wv.data) ds_matmul_ex(ws->v, ws->xb, &L->wv, R, ws->scratch, ws->gemm_min_rows);
@@ -658,20 +644,16 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             if (L->bq) ds_add(q, L->bq, qd);
             const size_t ro = ((size_t)r * nr + L->rope) * mhalf;
             if (!own_kv) { // a KV-shared layer: only its queries; keys and values are kv_src's
-                if (L->q_norm)
-                    for (int h = 0; h < nh; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
+                if (L->q_norm) ds_rmsnorm_rows(q, q, L->q_norm, nh, hd, in->norm_eps);
                 ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
                 continue;
             }
             if (L->bk) ds_add(k, L->bk, kvd);
             if (!L->wv.data) memcpy(v, k, (size_t)kvd * 4); // K = V: the raw key projection
             else if (L->bv) ds_add(v, L->bv, kvd);
-            if (L->q_norm)
-                for (int h = 0; h < nh; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
-            if (L->k_norm)
-                for (int h = 0; h < nkv; h++) ds_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, in->norm_eps);
-            if (L->v_norm)
-                for (int h = 0; h < nkv; h++) ds_rmsnorm(v + h * hd, v + h * hd, NULL, hd, in->norm_eps);
+            if (L->q_norm) ds_rmsnorm_rows(q, q, L->q_norm, nh, hd, in->norm_eps);
+            if (L->k_norm) ds_rmsnorm_rows(k, k, L->k_norm, nkv, hd, in->norm_eps);
+            if (L->v_norm) ds_rmsnorm_rows(v, v, NULL, nkv, hd, in->norm_eps);
             ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
             ds_rope(k, nkv, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
             ds_kv *kv = seqs[ws->row_seq[r]].kv;
@@ -690,13 +672,10 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         }
         ds_add(ws->x, ws->xb, R * dim);
         // MLP block (SwiGLU or GeGLU), routed experts, or both.
-        for (int r = 0; r < R; r++)
-            ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->ffn_norm, dim, in->norm_eps);
+        ds_rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, R, dim, in->norm_eps);
         if (L->moe) moe_block(m, ws, L, R);
         else dense_mlp(m, ws, L, ws->xb, ws->xb, R);
-        if (L->ffn_post_norm)
-            for (int r = 0; r < R; r++)
-                ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ffn_post_norm, dim, in->norm_eps);
+        if (L->ffn_post_norm) ds_rmsnorm_rows(ws->xb, ws->xb, L->ffn_post_norm, R, dim, in->norm_eps);
         ds_add(ws->x, ws->xb, R * dim);
         if (m->ple_dim) { // x += N(Wproj · (gelu_tanh(Wgate · x) ⊙ ple_l))
             const int P = m->ple_dim;
@@ -704,17 +683,15 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             for (int r = 0; r < R; r++)
                 ds_geglu(ws->hb + (size_t)r * P, ws->ple + ((size_t)r * in->n_layers + l) * P, P);
             ds_matmul_ex(ws->xb, ws->hb, &L->ple_proj, R, ws->scratch, ws->gemm_min_rows);
-            for (int r = 0; r < R; r++)
-                ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ple_post_norm, dim, in->norm_eps);
+            ds_rmsnorm_rows(ws->xb, ws->xb, L->ple_post_norm, R, dim, in->norm_eps);
             ds_add(ws->x, ws->xb, R * dim);
         }
-        if (L->out_scale != 1.0f) scale_rows(ws->x, L->out_scale, (size_t)R * dim);
+        if (L->out_scale != 1.0f) ds_scale(ws->x, L->out_scale, (size_t)R * dim);
         copy_taps(m, seqs, n_seqs, ws->x, l);
     }
 
     // Final norm, hidden states, logits for the requested trailing rows.
-    for (int r = 0; r < R; r++)
-        ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, m->out_norm, dim, in->norm_eps);
+    ds_rmsnorm_rows(ws->xb, ws->x, m->out_norm, R, dim, in->norm_eps);
     for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++)
         if (seqs[s].hidden) memcpy(seqs[s].hidden, ws->xb + (size_t)r0 * dim, (size_t)seqs[s].n_tokens * dim * 4);
     if (n_seqs == 1 && n_logit_rows) {
@@ -745,7 +722,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
                                           "values or overflow)", m->path ? m->path : m->name);
     if (m->final_softcap > 0)
         for (int s = 0; s < n_seqs; s++)
-            softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);
+            ds_softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);
     for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n_tokens;
     return DS_OK;
 }
