@@ -7,6 +7,7 @@
 #include "dspark.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
+#include "model/kvcache.h"
 #include "io/qconfig.h"
 
 typedef enum { DS_STYLE_QWEN3, DS_STYLE_GEMMA4 } ds_draft_style;
@@ -93,13 +94,11 @@ typedef struct {
 
 struct ds_draft_state {
     const ds_drafter *d;
-    int len;        // committed context rows
+    ds_kvcache kv;  // per layer (nkv, hd, cap), K after k_norm and RoPE; kv.len committed context
+                    // rows; room for max_ctx rows and one block
     const int32_t *hist; // (n_hist) the sequence's generated tokens (ds_draft_state_set_history)
     int n_hist;
-    int cap;        // allocated rows (context + one block)
     int max_ctx;
-    float **k;      // (n_layers) each (nkv, hd, cap), K after k_norm and RoPE, transposed per head
-    float **v;      // (n_layers) each (nkv, hd, cap)
     ds_draft_bufs b; // scratch for appends and single-sequence blocks
     float *scores;  // (scores_thr, cap) attention scores per thread
     int scores_thr;

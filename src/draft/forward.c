@@ -67,17 +67,23 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
     *out = NULL;
     if (max_ctx <= 0) return ds_fail(DS_ERR_INVALID, "draft context must hold at least one row");
     ds_draft_state *s = ds_calloc(1, sizeof *s);
-    if (!s) return DS_ERR_NOMEM;
+    int *lines = malloc(sizeof(int) * (size_t)d->info.n_layers);
+    if (!s || !lines) {
+        free(s);
+        free(lines);
+        return DS_ERR_NOMEM;
+    }
     s->d = d;
     s->max_ctx = max_ctx;
-    s->k = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
-    s->v = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
+    for (int l = 0; l < d->info.n_layers; l++) lines[l] = d->nkv * d->hd;
+    ds_status st = ds_kvcache_init(&s->kv, d->info.n_layers, lines, max_ctx + d->info.block_size);
+    free(lines);
     // Markov/confidence features: v (r) | z (2r + H) | g (3r) | W1[prev] (r) | rnn state (r)
     s->mv = malloc(sizeof(float) * (8 * (size_t)d->r + d->H + 1));
     s->probs = malloc(sizeof(float) * d->V);
     s->sscratch = malloc(ds_sampler_scratch_size(d->V));
     const int rows = d->info.block_size > DS_DRAFT_CHUNK ? d->info.block_size : DS_DRAFT_CHUNK;
-    if (!s->k || !s->v || !s->mv || !s->probs || !s->sscratch || bufs_reserve(d, &s->b, rows)) {
+    if (st || !s->mv || !s->probs || !s->sscratch || bufs_reserve(d, &s->b, rows)) {
         ds_draft_state_free(s);
         return ds_fail(DS_ERR_NOMEM, "out of memory for a draft state");
     }
@@ -87,21 +93,16 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
 
 void ds_draft_state_free(ds_draft_state *s) {
     if (!s) return;
-    for (int l = 0; l < s->d->info.n_layers; l++) {
-        if (s->k) free(s->k[l]);
-        if (s->v) free(s->v[l]);
-    }
+    ds_kvcache_free(&s->kv);
     bufs_free(&s->b);
     free(s->scores);
     free(s->mv);
     free(s->probs);
     free(s->sscratch);
-    free(s->k);
-    free(s->v);
     free(s);
 }
 
-int ds_draft_state_len(const ds_draft_state *s) { return s->len; }
+int ds_draft_state_len(const ds_draft_state *s) { return s->kv.len; }
 
 void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n) {
     s->hist = hist;
@@ -109,39 +110,28 @@ void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n) {
 }
 
 ds_status ds_draft_state_truncate(ds_draft_state *s, int len) {
-    if (len < 0 || len > s->len)
-        return ds_fail(DS_ERR_INVALID, "cannot truncate a draft context of %d rows to %d", s->len, len);
-    s->len = len;
+    if (len < 0 || len > s->kv.len)
+        return ds_fail(DS_ERR_INVALID, "cannot truncate a draft context of %d rows to %d", s->kv.len, len);
+    s->kv.len = len;
     return DS_OK;
 }
 
-// Room for `need` columns in every layer's cache (doubling; re-lays the transposed lines).
+// Room for `need` columns in every layer's cache, and attention scores over them for every thread.
 static ds_status reserve(ds_draft_state *s, int need) {
     const ds_drafter *d = s->d;
     if (need > s->max_ctx + d->info.block_size)
         return ds_fail(DS_ERR_INVALID, "draft context of %d rows exceeds its limit of %d", need - d->info.block_size,
                        s->max_ctx);
     const int nthr = ds_threads();
-    if (need > s->cap) {
-        int cap = s->cap ? s->cap : 256;
-        while (cap < need) cap *= 2;
-        const size_t lines = (size_t)d->nkv * d->hd;
-        for (int l = 0; l < d->info.n_layers; l++) {
-            float *k = ds_transposed_regrow(s->k[l], lines, s->cap, s->len, cap);
-            if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
-            s->k[l] = k;
-            float *v = ds_transposed_regrow(s->v[l], lines, s->cap, s->len, cap);
-            if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
-            s->v[l] = v;
-        }
-        s->cap = cap;
+    if (need > s->kv.cap) {
+        if (ds_kvcache_reserve(&s->kv, need)) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
         free(s->scores);
         s->scores = NULL;
     }
     if (!s->scores || nthr > s->scores_thr) {
         free(s->scores);
         s->scores_thr = nthr > ds_threads_max() ? nthr : ds_threads_max();
-        if (!(s->scores = malloc(sizeof(float) * (size_t)s->cap * s->scores_thr)))
+        if (!(s->scores = malloc(sizeof(float) * (size_t)s->kv.cap * s->scores_thr)))
             return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
     }
     return DS_OK;
@@ -171,21 +161,18 @@ static void project_kv(const ds_drafter *d, ds_draft_bufs *b, int l, const float
     }
 }
 
-// Write K/V rows row0..row0+n-1 of b into s's transposed cache of layer l at columns col0...
+// Write K/V rows row0..row0+n-1 of b into s's cache of layer l at columns col0...
 static void store_kv(ds_draft_state *s, const ds_draft_bufs *b, int l, int col0, int row0, int n) {
     const int kvd = s->d->nkv * s->d->hd;
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < kvd; j++) {
-            s->k[l][(size_t)j * s->cap + col0 + i] = b->kb[(size_t)(row0 + i) * kvd + j];
-            s->v[l][(size_t)j * s->cap + col0 + i] = b->vb[(size_t)(row0 + i) * kvd + j];
-        }
+        ds_kvcache_put(&s->kv, l, col0 + i, b->kb + (size_t)(row0 + i) * kvd, b->vb + (size_t)(row0 + i) * kvd);
 }
 
 // ---- context projection --------------------------------------------------------------------------
 
 ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n) {
     if (n < 0 || (n && !taps)) return ds_fail(DS_ERR_INVALID, "append of %d rows without taps", n);
-    ds_status st = reserve(s, s->len + n + d->info.block_size);
+    ds_status st = reserve(s, s->kv.len + n + d->info.block_size);
     if (st) return st;
     for (int done = 0; done < n; done += DS_DRAFT_CHUNK) {
         const int m = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
@@ -194,10 +181,10 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
         ds_matmul(b->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, b->scratch);
         ds_rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
         for (int l = 0; l < d->info.n_layers; l++) {
-            project_kv(d, b, l, b->xn, m, NULL, s->len);
-            store_kv(s, b, l, s->len, 0, m);
+            project_kv(d, b, l, b->xn, m, NULL, s->kv.len);
+            store_kv(s, b, l, s->kv.len, 0, m);
         }
-        s->len += m;
+        s->kv.len += m;
     }
     return DS_OK;
 }
@@ -219,10 +206,9 @@ static void block_attn_item(void *ctx, int item, int worker) {
     for (int job = item * 2; job < a->M * d->nq && job < item * 2 + 2; job++) {
         const int i = job / d->nq, h = job % d->nq;
         const ds_draft_state *s = a->st[i / B];
-        const size_t line = (size_t)(h / group) * d->hd * s->cap;
         ds_attend(a->b->att + (size_t)i * qd + (size_t)h * d->hd, a->b->q + (size_t)i * qd + (size_t)h * d->hd,
-                  s->k[a->l] + line, s->v[a->l] + line, s->len + B, s->cap, d->hd, d->attn_scale,
-                  s->scores + (size_t)worker * s->cap);
+                  ds_kvcache_k(&s->kv, a->l, h / group, d->hd), ds_kvcache_v(&s->kv, a->l, h / group, d->hd),
+                  s->kv.len + B, s->kv.cap, d->hd, d->attn_scale, s->scores + (size_t)worker * s->kv.cap);
     }
 }
 
@@ -242,9 +228,9 @@ static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *c
         ds_rope_at(q, d->nq, d->hd, d->inv_freq, pos[i], 0, DS_ROPE_HALVES, b->rcos, b->rsin);
     }
     project_kv(d, b, l, b->xn, M, pos, 0);
-    for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->len, r * B, B);
+    for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->kv.len, r * B, B);
     long work = 0;
-    for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->len + B) * d->hd;
+    for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->kv.len + B) * d->hd;
     block_attn_job a = {d, b, st, M, B, l};
     const int items = (M * d->nq + 1) / 2;
     if (work > (1L << 16)) ds_parallel_for(items, block_attn_item, &a);
@@ -350,7 +336,7 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
             ds_status st = ds_probs_process_hist(sp, lk, V, s->hist, s->n_hist, tokens, k, s->probs, s->sscratch);
             if (st) return st;
             if (sp->temperature == 0) tokens[k] = ds_argmax(s->probs, V);
-            else tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->len + 1 + k)
+            else tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->kv.len + 1 + k)
                                                         : ds_sample_probs(s->probs, V, rng);
         }
         prev = tokens[k];
@@ -367,13 +353,13 @@ static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_s
     for (int r = 0; r < R; r++) {
         if (anchors[r] < 0 || anchors[r] >= d->V)
             return ds_fail(DS_ERR_INVALID, "anchor token %d is outside the vocabulary", anchors[r]);
-        if ((e = reserve(st[r], st[r]->len + B))) return e;
+        if ((e = reserve(st[r], st[r]->kv.len + B))) return e;
         // x = embed_tokens[anchor, MASK × (B−1)] · embed_scale   (B, H), positions s..s+B−1
         for (int i = 0; i < B; i++) {
             float *x = b->x + (size_t)(r * B + i) * H;
             ds_weight_row_f32(&d->embed, i == 0 ? anchors[r] : d->info.mask_token_id, x);
             if (d->embed_scale != 1.0f) ds_scale(x, d->embed_scale, (size_t)H);
-            pos[r * B + i] = st[r]->len + i;
+            pos[r * B + i] = st[r]->kv.len + i;
         }
     }
     for (int l = 0; l < d->info.n_layers; l++) block_layer(d, b, st, pos, R, B, l);

@@ -258,14 +258,23 @@ ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out) {
     *out = NULL;
     if (max_ctx <= 0) max_ctx = m->info.max_ctx;
     ds_kv *kv = ds_calloc(1, sizeof *kv);
-    if (!kv) return DS_ERR_NOMEM;
+    int *lines = malloc(sizeof(int) * (size_t)m->info.n_layers);
+    if (!kv || !lines) {
+        free(kv);
+        free(lines);
+        return DS_ERR_NOMEM;
+    }
     kv->model = m;
     kv->max_ctx = max_ctx;
-    kv->k = ds_calloc((size_t)m->info.n_layers, sizeof(float *));
-    kv->v = ds_calloc((size_t)m->info.n_layers, sizeof(float *));
-    if (!kv->k || !kv->v) {
-        ds_kv_free(kv);
-        return DS_ERR_NOMEM;
+    for (int l = 0; l < m->info.n_layers; l++) {
+        const ds_layer *L = &m->layers[l];
+        lines[l] = L->kv_shared ? 0 : L->n_kv_heads * L->head_dim; // a shared layer reads kv_src's rows
+    }
+    ds_status st = ds_kvcache_init(&kv->c, m->info.n_layers, lines, max_ctx);
+    free(lines);
+    if (st) {
+        free(kv);
+        return st;
     }
     *out = kv;
     return DS_OK;
@@ -273,42 +282,24 @@ ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out) {
 
 void ds_kv_free(ds_kv *kv) {
     if (!kv) return;
-    for (int l = 0; kv->k && l < kv->model->info.n_layers; l++) free(kv->k[l]);
-    for (int l = 0; kv->v && l < kv->model->info.n_layers; l++) free(kv->v[l]);
-    free(kv->k);
-    free(kv->v);
+    ds_kvcache_free(&kv->c);
     free(kv);
 }
 
-int ds_kv_len(const ds_kv *kv) { return kv->len; }
+int ds_kv_len(const ds_kv *kv) { return kv->c.len; }
 
 ds_status ds_kv_truncate(ds_kv *kv, int len) {
-    if (len < 0 || len > kv->len)
-        return ds_fail(DS_ERR_INVALID, "cannot truncate a KV cache of %d rows to %d", kv->len, len);
-    kv->len = len; // rows past len are overwritten by the next forward before anything reads them
+    if (len < 0 || len > kv->c.len)
+        return ds_fail(DS_ERR_INVALID, "cannot truncate a KV cache of %d rows to %d", kv->c.len, len);
+    kv->c.len = len; // rows past len are overwritten by the next forward before anything reads them
     return DS_OK;
 }
 
 ds_status ds_kv_reserve(ds_kv *kv, int need) {
     if (need > kv->max_ctx)
         return ds_fail(DS_ERR_INVALID, "context of %d tokens exceeds the KV cache limit of %d", need, kv->max_ctx);
-    if (need <= kv->cap) return DS_OK;
-    int cap = kv->cap ? kv->cap : 256;
-    while (cap < need) cap *= 2;
-    if (cap > kv->max_ctx) cap = kv->max_ctx;
-    // Re-lay each (head, dim) line from the old stride to the new one (amortized: doubling).
-    for (int l = 0; l < kv->model->info.n_layers; l++) {
-        const ds_layer *L = &kv->model->layers[l];
-        if (L->kv_shared) continue; // reads kv_src's rows
-        const size_t lines = (size_t)L->n_kv_heads * L->head_dim;
-        float *k = ds_transposed_regrow(kv->k[l], lines, kv->cap, kv->len, cap);
-        if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-        kv->k[l] = k;
-        float *v = ds_transposed_regrow(kv->v[l], lines, kv->cap, kv->len, cap);
-        if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-        kv->v[l] = v;
-    }
-    kv->cap = cap;
+    if (ds_kvcache_reserve(&kv->c, need))
+        return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", need);
     return DS_OK;
 }
 
@@ -478,7 +469,7 @@ static ds_status check_seq(const ds_model *m, const ds_forward_seq *s, int idx) 
                            in->n_layers - 1);
     for (int j = 0; j < idx; j++)
         if ((s - idx + j)->kv == s->kv) return ds_fail(DS_ERR_INVALID, "sequence %d shares a KV cache with %d", idx, j);
-    return ds_kv_reserve(s->kv, s->kv->len + s->n_tokens);
+    return ds_kv_reserve(s->kv, s->kv->c.len + s->n_tokens);
 }
 
 // Copy the residual stream x (rows of all sequences) into the taps requested at layer `layer`.
@@ -513,11 +504,11 @@ static void attention_item(void *ctx, int item, int worker) {
     const long total = (long)a->R * nh;
     for (long job = (long)item * 4; job < total && job < (long)item * 4 + 4; job++) {
         const int r = (int)(job / nh), h = (int)(job % nh);
-        const ds_kv *kv = a->seqs[ws->row_seq[r]].kv;
+        const ds_kvcache *kv = &a->seqs[ws->row_seq[r]].kv->c;
         const int end = ws->row_pos[r] + 1, start = win && end > win ? end - win : 0;
         const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = kv->k[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
-        const float *V = kv->v[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
+        const float *K = ds_kvcache_k(kv, L->kv_src, h / group, hd) + start;
+        const float *V = ds_kvcache_v(kv, L->kv_src, h / group, hd) + start;
         float *sc = ws->scores + (size_t)worker * ws->cap_ctx;
         ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, L->attn_scale, sc);
     }
@@ -606,7 +597,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         if ((st = check_seq(m, &seqs[s], s))) return st;
         R += seqs[s].n_tokens;
         n_logit_rows += seqs[s].n_logits;
-        const int end = seqs[s].kv->len + seqs[s].n_tokens;
+        const int end = seqs[s].kv->c.len + seqs[s].n_tokens;
         max_ctx = end > max_ctx ? end : max_ctx;
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
@@ -620,7 +611,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
             ws->row_seq[r] = s;
-            ws->row_pos[r] = seqs[s].kv->len + i;
+            ws->row_pos[r] = seqs[s].kv->c.len + i;
             for (int k = 0; k < nr; k++)
                 ds_rope_angles(ws->rcos + ((size_t)r * nr + k) * mhalf, ws->rsin + ((size_t)r * nr + k) * mhalf,
                                m->rope[k].inv_freq, m->rope[k].half, ws->row_pos[r]);
@@ -656,12 +647,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
             if (L->v_norm) ds_rmsnorm_rows(v, v, NULL, nkv, hd, in->norm_eps);
             ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
             ds_rope(k, nkv, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
-            ds_kv *kv = seqs[ws->row_seq[r]].kv;
-            float *K = kv->k[l] + ws->row_pos[r], *V = kv->v[l] + ws->row_pos[r];
-            for (int i = 0; i < kvd; i++) {
-                K[(size_t)i * kv->cap] = k[i];
-                V[(size_t)i * kv->cap] = v[i];
-            }
+            ds_kvcache_put(&seqs[ws->row_seq[r]].kv->c, l, ws->row_pos[r], k, v);
         }
         attention(m, ws, seqs, R, l);
         ds_matmul_ex(ws->xb, ws->att, &L->wo, R, ws->scratch, ws->gemm_min_rows);
@@ -723,6 +709,6 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     if (m->final_softcap > 0)
         for (int s = 0; s < n_seqs; s++)
             ds_softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);
-    for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n_tokens;
+    for (int s = 0; s < n_seqs; s++) seqs[s].kv->c.len += seqs[s].n_tokens;
     return DS_OK;
 }
