@@ -7,8 +7,9 @@
 //   Markov walk         logits_k = U_k + bias(prev); tok_k = argmax or a sample of the processed
 //                       distribution; prev = tok_k;
 //   confidence          c_k = σ(proj([h_k ; W1[prev_k]])).
-// The block's K/V are written after the context rows and dropped again (the cache length is not
-// advanced), so the draft side never needs rollback.
+// The layers are the target's decoder block (model/block.c; the K/V of context rows its K/V half):
+// only the rows' spans differ. The block's K/V are written after the context rows and dropped again
+// (the cache length is not advanced), so the draft side never needs rollback.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,13 @@ static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
         if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory for a draft block of %d rows", rows);
         *bufs[i] = p;
     }
+    int *pos = realloc(b->pos, sizeof(int) * r);
+    if (pos) b->pos = pos;
+    int *end = pos ? realloc(b->end, sizeof(int) * r) : NULL;
+    if (end) b->end = end;
+    ds_kvcache **kv = end ? realloc(b->kv, sizeof *kv * r) : NULL;
+    if (!kv) return ds_fail(DS_ERR_NOMEM, "out of memory for a draft block of %d rows", rows);
+    b->kv = kv;
     if (!b->scratch) {
         size_t sc = 0;
         const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_gate,
@@ -58,8 +66,12 @@ static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
 }
 
 static void bufs_free(ds_draft_bufs *b) {
-    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch, b->u};
+    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch, b->u,
+                     b->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(b->pos);
+    free(b->end);
+    free(b->kv);
     memset(b, 0, sizeof *b);
 }
 
@@ -95,7 +107,6 @@ void ds_draft_state_free(ds_draft_state *s) {
     if (!s) return;
     ds_kvcache_free(&s->kv);
     bufs_free(&s->b);
-    free(s->scores);
     free(s->mv);
     free(s->probs);
     free(s->sscratch);
@@ -116,56 +127,40 @@ ds_status ds_draft_state_truncate(ds_draft_state *s, int len) {
     return DS_OK;
 }
 
-// Room for `need` columns in every layer's cache, and attention scores over them for every thread.
+// Room for `need` columns in every layer's cache.
 static ds_status reserve(ds_draft_state *s, int need) {
     const ds_drafter *d = s->d;
     if (need > s->max_ctx + d->info.block_size)
         return ds_fail(DS_ERR_INVALID, "draft context of %d rows exceeds its limit of %d", need - d->info.block_size,
                        s->max_ctx);
-    const int nthr = ds_threads();
-    if (need > s->kv.cap) {
-        if (ds_kvcache_reserve(&s->kv, need)) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
-        free(s->scores);
-        s->scores = NULL;
-    }
-    if (!s->scores || nthr > s->scores_thr) {
-        free(s->scores);
-        s->scores_thr = nthr > ds_threads_max() ? nthr : ds_threads_max();
-        if (!(s->scores = malloc(sizeof(float) * (size_t)s->kv.cap * s->scores_thr)))
-            return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
-    }
+    if (ds_kvcache_reserve(&s->kv, need)) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
+    return DS_OK;
+}
+
+// Attention scores over up to `span` columns for every thread (grows by doubling).
+static ds_status scores_reserve(ds_draft_bufs *b, int span) {
+    const int nthr = ds_threads() > ds_threads_max() ? ds_threads() : ds_threads_max();
+    if (span <= b->scores_cap && nthr <= b->scores_thr) return DS_OK;
+    int cap = b->scores_cap ? b->scores_cap : 256;
+    while (cap < span) cap *= 2;
+    const int thr = nthr > b->scores_thr ? nthr : b->scores_thr;
+    float *p = realloc(b->scores, sizeof(float) * (size_t)cap * thr);
+    if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
+    b->scores = p;
+    b->scores_cap = cap;
+    b->scores_thr = thr;
     return DS_OK;
 }
 
 // ---- shared pieces -------------------------------------------------------------------------------
 
-// K and V rows (n, nkv·hd) of `src` (n, H) for layer l into b->kb / b->vb, with k_norm and RoPE at
-// positions pos[i] (or pos0 + i when pos is NULL):
-// K = RoPE(k_norm(src·Wkᵀ + bk)); V = src·Wvᵀ + bv, or (Gemma, K = V) v_norm(src·Wkᵀ), weightless.
-static void project_kv(const ds_drafter *d, ds_draft_bufs *b, int l, const float *src, int n, const int *pos,
-                       int pos0) {
-    const ds_draft_layer *y = &d->layers[l];
-    const int kvd = d->nkv * d->hd;
-    ds_matmul(b->kb, src, &y->wk, n, b->scratch);
-    ds_add_rows(b->kb, y->bk, n, kvd);
-    if (d->style == DS_STYLE_QWEN3) {
-        ds_matmul(b->vb, src, &y->wv, n, b->scratch);
-        ds_add_rows(b->vb, y->bv, n, kvd);
-    } else {
-        ds_rmsnorm_rows(b->vb, b->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
-    }
-    for (int i = 0; i < n; i++) {
-        float *k = b->kb + (size_t)i * kvd;
-        ds_rmsnorm_rows(k, k, y->k_norm, d->nkv, d->hd, d->eps);
-        ds_rope_at(k, d->nkv, d->hd, d->inv_freq, pos ? pos[i] : pos0 + i, 0, DS_ROPE_HALVES, b->rcos, b->rsin);
-    }
-}
-
-// Write K/V rows row0..row0+n-1 of b into s's cache of layer l at columns col0...
-static void store_kv(ds_draft_state *s, const ds_draft_bufs *b, int l, int col0, int row0, int n) {
-    const int kvd = s->d->nkv * s->d->hd;
+// The block rows over b's first n rows, whose pos / end / kv the caller has filled; their RoPE angles.
+static ds_block_rows block_rows(const ds_drafter *d, ds_draft_bufs *b, int n) {
+    const int half = d->hd / 2;
     for (int i = 0; i < n; i++)
-        ds_kvcache_put(&s->kv, l, col0 + i, b->kb + (size_t)(row0 + i) * kvd, b->vb + (size_t)(row0 + i) * kvd);
+        ds_rope_angles(b->rcos + (size_t)i * half, b->rsin + (size_t)i * half, d->inv_freq, half, b->pos[i]);
+    return (ds_block_rows){n,     b->pos, b->end, b->kv, b->rcos, b->rsin,   b->x,          b->xn,      b->q,
+                           b->kb, b->vb,  b->att, b->hb, b->hb2,  b->scores, b->scores_cap, b->scratch, 0};
 }
 
 // ---- context projection --------------------------------------------------------------------------
@@ -180,88 +175,18 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
         ds_draft_bufs *b = &s->b;
         ds_matmul(b->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, b->scratch);
         ds_rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
-        for (int l = 0; l < d->info.n_layers; l++) {
-            project_kv(d, b, l, b->xn, m, NULL, s->kv.len);
-            store_kv(s, b, l, s->kv.len, 0, m);
+        for (int i = 0; i < m; i++) {
+            b->pos[i] = s->kv.len + i;
+            b->kv[i] = &s->kv;
         }
+        ds_block_rows rows = block_rows(d, b, m);
+        for (int l = 0; l < d->info.n_layers; l++) ds_block_kv(&d->block, &d->layers[l], l, &rows, b->xn);
         s->kv.len += m;
     }
     return DS_OK;
 }
 
 // ---- block forward -------------------------------------------------------------------------------
-
-typedef struct {
-    const ds_drafter *d;
-    ds_draft_bufs *b;
-    ds_draft_state *const *st;
-    int M, B, l;
-} block_attn_job;
-
-// Jobs (block row, head) [2·item, 2·item + 2) of block_layer's attention.
-static void block_attn_item(void *ctx, int item, int worker) {
-    const block_attn_job *a = ctx;
-    const ds_drafter *d = a->d;
-    const int qd = d->nq * d->hd, group = d->nq / d->nkv, B = a->B;
-    for (int job = item * 2; job < a->M * d->nq && job < item * 2 + 2; job++) {
-        const int i = job / d->nq, h = job % d->nq;
-        const ds_draft_state *s = a->st[i / B];
-        ds_attend(a->b->att + (size_t)i * qd + (size_t)h * d->hd, a->b->q + (size_t)i * qd + (size_t)h * d->hd,
-                  ds_kvcache_k(&s->kv, a->l, h / group, d->hd), ds_kvcache_v(&s->kv, a->l, h / group, d->hd),
-                  s->kv.len + B, s->kv.cap, d->hd, d->attn_scale, s->scores + (size_t)worker * s->kv.cap);
-    }
-}
-
-// One draft layer over the blocks of R sequences: rows r·B .. r·B+B−1 of b->x belong to st[r].
-// Matrix products run over all R·B rows at once (one pass over the layer's weights); each
-// sequence's rows attend to its own context and its own block.
-static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st, const int *pos, int R,
-                        int B, int l) {
-    const ds_draft_layer *y = &d->layers[l];
-    const int H = d->H, qd = d->nq * d->hd, M = R * B;
-    ds_rmsnorm_rows(b->xn, b->x, y->input_norm, M, H, d->eps);
-    ds_matmul(b->q, b->xn, &y->wq, M, b->scratch);
-    ds_add_rows(b->q, y->bq, M, qd);
-    for (int i = 0; i < M; i++) {
-        float *q = b->q + (size_t)i * qd;
-        ds_rmsnorm_rows(q, q, y->q_norm, d->nq, d->hd, d->eps);
-        ds_rope_at(q, d->nq, d->hd, d->inv_freq, pos[i], 0, DS_ROPE_HALVES, b->rcos, b->rsin);
-    }
-    project_kv(d, b, l, b->xn, M, pos, 0);
-    for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->kv.len, r * B, B);
-    long work = 0;
-    for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->kv.len + B) * d->hd;
-    block_attn_job a = {d, b, st, M, B, l};
-    const int items = (M * d->nq + 1) / 2;
-    if (work > (1L << 16)) ds_parallel_for(items, block_attn_item, &a);
-    else
-        for (int i = 0; i < items; i++) block_attn_item(&a, i, 0);
-    ds_matmul(b->xn, b->att, &y->wo, M, b->scratch);
-    ds_add_rows(b->xn, y->bo, M, H);
-    if (d->style == DS_STYLE_QWEN3) {
-        // x = x + attn; x = x + down(silu(gate(n)) ⊙ up(n)), n = post_attention_layernorm(x)
-        ds_add(b->x, b->xn, M * H);
-        ds_rmsnorm_rows(b->xn, b->x, y->post_attn_norm, M, H, d->eps);
-        ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
-        ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
-        ds_swiglu(b->hb, b->hb2, M * d->F);
-        ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
-        ds_add(b->x, b->xn, M * H);
-    } else {
-        // Gemma sandwich: x = x + post_attn_norm(attn); x = x + post_ffn_norm(mlp(pre_ffn_norm(x)));
-        // x = x · layer_scalar; MLP = down(gelu_tanh(gate) ⊙ up).
-        ds_rmsnorm_rows(b->xn, b->xn, y->post_attn_norm, M, H, d->eps);
-        ds_add(b->x, b->xn, M * H);
-        ds_rmsnorm_rows(b->xn, b->x, y->pre_ffn_norm, M, H, d->eps);
-        ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
-        ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
-        ds_geglu_tanhf(b->hb, b->hb2, M * d->F);
-        ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
-        ds_rmsnorm_rows(b->xn, b->xn, y->post_ffn_norm, M, H, d->eps);
-        ds_add(b->x, b->xn, M * H);
-        if (y->layer_scalar != 1.0f) ds_scale(b->x, y->layer_scalar, (size_t)M * H);
-    }
-}
 
 // Markov bias for slot k added to `logits` (V), from prev's W1 row `w1` (r) and the slot's hidden
 // h (H). `state` (r) is the rnn head's s_{k-1}, updated in place.
@@ -344,25 +269,33 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
     return DS_OK;
 }
 
-// Block forward for R sequences with buffers b: h = norm(x) of every row left in b->xn.
+// Block forward for R sequences with buffers b: rows r·B .. r·B+B−1 belong to st[r] and attend to
+// its context and the whole block (no mask). Matrix products run over all R·B rows at once (one pass
+// over each layer's weights). h = norm(x) of every row is left in b->xn; b->pos the rows' positions.
 static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st,
-                               const int32_t *anchors, int R, int *pos) {
+                               const int32_t *anchors, int R) {
     const int B = d->info.block_size, H = d->H;
     ds_status e = bufs_reserve(d, b, R * B);
     if (e) return e;
+    int span = 0;
     for (int r = 0; r < R; r++) {
         if (anchors[r] < 0 || anchors[r] >= d->V)
             return ds_fail(DS_ERR_INVALID, "anchor token %d is outside the vocabulary", anchors[r]);
         if ((e = reserve(st[r], st[r]->kv.len + B))) return e;
+        span = st[r]->kv.len + B > span ? st[r]->kv.len + B : span;
         // x = embed_tokens[anchor, MASK × (B−1)] · embed_scale   (B, H), positions s..s+B−1
         for (int i = 0; i < B; i++) {
             float *x = b->x + (size_t)(r * B + i) * H;
             ds_weight_row_f32(&d->embed, i == 0 ? anchors[r] : d->info.mask_token_id, x);
             if (d->embed_scale != 1.0f) ds_scale(x, d->embed_scale, (size_t)H);
-            pos[r * B + i] = st[r]->kv.len + i;
+            b->pos[r * B + i] = st[r]->kv.len + i;
+            b->end[r * B + i] = st[r]->kv.len + B;
+            b->kv[r * B + i] = &st[r]->kv;
         }
     }
-    for (int l = 0; l < d->info.n_layers; l++) block_layer(d, b, st, pos, R, B, l);
+    if ((e = scores_reserve(b, span))) return e;
+    ds_block_rows rows = block_rows(d, b, R * B);
+    for (int l = 0; l < d->info.n_layers; l++) ds_block_forward(&d->block, &d->layers[l], l, &rows);
     ds_rmsnorm_rows(b->xn, b->x, d->norm, R * B, H, d->eps);
     return DS_OK;
 }
@@ -390,8 +323,7 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
                            const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
     const int B = d->info.block_size;
     if (n_slots < 1 || n_slots > B) return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots, B);
-    int pos[64];
-    ds_status st = block_forward(d, &s->b, &s, &anchor, 1, pos);
+    ds_status st = block_forward(d, &s->b, &s, &anchor, 1);
     if (st) return st;
     if ((st = output_logits(d, &s->b, s->b.xn, n_slots, logits))) return st;
     return walk(d, s, anchor, n_slots, s->b.xn, sp, rng, tokens, logits, conf);
@@ -402,7 +334,6 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
 struct ds_draft_batch {
     const ds_drafter *d;
     ds_draft_bufs b;
-    int *pos;      // (cap rows) block positions
     float *h;      // (cap rows, H) gathered hidden rows of the slots drafted
     float *U;      // (cap rows, V) their logits
     int cap;
@@ -421,7 +352,6 @@ ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out) {
 void ds_draft_batch_free(ds_draft_batch *bt) {
     if (!bt) return;
     bufs_free(&bt->b);
-    free(bt->pos);
     free(bt->h);
     free(bt->U);
     free(bt->st);
@@ -449,16 +379,14 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const 
     }
     const int M = R * B;
     if (M > bt->cap) {
-        int *p = realloc(bt->pos, sizeof(int) * (size_t)M);
-        if (p) bt->pos = p;
-        float *h = p ? realloc(bt->h, sizeof(float) * (size_t)M * H) : NULL;
+        float *h = realloc(bt->h, sizeof(float) * (size_t)M * H);
         if (h) bt->h = h;
         float *u = h ? realloc(bt->U, sizeof(float) * (size_t)M * V) : NULL;
         if (!u) return ds_fail(DS_ERR_NOMEM, "out of memory drafting for %d sequences", R);
         bt->U = u;
         bt->cap = M;
     }
-    ds_status st = block_forward(d, &bt->b, bt->st, bt->anchor, R, bt->pos);
+    ds_status st = block_forward(d, &bt->b, bt->st, bt->anchor, R);
     if (st) return st;
     // One pass over lm_head for the drafted slots of every sequence.
     int n = 0;

@@ -6,8 +6,9 @@
 #include "kernels/matmul.h"
 #include "model/kvcache.h"
 
-// Feed-forward gate activation: SwiGLU (Llama, Qwen) or GeGLU with tanh-approximate GELU (Gemma).
-typedef enum { DS_ACT_SILU = 0, DS_ACT_GELU_TANH = 1 } ds_act;
+// Feed-forward gate activation: SwiGLU (Llama, Qwen) or GeGLU with tanh-approximate GELU (Gemma
+// targets: ds_geglu's vectorized tanh; Gemma drafters: libm's tanhf, ds_geglu_tanhf, as trained).
+typedef enum { DS_ACT_SILU = 0, DS_ACT_GELU_TANH = 1, DS_ACT_GELU_TANHF = 2 } ds_act;
 
 // One set of RoPE inverse frequencies (a layer type may have its own base, scaling and rotated part;
 // zero frequencies leave their pairs unrotated: Gemma 4's proportional partial RoPE).
