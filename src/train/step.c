@@ -60,6 +60,7 @@ typedef struct {
 struct ds_tws {
     const ds_tmodel *tm;
     size_t cap_M, cap_Nc, cap_P;
+    void *mem;       // every buffer below, one allocation carved by the size table (buffers())
     layer_acts *L;   // (n_layers)
     float *ctx_a;    // (Nc, H) R·fcᵀ
     float *ctx_inv;  // (Nc)
@@ -110,80 +111,80 @@ ds_status ds_tws_init(const ds_tmodel *tm, ds_tws **out) {
     return DS_OK;
 }
 
-#define ALL_LAYER_BUFS(a)                                                                                       \
-    &a->x_in, &a->n1, &a->inv1, &a->q_raw, &a->q_inv, &a->q, &a->k_raw, &a->k_inv, &a->k, &a->v, &a->v_inv, &a->o, \
-        &a->ao, &a->ao_inv, &a->x_mid, &a->n2, &a->inv2, &a->hg, &a->hu, &a->act, &a->mo, &a->mo_inv, &a->x_pre,   \
-        &a->kc_raw, &a->kc_inv, &a->kc, &a->vc, &a->vc_inv, &a->probs
-#define ALL_WS_BUFS(S_)                                                                                          \
-    &S_->ctx_a, &S_->ctx_inv, &S_->ctx_c, &S_->dctx, &S_->dkc, &S_->dvc, &S_->dkc_raw, &S_->dctx_a, &S_->dr, &S_->x, &S_->inv_f, &S_->h, &S_->u, &S_->z, &S_->t,   \
-        &S_->e, &S_->vh, &S_->gin, &S_->gate, &S_->zin, &S_->jout, &S_->st, &S_->zc, &S_->dzc, &S_->w, &S_->rcos, &S_->rsin,   \
-        &S_->dx, &S_->dx2, &S_->dn, &S_->dq, &S_->dk, &S_->dv, &S_->do_, &S_->dhg, &S_->dhu, &S_->dtmp, &S_->de
-
 void ds_tws_free(ds_tws *ws) {
     if (!ws) return;
-    for (int l = 0; l < ws->tm->d->info.n_layers; l++) {
-        layer_acts *a = &ws->L[l];
-        float **bufs[] = {ALL_LAYER_BUFS(a)};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
-    }
-    float **bufs[] = {ALL_WS_BUFS(ws)};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
-    free(ws->prev);
-    free(ws->label);
-    free(ws->pos);
+    free(ws->mem);
     free(ws->L);
     free(ws);
 }
 
-static int grow(float **p, size_t n) {
-    float *q = realloc(*p, (n ? n : 1) * sizeof(float));
-    if (!q) return 0;
-    *p = q;
-    return 1;
+// One buffer of the scratch: where its pointer lives (f for floats, i for int32s) and its length.
+typedef struct {
+    float **f;
+    int32_t **i;
+    size_t n;
+} buf_size;
+
+// The size table (llm.c's activation sizes): every buffer of the scratch for M block rows, Nc
+// context rows and P attention probabilities, in the order they are carved. Returns the count.
+static int buffers(ds_tws *ws, size_t M, size_t Nc, size_t P, buf_size *t) {
+    const ds_drafter *d = ws->tm->d;
+    const size_t H = d->H, V = d->V, F = d->F, qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd,
+                 nq = d->nq, nkv = d->nkv, r = d->r ? d->r : 1, half = d->hd / 2, A = M; // A <= M
+    size_t wide = 3 * r > 2 * r + H ? 3 * r : 2 * r + H;
+    wide = wide > F ? wide : F;
+    wide = wide > qd ? wide : qd;
+    int n = 0;
+#define F_(field, size) (t[n++] = (buf_size){&(field), NULL, (size)})
+#define I_(field, size) (t[n++] = (buf_size){NULL, &(field), (size)})
+    for (int l = 0; l < d->info.n_layers; l++) {
+        layer_acts *a = &ws->L[l];
+        F_(a->x_in, M * H), F_(a->n1, M * H), F_(a->inv1, M), F_(a->q_raw, M * qd), F_(a->q_inv, M * nq);
+        F_(a->q, M * qd), F_(a->k_raw, M * kvd), F_(a->k_inv, M * nkv), F_(a->k, M * kvd), F_(a->v, M * kvd);
+        F_(a->v_inv, M * nkv), F_(a->o, M * qd), F_(a->ao, M * H), F_(a->ao_inv, M), F_(a->x_mid, M * H);
+        F_(a->n2, M * H), F_(a->inv2, M), F_(a->hg, M * F), F_(a->hu, M * F), F_(a->act, M * F), F_(a->mo, M * H);
+        F_(a->mo_inv, M), F_(a->x_pre, M * H), F_(a->kc_raw, Nc * kvd), F_(a->kc_inv, Nc * nkv), F_(a->kc, Nc * kvd);
+        F_(a->vc, Nc * kvd), F_(a->vc_inv, Nc * nkv), F_(a->probs, P);
+    }
+    F_(ws->ctx_a, Nc * H), F_(ws->ctx_inv, Nc), F_(ws->ctx_c, Nc * H), F_(ws->dctx, Nc * H), F_(ws->dkc, Nc * kvd);
+    F_(ws->dvc, Nc * kvd), F_(ws->dkc_raw, Nc * kvd), F_(ws->dctx_a, Nc * H), F_(ws->dr, M * r), F_(ws->x, M * H);
+    F_(ws->inv_f, M), F_(ws->h, M * H), F_(ws->u, M * V), F_(ws->z, M * V), F_(ws->t, M * V), F_(ws->e, M * r);
+    F_(ws->vh, M * r), F_(ws->gin, M * (H + r)), F_(ws->gate, M * r), F_(ws->zin, M * (2 * r + H));
+    F_(ws->jout, M * 3 * r), F_(ws->st, (M + A) * r), F_(ws->zc, M), F_(ws->dzc, M), F_(ws->w, M);
+    F_(ws->rcos, (M > Nc ? M : Nc) * half), F_(ws->rsin, (M > Nc ? M : Nc) * half), F_(ws->dx, M * H);
+    F_(ws->dx2, M * H), F_(ws->dn, M * H), F_(ws->dq, M * qd), F_(ws->dk, M * kvd), F_(ws->dv, M * kvd);
+    F_(ws->do_, M * qd), F_(ws->dhg, M * F), F_(ws->dhu, M * F), F_(ws->dtmp, M * wide), F_(ws->de, M * r);
+    I_(ws->prev, M), I_(ws->label, M), I_(ws->pos, M);
+#undef F_
+#undef I_
+    return n;
 }
 
-// Size every buffer for M block rows, Nc context rows and P attention probabilities.
+// Size every buffer for M block rows, Nc context rows and P attention probabilities: one allocation,
+// carved in the order of the size table, each buffer on a 64-byte boundary (contents are not kept).
 static ds_status reserve(ds_tws *ws, size_t M, size_t Nc, size_t P) {
     if (M <= ws->cap_M && Nc <= ws->cap_Nc && P <= ws->cap_P) return DS_OK;
     M = M > ws->cap_M ? M : ws->cap_M;
     Nc = Nc > ws->cap_Nc ? Nc : ws->cap_Nc;
     P = P > ws->cap_P ? P : ws->cap_P;
-    const ds_drafter *d = ws->tm->d;
-    const size_t H = d->H, V = d->V, F = d->F, qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd,
-                 r = d->r ? d->r : 1, half = d->hd / 2, A = M; // A <= M
-    size_t wide = 3 * r > 2 * r + H ? 3 * r : 2 * r + H;
-    wide = wide > F ? wide : F;
-    wide = wide > qd ? wide : qd;
-    int ok = 1;
-    for (int l = 0; l < d->info.n_layers; l++) {
-        layer_acts *a = &ws->L[l];
-        ok &= grow(&a->x_in, M * H) && grow(&a->n1, M * H) && grow(&a->inv1, M) && grow(&a->q_raw, M * qd) &&
-              grow(&a->q_inv, M * d->nq) && grow(&a->q, M * qd) && grow(&a->k_raw, M * kvd) &&
-              grow(&a->k_inv, M * d->nkv) && grow(&a->k, M * kvd) && grow(&a->v, M * kvd) &&
-              grow(&a->v_inv, M * d->nkv) && grow(&a->o, M * qd) && grow(&a->ao, M * H) && grow(&a->ao_inv, M) &&
-              grow(&a->x_mid, M * H) && grow(&a->n2, M * H) && grow(&a->inv2, M) && grow(&a->hg, M * F) &&
-              grow(&a->hu, M * F) && grow(&a->act, M * F) && grow(&a->mo, M * H) && grow(&a->mo_inv, M) &&
-              grow(&a->x_pre, M * H) && grow(&a->kc_raw, Nc * kvd) && grow(&a->kc_inv, Nc * d->nkv) &&
-              grow(&a->kc, Nc * kvd) && grow(&a->vc, Nc * kvd) && grow(&a->vc_inv, Nc * d->nkv) &&
-              grow(&a->probs, P);
+    buf_size *t = malloc(sizeof *t * (64 + 29 * (size_t)ws->tm->d->info.n_layers));
+    if (!t) return ds_fail(DS_ERR_NOMEM, "out of memory for a training batch of %zu rows", M);
+    const int n = buffers(ws, M, Nc, P, t);
+    size_t total = 0; // in 4-byte words (floats and int32s alike)
+    for (int i = 0; i < n; i++) total += (t[i].n + 15) & ~(size_t)15;
+    free(ws->mem);
+    ws->cap_M = ws->cap_Nc = ws->cap_P = 0;
+    if (!(ws->mem = aligned_alloc(64, (total ? total : 16) * 4))) {
+        free(t);
+        return ds_fail(DS_ERR_NOMEM, "out of memory for a training batch of %zu rows", M);
     }
-    ok &= grow(&ws->ctx_a, Nc * H) && grow(&ws->ctx_inv, Nc) && grow(&ws->ctx_c, Nc * H) && grow(&ws->dctx, Nc * H) &&
-          grow(&ws->dkc, Nc * kvd) && grow(&ws->dvc, Nc * kvd) && grow(&ws->dkc_raw, Nc * kvd) &&
-          grow(&ws->dctx_a, Nc * H) && grow(&ws->dr, M * r) && grow(&ws->x, M * H) && grow(&ws->inv_f, M) &&
-          grow(&ws->h, M * H) && grow(&ws->u, M * V) && grow(&ws->z, M * V) && grow(&ws->t, M * V) &&
-          grow(&ws->e, M * r) && grow(&ws->vh, M * r) && grow(&ws->gin, M * (H + r)) && grow(&ws->gate, M * r) &&
-          grow(&ws->zin, M * (2 * r + H)) && grow(&ws->jout, M * 3 * r) && grow(&ws->st, (M + A) * r) &&
-          grow(&ws->zc, M) && grow(&ws->dzc, M) && grow(&ws->w, M) &&
-          grow(&ws->rcos, (M > Nc ? M : Nc) * half) && grow(&ws->rsin, (M > Nc ? M : Nc) * half) &&
-          grow(&ws->dx, M * H) && grow(&ws->dx2, M * H) && grow(&ws->dn, M * H) && grow(&ws->dq, M * qd) &&
-          grow(&ws->dk, M * kvd) && grow(&ws->dv, M * kvd) && grow(&ws->do_, M * qd) && grow(&ws->dhg, M * F) &&
-          grow(&ws->dhu, M * F) && grow(&ws->dtmp, M * wide) && grow(&ws->de, M * r);
-    int32_t *pv = realloc(ws->prev, M * sizeof(int32_t)), *lb = pv ? realloc(ws->label, M * sizeof(int32_t)) : NULL;
-    if (pv) ws->prev = pv;
-    if (lb) ws->label = lb;
-    int *ps = realloc(ws->pos, M * sizeof(int));
-    if (ps) ws->pos = ps;
-    if (!ok || !pv || !lb || !ps) return ds_fail(DS_ERR_NOMEM, "out of memory for a training batch of %zu rows", M);
+    char *p = ws->mem;
+    for (int i = 0; i < n; i++) {
+        if (t[i].f) *t[i].f = (float *)p;
+        else *t[i].i = (int32_t *)p;
+        p += ((t[i].n + 15) & ~(size_t)15) * 4;
+    }
+    free(t);
     ws->cap_M = M;
     ws->cap_Nc = Nc;
     ws->cap_P = P;
