@@ -159,8 +159,9 @@ static ds_block_rows block_rows(const ds_drafter *d, ds_draft_bufs *b, int n) {
     const int half = d->hd / 2;
     for (int i = 0; i < n; i++)
         ds_rope_angles(b->rcos + (size_t)i * half, b->rsin + (size_t)i * half, d->inv_freq, half, b->pos[i]);
-    return (ds_block_rows){n,     b->pos, b->end, b->kv, b->rcos, b->rsin,   b->x,          b->xn,      b->q,
-                           b->kb, b->vb,  b->att, b->hb, b->hb2,  b->scores, b->scores_cap, b->scratch, 0};
+    return (ds_block_rows){.n = n, .pos = b->pos, .end = b->end, .kv = b->kv, .rcos = b->rcos, .rsin = b->rsin,
+                           .x = b->x, .xb = b->xn, .q = b->q, .k = b->kb, .v = b->vb, .att = b->att, .hb = b->hb,
+                           .hb2 = b->hb2, .scores = b->scores, .scores_stride = b->scores_cap, .scratch = b->scratch};
 }
 
 // ---- context projection --------------------------------------------------------------------------
