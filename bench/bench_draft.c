@@ -247,7 +247,7 @@ static void draft_profile(draft_bench *b, int R, double *t, prof_cost *c) {
     for (int i = 0; i < P_N; i++) t[i] = 0;
     for (int r = 0; r < R; r++) prof_mm(b, &d->fc, b->append, &t[P_FC], &c->bytes[P_FC], &c->macs[P_FC]);
     for (int l = 0; l < d->info.n_layers; l++) {
-        const ds_draft_layer *y = &d->layers[l];
+        const ds_layer *y = &d->layers[l];
         for (int r = 0; r < R; r++) { // appends are per sequence
             prof_mm(b, &y->wk, b->append, &t[P_KV], &c->bytes[P_KV], &c->macs[P_KV]);
             if (y->wv.data) prof_mm(b, &y->wv, b->append, &t[P_KV], &c->bytes[P_KV], &c->macs[P_KV]);

@@ -7,28 +7,11 @@
 #include "dspark.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
+#include "model/block.h"
 #include "io/qconfig.h"
 
 typedef enum { DS_STYLE_QWEN3, DS_STYLE_GEMMA4 } ds_draft_style;
 typedef enum { DS_MARKOV_NONE, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;
-
-typedef struct {
-    float *input_norm;     // (H) pre-attention RMSNorm
-    float *post_attn_norm; // (H) Qwen3: pre-MLP norm ("post_attention_layernorm"); Gemma: on the attention output
-    float *pre_ffn_norm;   // (H) Gemma only: pre-MLP norm
-    float *post_ffn_norm;  // (H) Gemma only: on the MLP output
-    float layer_scalar;    // Gemma: multiplies the layer's output (1 for Qwen3)
-    ds_weight wq;          // (nq * hd, H)
-    ds_weight wk;          // (nkv * hd, H)
-    ds_weight wv;          // (nkv * hd, H); absent for Gemma (K = V: V = v_norm(k_proj x))
-    ds_weight wo;          // (H, nq * hd)
-    float *bq, *bk, *bv, *bo; // attention_bias (Qwen3): (nq*hd), (nkv*hd), (nkv*hd), (H); else NULL
-    float *q_norm;         // (hd) per-head RMSNorm on q
-    float *k_norm;         // (hd) per-head RMSNorm on k
-    ds_weight w_gate;      // (F, H)
-    ds_weight w_up;        // (F, H)
-    ds_weight w_down;      // (H, F)
-} ds_draft_layer;
 
 struct ds_drafter {
     ds_drafter_info info;
@@ -45,7 +28,10 @@ struct ds_drafter {
     ds_weight fc;         // (H, T * H)
     float *hidden_norm;   // (H)
     float *norm;          // (H) final norm
-    ds_draft_layer *layers;
+    ds_layer *layers;     // (n_layers) the decoder blocks (model/block.h); Qwen3: ffn_norm is
+                          // post_attention_layernorm; Gemma: attn_post_norm is, ffn_norm / ffn_post_norm are
+                          // pre/post_feedforward_layernorm, out_scale is layer_scalar, K = V (v_norm)
+    ds_block_cfg block;   // the blocks' model-wide options (libm GELU-tanh, halves RoPE, 2 attention jobs per item)
     ds_weight markov_w1;  // (V, r) lookup table
     ds_weight markov_w2;  // (V, r): bias = W2 · v
     ds_weight gate_proj;  // (r, H + r) gated head
@@ -85,7 +71,12 @@ typedef struct {
     float *att;     // (cap_rows, nq * hd)
     float *hb;      // (cap_rows, F)
     float *hb2;     // (cap_rows, F)
-    float *rcos, *rsin; // (cap_rows, hd / 2)
+    float *rcos, *rsin; // (cap_rows, hd / 2) RoPE angles of each row
+    int *pos;       // (cap_rows) each row's position (its cache column)
+    int *end;       // (cap_rows) the columns of its cache each row attends over
+    ds_kvcache **kv; // (cap_rows) each row's cache
+    float *scores;  // (scores_thr, scores_cap) attention scores per thread
+    int scores_cap, scores_thr;
     float *u;       // (cap_rows, u_cols) LM head scores over a draft vocabulary of u_cols ids
     int u_cols;
     float *scratch; // (n_procs, matmul tile) widening scratch
@@ -93,16 +84,12 @@ typedef struct {
 
 struct ds_draft_state {
     const ds_drafter *d;
-    int len;        // committed context rows
+    ds_kvcache kv;  // per layer (nkv, hd, cap), K after k_norm and RoPE; kv.len committed context
+                    // rows; room for max_ctx rows and one block
     const int32_t *hist; // (n_hist) the sequence's generated tokens (ds_draft_state_set_history)
     int n_hist;
-    int cap;        // allocated rows (context + one block)
     int max_ctx;
-    float **k;      // (n_layers) each (nkv, hd, cap), K after k_norm and RoPE, transposed per head
-    float **v;      // (n_layers) each (nkv, hd, cap)
     ds_draft_bufs b; // scratch for appends and single-sequence blocks
-    float *scores;  // (scores_thr, cap) attention scores per thread
-    int scores_thr;
     float *mv;      // (8r + H + 1) Markov / confidence features
     float *probs;   // (V) processed distribution of one slot
     void *sscratch; // sampler scratch for V

@@ -7,8 +7,9 @@
 //   Markov walk         logits_k = U_k + bias(prev); tok_k = argmax or a sample of the processed
 //                       distribution; prev = tok_k;
 //   confidence          c_k = σ(proj([h_k ; W1[prev_k]])).
-// The block's K/V are written after the context rows and dropped again (the cache length is not
-// advanced), so the draft side never needs rollback.
+// The layers are the target's decoder block (model/block.c; the K/V of context rows its K/V half):
+// only the rows' spans differ. The block's K/V are written after the context rows and dropped again
+// (the cache length is not advanced), so the draft side never needs rollback.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,13 @@ static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
         if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory for a draft block of %d rows", rows);
         *bufs[i] = p;
     }
+    int *pos = realloc(b->pos, sizeof(int) * r);
+    if (pos) b->pos = pos;
+    int *end = pos ? realloc(b->end, sizeof(int) * r) : NULL;
+    if (end) b->end = end;
+    ds_kvcache **kv = end ? realloc(b->kv, sizeof *kv * r) : NULL;
+    if (!kv) return ds_fail(DS_ERR_NOMEM, "out of memory for a draft block of %d rows", rows);
+    b->kv = kv;
     if (!b->scratch) {
         size_t sc = 0;
         const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_gate,
@@ -58,8 +66,12 @@ static ds_status bufs_reserve(const ds_drafter *d, ds_draft_bufs *b, int rows) {
 }
 
 static void bufs_free(ds_draft_bufs *b) {
-    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch, b->u};
+    float *bufs[] = {b->x, b->xn, b->q, b->kb, b->vb, b->att, b->hb, b->hb2, b->rcos, b->rsin, b->scratch, b->u,
+                     b->scores};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(b->pos);
+    free(b->end);
+    free(b->kv);
     memset(b, 0, sizeof *b);
 }
 
@@ -67,17 +79,23 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
     *out = NULL;
     if (max_ctx <= 0) return ds_fail(DS_ERR_INVALID, "draft context must hold at least one row");
     ds_draft_state *s = ds_calloc(1, sizeof *s);
-    if (!s) return DS_ERR_NOMEM;
+    int *lines = malloc(sizeof(int) * (size_t)d->info.n_layers);
+    if (!s || !lines) {
+        free(s);
+        free(lines);
+        return DS_ERR_NOMEM;
+    }
     s->d = d;
     s->max_ctx = max_ctx;
-    s->k = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
-    s->v = ds_calloc((size_t)d->info.n_layers, sizeof(float *));
+    for (int l = 0; l < d->info.n_layers; l++) lines[l] = d->nkv * d->hd;
+    ds_status st = ds_kvcache_init(&s->kv, d->info.n_layers, lines, max_ctx + d->info.block_size);
+    free(lines);
     // Markov/confidence features: v (r) | z (2r + H) | g (3r) | W1[prev] (r) | rnn state (r)
     s->mv = malloc(sizeof(float) * (8 * (size_t)d->r + d->H + 1));
     s->probs = malloc(sizeof(float) * d->V);
     s->sscratch = malloc(ds_sampler_scratch_size(d->V));
     const int rows = d->info.block_size > DS_DRAFT_CHUNK ? d->info.block_size : DS_DRAFT_CHUNK;
-    if (!s->k || !s->v || !s->mv || !s->probs || !s->sscratch || bufs_reserve(d, &s->b, rows)) {
+    if (st || !s->mv || !s->probs || !s->sscratch || bufs_reserve(d, &s->b, rows)) {
         ds_draft_state_free(s);
         return ds_fail(DS_ERR_NOMEM, "out of memory for a draft state");
     }
@@ -87,21 +105,15 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
 
 void ds_draft_state_free(ds_draft_state *s) {
     if (!s) return;
-    for (int l = 0; l < s->d->info.n_layers; l++) {
-        if (s->k) free(s->k[l]);
-        if (s->v) free(s->v[l]);
-    }
+    ds_kvcache_free(&s->kv);
     bufs_free(&s->b);
-    free(s->scores);
     free(s->mv);
     free(s->probs);
     free(s->sscratch);
-    free(s->k);
-    free(s->v);
     free(s);
 }
 
-int ds_draft_state_len(const ds_draft_state *s) { return s->len; }
+int ds_draft_state_len(const ds_draft_state *s) { return s->kv.len; }
 
 void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n) {
     s->hist = hist;
@@ -109,194 +121,73 @@ void ds_draft_state_set_history(ds_draft_state *s, const int32_t *hist, int n) {
 }
 
 ds_status ds_draft_state_truncate(ds_draft_state *s, int len) {
-    if (len < 0 || len > s->len)
-        return ds_fail(DS_ERR_INVALID, "cannot truncate a draft context of %d rows to %d", s->len, len);
-    s->len = len;
+    if (len < 0 || len > s->kv.len)
+        return ds_fail(DS_ERR_INVALID, "cannot truncate a draft context of %d rows to %d", s->kv.len, len);
+    s->kv.len = len;
     return DS_OK;
 }
 
-// Room for `need` columns in every layer's cache (doubling; re-lays the transposed lines).
+// Room for `need` columns in every layer's cache.
 static ds_status reserve(ds_draft_state *s, int need) {
     const ds_drafter *d = s->d;
     if (need > s->max_ctx + d->info.block_size)
         return ds_fail(DS_ERR_INVALID, "draft context of %d rows exceeds its limit of %d", need - d->info.block_size,
                        s->max_ctx);
-    const int nthr = ds_threads();
-    if (need > s->cap) {
-        int cap = s->cap ? s->cap : 256;
-        while (cap < need) cap *= 2;
-        const size_t lines = (size_t)d->nkv * d->hd;
-        for (int l = 0; l < d->info.n_layers; l++) {
-            float *k = ds_transposed_regrow(s->k[l], lines, s->cap, s->len, cap);
-            if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
-            s->k[l] = k;
-            float *v = ds_transposed_regrow(s->v[l], lines, s->cap, s->len, cap);
-            if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
-            s->v[l] = v;
-        }
-        s->cap = cap;
-        free(s->scores);
-        s->scores = NULL;
-    }
-    if (!s->scores || nthr > s->scores_thr) {
-        free(s->scores);
-        s->scores_thr = nthr > ds_threads_max() ? nthr : ds_threads_max();
-        if (!(s->scores = malloc(sizeof(float) * (size_t)s->cap * s->scores_thr)))
-            return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
-    }
+    if (ds_kvcache_reserve(&s->kv, need)) return ds_fail(DS_ERR_NOMEM, "out of memory growing the draft context");
+    return DS_OK;
+}
+
+// Attention scores over up to `span` columns for every thread (grows by doubling).
+static ds_status scores_reserve(ds_draft_bufs *b, int span) {
+    const int nthr = ds_threads() > ds_threads_max() ? ds_threads() : ds_threads_max();
+    if (span <= b->scores_cap && nthr <= b->scores_thr) return DS_OK;
+    int cap = b->scores_cap ? b->scores_cap : 256;
+    while (cap < span) cap *= 2;
+    const int thr = nthr > b->scores_thr ? nthr : b->scores_thr;
+    float *p = realloc(b->scores, sizeof(float) * (size_t)cap * thr);
+    if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
+    b->scores = p;
+    b->scores_cap = cap;
+    b->scores_thr = thr;
     return DS_OK;
 }
 
 // ---- shared pieces -------------------------------------------------------------------------------
 
-static void add_bias(float *y, const float *b, int rows, int n) {
-    if (b)
-        for (int i = 0; i < rows; i++) ds_add(y + (size_t)i * n, b, n);
-}
-
-static void rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps) {
-    for (int i = 0; i < rows; i++) ds_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
-}
-
-// K and V rows (n, nkv·hd) of `src` (n, H) for layer l into b->kb / b->vb, with k_norm and RoPE at
-// positions pos[i] (or pos0 + i when pos is NULL):
-// K = RoPE(k_norm(src·Wkᵀ + bk)); V = src·Wvᵀ + bv, or (Gemma, K = V) v_norm(src·Wkᵀ), weightless.
-static void project_kv(const ds_drafter *d, ds_draft_bufs *b, int l, const float *src, int n, const int *pos,
-                       int pos0) {
-    const ds_draft_layer *y = &d->layers[l];
-    const int kvd = d->nkv * d->hd, half = d->hd / 2;
-    ds_matmul(b->kb, src, &y->wk, n, b->scratch);
-    add_bias(b->kb, y->bk, n, kvd);
-    if (d->style == DS_STYLE_QWEN3) {
-        ds_matmul(b->vb, src, &y->wv, n, b->scratch);
-        add_bias(b->vb, y->bv, n, kvd);
-    } else {
-        rmsnorm_rows(b->vb, b->kb, NULL, n * d->nkv, d->hd, d->eps); // v_norm(k_proj x), before k_norm
-    }
-    for (int i = 0; i < n; i++) {
-        float *k = b->kb + (size_t)i * kvd;
-        rmsnorm_rows(k, k, y->k_norm, d->nkv, d->hd, d->eps);
-        ds_rope_angles(b->rcos, b->rsin, d->inv_freq, half, pos ? pos[i] : pos0 + i);
-        ds_rope(k, d->nkv, d->hd, b->rcos, b->rsin, DS_ROPE_HALVES);
-    }
-}
-
-// Write K/V rows row0..row0+n-1 of b into s's transposed cache of layer l at columns col0...
-static void store_kv(ds_draft_state *s, const ds_draft_bufs *b, int l, int col0, int row0, int n) {
-    const int kvd = s->d->nkv * s->d->hd;
+// The block rows over b's first n rows, whose pos / end / kv the caller has filled; their RoPE angles.
+static ds_block_rows block_rows(const ds_drafter *d, ds_draft_bufs *b, int n) {
+    const int half = d->hd / 2;
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < kvd; j++) {
-            s->k[l][(size_t)j * s->cap + col0 + i] = b->kb[(size_t)(row0 + i) * kvd + j];
-            s->v[l][(size_t)j * s->cap + col0 + i] = b->vb[(size_t)(row0 + i) * kvd + j];
-        }
+        ds_rope_angles(b->rcos + (size_t)i * half, b->rsin + (size_t)i * half, d->inv_freq, half, b->pos[i]);
+    return (ds_block_rows){.n = n, .pos = b->pos, .end = b->end, .kv = b->kv, .rcos = b->rcos, .rsin = b->rsin,
+                           .x = b->x, .xb = b->xn, .q = b->q, .k = b->kb, .v = b->vb, .att = b->att, .hb = b->hb,
+                           .hb2 = b->hb2, .scores = b->scores, .scores_stride = b->scores_cap, .scratch = b->scratch};
 }
 
 // ---- context projection --------------------------------------------------------------------------
 
 ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float *taps, int n) {
     if (n < 0 || (n && !taps)) return ds_fail(DS_ERR_INVALID, "append of %d rows without taps", n);
-    ds_status st = reserve(s, s->len + n + d->info.block_size);
+    ds_status st = reserve(s, s->kv.len + n + d->info.block_size);
     if (st) return st;
     for (int done = 0; done < n; done += DS_DRAFT_CHUNK) {
         const int m = n - done < DS_DRAFT_CHUNK ? n - done : DS_DRAFT_CHUNK;
         // c = RMSNorm_hidden_norm(taps · fcᵀ)   (m, H)
         ds_draft_bufs *b = &s->b;
         ds_matmul(b->xn, taps + (size_t)done * d->T * d->H, &d->fc, m, b->scratch);
-        rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
-        for (int l = 0; l < d->info.n_layers; l++) {
-            project_kv(d, b, l, b->xn, m, NULL, s->len);
-            store_kv(s, b, l, s->len, 0, m);
+        ds_rmsnorm_rows(b->xn, b->xn, d->hidden_norm, m, d->H, d->eps);
+        for (int i = 0; i < m; i++) {
+            b->pos[i] = s->kv.len + i;
+            b->kv[i] = &s->kv;
         }
-        s->len += m;
+        ds_block_rows rows = block_rows(d, b, m);
+        for (int l = 0; l < d->info.n_layers; l++) ds_block_kv(&d->block, &d->layers[l], l, &rows, b->xn);
+        s->kv.len += m;
     }
     return DS_OK;
 }
 
 // ---- block forward -------------------------------------------------------------------------------
-
-static void gelu_tanh_mul(float *a, const float *b, int n) {
-    for (int i = 0; i < n; i++) {
-        const float x = a[i];
-        a[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * b[i];
-    }
-}
-
-typedef struct {
-    const ds_drafter *d;
-    ds_draft_bufs *b;
-    ds_draft_state *const *st;
-    int M, B, l;
-} block_attn_job;
-
-// Jobs (block row, head) [2·item, 2·item + 2) of block_layer's attention.
-static void block_attn_item(void *ctx, int item, int worker) {
-    const block_attn_job *a = ctx;
-    const ds_drafter *d = a->d;
-    const int qd = d->nq * d->hd, group = d->nq / d->nkv, B = a->B;
-    for (int job = item * 2; job < a->M * d->nq && job < item * 2 + 2; job++) {
-        const int i = job / d->nq, h = job % d->nq;
-        const ds_draft_state *s = a->st[i / B];
-        const size_t line = (size_t)(h / group) * d->hd * s->cap;
-        ds_attend(a->b->att + (size_t)i * qd + (size_t)h * d->hd, a->b->q + (size_t)i * qd + (size_t)h * d->hd,
-                  s->k[a->l] + line, s->v[a->l] + line, s->len + B, s->cap, d->hd, d->attn_scale,
-                  s->scores + (size_t)worker * s->cap);
-    }
-}
-
-// One draft layer over the blocks of R sequences: rows r·B .. r·B+B−1 of b->x belong to st[r].
-// Matrix products run over all R·B rows at once (one pass over the layer's weights); each
-// sequence's rows attend to its own context and its own block.
-static void block_layer(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st, const int *pos, int R,
-                        int B, int l) {
-    const ds_draft_layer *y = &d->layers[l];
-    const int H = d->H, qd = d->nq * d->hd, half = d->hd / 2, M = R * B;
-    rmsnorm_rows(b->xn, b->x, y->input_norm, M, H, d->eps);
-    ds_matmul(b->q, b->xn, &y->wq, M, b->scratch);
-    add_bias(b->q, y->bq, M, qd);
-    for (int i = 0; i < M; i++) {
-        float *q = b->q + (size_t)i * qd;
-        rmsnorm_rows(q, q, y->q_norm, d->nq, d->hd, d->eps);
-        ds_rope_angles(b->rcos, b->rsin, d->inv_freq, half, pos[i]);
-        ds_rope(q, d->nq, d->hd, b->rcos, b->rsin, DS_ROPE_HALVES);
-    }
-    project_kv(d, b, l, b->xn, M, pos, 0);
-    for (int r = 0; r < R; r++) store_kv(st[r], b, l, st[r]->len, r * B, B);
-    long work = 0;
-    for (int r = 0; r < R; r++) work += (long)B * d->nq * (st[r]->len + B) * d->hd;
-    block_attn_job a = {d, b, st, M, B, l};
-    const int items = (M * d->nq + 1) / 2;
-    if (work > (1L << 16)) ds_parallel_for(items, block_attn_item, &a);
-    else
-        for (int i = 0; i < items; i++) block_attn_item(&a, i, 0);
-    ds_matmul(b->xn, b->att, &y->wo, M, b->scratch);
-    add_bias(b->xn, y->bo, M, H);
-    if (d->style == DS_STYLE_QWEN3) {
-        // x = x + attn; x = x + down(silu(gate(n)) ⊙ up(n)), n = post_attention_layernorm(x)
-        ds_add(b->x, b->xn, M * H);
-        rmsnorm_rows(b->xn, b->x, y->post_attn_norm, M, H, d->eps);
-        ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
-        ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
-        ds_swiglu(b->hb, b->hb2, M * d->F);
-        ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
-        ds_add(b->x, b->xn, M * H);
-    } else {
-        // Gemma sandwich: x = x + post_attn_norm(attn); x = x + post_ffn_norm(mlp(pre_ffn_norm(x)));
-        // x = x · layer_scalar; MLP = down(gelu_tanh(gate) ⊙ up).
-        rmsnorm_rows(b->xn, b->xn, y->post_attn_norm, M, H, d->eps);
-        ds_add(b->x, b->xn, M * H);
-        rmsnorm_rows(b->xn, b->x, y->pre_ffn_norm, M, H, d->eps);
-        ds_matmul(b->hb, b->xn, &y->w_gate, M, b->scratch);
-        ds_matmul(b->hb2, b->xn, &y->w_up, M, b->scratch);
-        gelu_tanh_mul(b->hb, b->hb2, M * d->F);
-        ds_matmul(b->xn, b->hb, &y->w_down, M, b->scratch);
-        rmsnorm_rows(b->xn, b->xn, y->post_ffn_norm, M, H, d->eps);
-        ds_add(b->x, b->xn, M * H);
-        if (y->layer_scalar != 1.0f)
-            for (int i = 0; i < M * H; i++) b->x[i] *= y->layer_scalar;
-    }
-}
-
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Markov bias for slot k added to `logits` (V), from prev's W1 row `w1` (r) and the slot's hidden
 // h (H). `state` (r) is the rnn head's s_{k-1}, updated in place.
@@ -313,7 +204,7 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         memcpy(z, h, sizeof(float) * H);
         memcpy(z + H, w1, sizeof(float) * r);
         ds_matmul(g, z, &d->gate_proj, 1, s->b.scratch);
-        for (int i = 0; i < r; i++) v[i] = sigmoidf_(g[i] + d->gate_bias[i]) * w1[i];
+        for (int i = 0; i < r; i++) v[i] = ds_sigmoid(g[i] + d->gate_bias[i]) * w1[i];
         break;
     case DS_MARKOV_RNN: // z = [s ; W1[prev] ; h]; (g, c, o) = split3(joint_proj(z)); v = tanh(o)
         memcpy(z, state, sizeof(float) * r);
@@ -322,7 +213,7 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         ds_matmul(g, z, &d->joint_proj, 1, s->b.scratch);
         for (int i = 0; i < 3 * r; i++) g[i] += d->joint_bias[i];
         for (int i = 0; i < r; i++) {
-            const float gate = sigmoidf_(g[i]);
+            const float gate = ds_sigmoid(g[i]);
             state[i] = gate * state[i] + (1.0f - gate) * tanhf(g[r + i]);
             v[i] = tanhf(g[2 * r + i]);
         }
@@ -360,7 +251,7 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
                 float z = d->conf_b + ds_dot(d->conf_w, h, H);
                 if (d->info.confidence_with_markov) z += ds_dot(d->conf_w + H, w1, r);
                 if (k < d->n_calib) z /= d->calib[k]; // Sequential Temperature Scaling
-                conf[k] = sigmoidf_(z);
+                conf[k] = ds_sigmoid(z);
             } else {
                 conf[k] = NAN;
             }
@@ -371,7 +262,7 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
             ds_status st = ds_probs_process_hist(sp, lk, V, s->hist, s->n_hist, tokens, k, s->probs, s->sscratch);
             if (st) return st;
             if (sp->temperature == 0) tokens[k] = ds_argmax(s->probs, V);
-            else tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->len + 1 + k)
+            else tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->kv.len + 1 + k)
                                                         : ds_sample_probs(s->probs, V, rng);
         }
         prev = tokens[k];
@@ -379,34 +270,35 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
     return DS_OK;
 }
 
-// Block forward for R sequences with buffers b: h = norm(x) of every row left in b->xn.
+// Block forward for R sequences with buffers b: rows r·B .. r·B+B−1 belong to st[r] and attend to
+// its context and the whole block (no mask). Matrix products run over all R·B rows at once (one pass
+// over each layer's weights). h = norm(x) of every row is left in b->xn; b->pos the rows' positions.
 static ds_status block_forward(const ds_drafter *d, ds_draft_bufs *b, ds_draft_state *const *st,
-                               const int32_t *anchors, int R, int *pos) {
+                               const int32_t *anchors, int R) {
     const int B = d->info.block_size, H = d->H;
     ds_status e = bufs_reserve(d, b, R * B);
     if (e) return e;
+    int span = 0;
     for (int r = 0; r < R; r++) {
         if (anchors[r] < 0 || anchors[r] >= d->V)
             return ds_fail(DS_ERR_INVALID, "anchor token %d is outside the vocabulary", anchors[r]);
-        if ((e = reserve(st[r], st[r]->len + B))) return e;
+        if ((e = reserve(st[r], st[r]->kv.len + B))) return e;
+        span = st[r]->kv.len + B > span ? st[r]->kv.len + B : span;
         // x = embed_tokens[anchor, MASK × (B−1)] · embed_scale   (B, H), positions s..s+B−1
         for (int i = 0; i < B; i++) {
             float *x = b->x + (size_t)(r * B + i) * H;
             ds_weight_row_f32(&d->embed, i == 0 ? anchors[r] : d->info.mask_token_id, x);
-            if (d->embed_scale != 1.0f)
-                for (int j = 0; j < H; j++) x[j] *= d->embed_scale;
-            pos[r * B + i] = st[r]->len + i;
+            if (d->embed_scale != 1.0f) ds_scale(x, d->embed_scale, (size_t)H);
+            b->pos[r * B + i] = st[r]->kv.len + i;
+            b->end[r * B + i] = st[r]->kv.len + B;
+            b->kv[r * B + i] = &st[r]->kv;
         }
     }
-    for (int l = 0; l < d->info.n_layers; l++) block_layer(d, b, st, pos, R, B, l);
-    rmsnorm_rows(b->xn, b->x, d->norm, R * B, H, d->eps);
+    if ((e = scores_reserve(b, span))) return e;
+    ds_block_rows rows = block_rows(d, b, R * B);
+    for (int l = 0; l < d->info.n_layers; l++) ds_block_forward(&d->block, &d->layers[l], l, &rows);
+    ds_rmsnorm_rows(b->xn, b->x, d->norm, R * B, H, d->eps);
     return DS_OK;
-}
-
-// Gemma's final softcap tanh(U/c)·c over n values.
-static void softcap(const ds_drafter *d, float *u, size_t n) {
-    if (d->softcap > 0)
-        for (size_t i = 0; i < n; i++) u[i] = tanhf(u[i] / d->softcap) * d->softcap;
 }
 
 // U = h · lm_headᵀ for n rows (Gemma: softcapped). With a draft vocabulary only its rows are
@@ -417,7 +309,7 @@ static ds_status output_logits(const ds_drafter *d, ds_draft_bufs *b, const floa
     ds_matmul(u, h, K >= V ? &d->lm_head : &d->vocab_head, n, b->scratch);
     if (!ds_all_finite(u, (size_t)n * (K >= V ? V : K))) // (before the softcap, which makes inf finite)
         return ds_fail(DS_ERR_FORMAT, "the drafter computed NaN or infinite logits (its weights hold NaN/Inf values)");
-    softcap(d, u, (size_t)n * (K >= V ? V : K));
+    if (d->softcap > 0) ds_softcap(u, (size_t)n * (K >= V ? V : K), d->softcap); // Gemma
     if (K >= V) return DS_OK;
     for (int i = 0; i < n; i++) {
         float *l = logits + (size_t)i * V;
@@ -432,8 +324,7 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
                            const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
     const int B = d->info.block_size;
     if (n_slots < 1 || n_slots > B) return ds_fail(DS_ERR_INVALID, "cannot draft %d slots (block size %d)", n_slots, B);
-    int pos[64];
-    ds_status st = block_forward(d, &s->b, &s, &anchor, 1, pos);
+    ds_status st = block_forward(d, &s->b, &s, &anchor, 1);
     if (st) return st;
     if ((st = output_logits(d, &s->b, s->b.xn, n_slots, logits))) return st;
     return walk(d, s, anchor, n_slots, s->b.xn, sp, rng, tokens, logits, conf);
@@ -444,7 +335,6 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
 struct ds_draft_batch {
     const ds_drafter *d;
     ds_draft_bufs b;
-    int *pos;      // (cap rows) block positions
     float *h;      // (cap rows, H) gathered hidden rows of the slots drafted
     float *U;      // (cap rows, V) their logits
     int cap;
@@ -463,7 +353,6 @@ ds_status ds_draft_batch_init(const ds_drafter *d, ds_draft_batch **out) {
 void ds_draft_batch_free(ds_draft_batch *bt) {
     if (!bt) return;
     bufs_free(&bt->b);
-    free(bt->pos);
     free(bt->h);
     free(bt->U);
     free(bt->st);
@@ -491,16 +380,14 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const 
     }
     const int M = R * B;
     if (M > bt->cap) {
-        int *p = realloc(bt->pos, sizeof(int) * (size_t)M);
-        if (p) bt->pos = p;
-        float *h = p ? realloc(bt->h, sizeof(float) * (size_t)M * H) : NULL;
+        float *h = realloc(bt->h, sizeof(float) * (size_t)M * H);
         if (h) bt->h = h;
         float *u = h ? realloc(bt->U, sizeof(float) * (size_t)M * V) : NULL;
         if (!u) return ds_fail(DS_ERR_NOMEM, "out of memory drafting for %d sequences", R);
         bt->U = u;
         bt->cap = M;
     }
-    ds_status st = block_forward(d, &bt->b, bt->st, bt->anchor, R, bt->pos);
+    ds_status st = block_forward(d, &bt->b, bt->st, bt->anchor, R);
     if (st) return st;
     // One pass over lm_head for the drafted slots of every sequence.
     int n = 0;

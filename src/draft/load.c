@@ -300,13 +300,15 @@ static ds_status Vec(loader *L, const char *name, int n, float **out) {
 
 static ds_status load_layer(loader *L, int l, const draft_config *c) {
     ds_drafter *d = L->d;
-    ds_draft_layer *y = &d->layers[l];
+    ds_layer *y = &d->layers[l];
     const int H = d->H, qd = d->nq * d->hd, kvd = d->nkv * d->hd;
+    const int gemma = d->style == DS_STYLE_GEMMA4;
     char n[128];
     ds_status st;
 #define NAME(s) (snprintf(n, sizeof n, "layers.%d.%s", l, s), n)
-    if ((st = Vec(L, NAME("input_layernorm.weight"), H, &y->input_norm)) ||
-        (st = Vec(L, NAME("post_attention_layernorm.weight"), H, &y->post_attn_norm)) ||
+    // Qwen3's post_attention_layernorm is the pre-MLP norm; Gemma's normalizes the attention output.
+    if ((st = Vec(L, NAME("input_layernorm.weight"), H, &y->attn_norm)) ||
+        (st = Vec(L, NAME("post_attention_layernorm.weight"), H, gemma ? &y->attn_post_norm : &y->ffn_norm)) ||
         (st = W(L, NAME("self_attn.q_proj.weight"), qd, H, &y->wq)) ||
         (st = W(L, NAME("self_attn.k_proj.weight"), kvd, H, &y->wk)) ||
         (st = W(L, NAME("self_attn.o_proj.weight"), H, qd, &y->wo)) ||
@@ -324,15 +326,20 @@ static ds_status load_layer(loader *L, int l, const draft_config *c) {
             (st = Vec(L, NAME("self_attn.o_proj.bias"), H, &y->bo)))
             return st;
     }
-    y->layer_scalar = 1.0f;
-    if (d->style == DS_STYLE_GEMMA4) {
+    y->out_scale = 1.0f;
+    if (gemma) { // K = V: V = v_norm(k_proj x), weightless
         float *s;
-        if ((st = Vec(L, NAME("pre_feedforward_layernorm.weight"), H, &y->pre_ffn_norm)) ||
-            (st = Vec(L, NAME("post_feedforward_layernorm.weight"), H, &y->post_ffn_norm)) ||
+        if ((st = Vec(L, NAME("pre_feedforward_layernorm.weight"), H, &y->ffn_norm)) ||
+            (st = Vec(L, NAME("post_feedforward_layernorm.weight"), H, &y->ffn_post_norm)) ||
             (st = Vec(L, NAME("layer_scalar"), 1, &s)))
             return st;
-        y->layer_scalar = s[0];
+        y->out_scale = s[0];
+        y->v_norm = 1;
     }
+    y->head_dim = d->hd;
+    y->n_kv_heads = d->nkv;
+    y->ffn_dim = d->F;
+    y->kv_src = l;
 #undef NAME
     return DS_OK;
 }
@@ -434,6 +441,10 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
         d->attn_scale = 1.0f / sqrtf((float)d->hd);
         d->softcap = 0;
     }
+    for (int l = 0; l < c.layers; l++) d->layers[l].attn_scale = d->attn_scale;
+    d->block = (ds_block_cfg){.dim = d->H, .n_heads = d->nq, .n_layers = c.layers, .eps = d->eps,
+                              .rope_layout = DS_ROPE_HALVES, .act = d->style == DS_STYLE_GEMMA4 ? DS_ACT_GELU_TANHF : DS_ACT_SILU, .n_rope = 1, .rope_half = d->hd / 2,
+                              .attn_jobs = 2};
     // RoPE, halves pairing: inv_freq[j] = θ^(−2j/hd). Gemma's proportional partial RoPE rotates
     // only the first partial·hd/2 pairs (same divisor, the full head dim); the rest stay put.
     d->inv_freq = own(d, (size_t)d->hd / 2);

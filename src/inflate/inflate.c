@@ -285,12 +285,12 @@ static ds_status build_drafter(out_dir *o, const ds_drafter *d, int H, int F) {
         return st;
     char n[128];
     for (int l = 0; l < d->info.n_layers; l++) {
-        const ds_draft_layer *y = &d->layers[l];
+        const ds_layer *y = &d->layers[l];
 #define NAME(x) (snprintf(n, sizeof n, "layers.%d.%s", l, x), n)
         // q and k scaled by s: their per-head norms, with eps x h/H, give back exactly the small
         // drafter's normalized q and k.
-        if ((st = VEC(o, NAME("input_layernorm.weight"), vsrc(&t, y->input_norm, h), s, H, prefix(H, h, RAND))) ||
-            (st = VEC(o, NAME("post_attention_layernorm.weight"), vsrc(&t, y->post_attn_norm, h), s, H,
+        if ((st = VEC(o, NAME("input_layernorm.weight"), vsrc(&t, y->attn_norm, h), s, H, prefix(H, h, RAND))) ||
+            (st = VEC(o, NAME("post_attention_layernorm.weight"), vsrc(&t, y->ffn_norm, h), s, H,
                       prefix(H, h, RAND))) ||
             (st = MAT(o, NAME("self_attn.q_proj.weight"), wsrc(&t, &y->wq), s, qd, prefix(qd, qd, 0), H,
                       prefix(H, h, RAND))) ||

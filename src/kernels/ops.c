@@ -114,3 +114,63 @@ float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int 
     free(old);
     return p;
 }
+
+// ---- shared by the target, the drafter and the trainer ------------------------------------------
+
+void ds_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps) {
+    for (int i = 0; i < rows; i++) ds_rmsnorm(out + (size_t)i * n, x + (size_t)i * n, w, n, eps);
+}
+
+void ds_rmsnorm_fwd(float *y, float *inv, const float *x, const float *w, int rows, int n, float eps) {
+    for (int i = 0; i < rows; i++) {
+        const float *xi = x + (size_t)i * n;
+        double ss = 0;
+        for (int j = 0; j < n; j++) ss += (double)xi[j] * xi[j];
+        const float s = 1.0f / sqrtf((float)(ss / n) + eps);
+        inv[i] = s;
+        float *yi = y + (size_t)i * n;
+        for (int j = 0; j < n; j++) yi[j] = xi[j] * s * (w ? w[j] : 1.0f);
+    }
+}
+
+void ds_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, const float *inv,
+                    int rows, int n) {
+    for (int i = 0; i < rows; i++) {
+        const float *xi = x + (size_t)i * n, *gi = dy + (size_t)i * n;
+        const float s = inv[i];
+        double gx = 0;
+        for (int j = 0; j < n; j++) gx += (double)gi[j] * (w ? w[j] : 1.0f) * xi[j];
+        const float c = (float)(gx / n) * s * s * s;
+        float *di = dx + (size_t)i * n;
+        for (int j = 0; j < n; j++) {
+            di[j] += s * gi[j] * (w ? w[j] : 1.0f) - c * xi[j];
+            if (dw) dw[j] += gi[j] * xi[j] * s;
+        }
+    }
+}
+
+void ds_rope_at(float *x, int n_heads, int head_dim, const float *inv_freq, int pos, int inverse,
+                ds_rope_layout layout, float *cos_, float *sin_) {
+    const int half = head_dim / 2;
+    ds_rope_angles(cos_, sin_, inv_freq, half, pos);
+    if (inverse)
+        for (int i = 0; i < half; i++) sin_[i] = -sin_[i];
+    ds_rope(x, n_heads, head_dim, cos_, sin_, layout);
+}
+
+void ds_add_rows(float *y, const float *b, int rows, int n) {
+    if (b)
+        for (int i = 0; i < rows; i++) ds_add(y + (size_t)i * n, b, n);
+}
+
+void ds_scale(float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void ds_softcap(float *x, size_t n, float c) {
+    for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
+}
+
+void ds_geglu_tanhf(float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) a[i] = ds_gelu_tanh(a[i], NULL) * b[i];
+}

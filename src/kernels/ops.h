@@ -2,6 +2,7 @@
 #ifndef DS_KERNELS_OPS_H
 #define DS_KERNELS_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,5 +96,46 @@ float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int 
 // out (head_dim) = Σ_j softmax_j(scale · Σ_d q[d] K[d][j]) V[:][j]. `scores` holds n_ctx floats.
 void ds_attend(float *out, const float *q, const float *K, const float *V, int n_ctx, int stride, int head_dim,
                float scale, float *scores);
+
+// ---- shared by the target, the drafter and the trainer (one copy of each small step) ------------
+
+// out (rows, n) = RMSNorm of each row of x (rows, n), as ds_rmsnorm; out may be x.
+void ds_rmsnorm_rows(float *out, const float *x, const float *w, int rows, int n, float eps);
+
+// Training's RMSNorm: y (rows, n) = x · inv · w (w NULL: weightless) with inv (rows) = 1/sqrt(mean(x²)
+// + eps) kept for the backward pass; the sum of squares is accumulated in double.
+void ds_rmsnorm_fwd(float *y, float *inv, const float *x, const float *w, int rows, int n, float eps);
+// Its backward: with g = dy ⊙ w, dx += inv·g − x·inv³·(g·x)/n; dw (if not NULL) += dy ⊙ x·inv.
+void ds_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, const float *inv,
+                    int rows, int n);
+
+// RoPE of `n_heads` heads of one row at position `pos` (angles pos · inv_freq, head_dim / 2 of them);
+// inverse = 1 rotates back (the backward pass of a rotation). cos_, sin_: head_dim / 2 floats of scratch.
+void ds_rope_at(float *x, int n_heads, int head_dim, const float *inv_freq, int pos, int inverse,
+                ds_rope_layout layout, float *cos_, float *sin_);
+
+// y (rows, n) += b (n) on every row; nothing when b is NULL (an absent bias).
+void ds_add_rows(float *y, const float *b, int rows, int n);
+
+// x (n) *= s
+void ds_scale(float *x, float s, size_t n);
+
+// x (n) = c · tanh(x / c)   (Gemma's logit softcap; c > 0)
+void ds_softcap(float *x, size_t n, float c);
+
+// a (n) = gelu_tanh(a) · b with libm's tanhf (the drafter and trainer; ds_geglu is the target's
+// vectorized form, whose tanh is 1 - 2/(1 + e^2u) and differs in the last bits).
+void ds_geglu_tanhf(float *a, const float *b, int n);
+
+// 1 / (1 + e^-x)
+static inline float ds_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) with libm's tanhf; *dy, when dy is not
+// NULL, gets its derivative.
+static inline float ds_gelu_tanh(float x, float *dy) {
+    const float c = 0.7978845608028654f, t = tanhf(c * (x + 0.044715f * x * x * x));
+    if (dy) *dy = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * x * (1.0f + t);
+}
 
 #endif

@@ -1,8 +1,9 @@
 // The decoder-only target (Llama, Qwen2/3, Gemma 3/4 text): model lifetime, KV caches, workspaces
 // and the one forward pass.
 //
-// Per layer (pre-norm decoder):  h = x + P(Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n)),  n = RMSNorm(x)
-//                                x = s · (h + P'(Wdown · (act(Wgate·m) ⊙ Wup·m))),   m = RMSNorm(h)
+// Per layer (pre-norm decoder, one model/block.c block each):
+//   h = x + P(Wo · attn(rope(Wq·n), rope(Wk·n), Wv·n)),  n = RMSNorm(x)
+//   x = s · (h + P'(Wdown · (act(Wgate·m) ⊙ Wup·m))),   m = RMSNorm(h)
 // logits = softcap(Wout · RMSNorm(x)). P, P' are Gemma's post-norms (identity elsewhere), act is
 // SiLU or tanh-GELU, s the layer scalar (Gemma 4). Attention is causal over the sequence's KV cache
 // (only its last `window` rows on sliding-window layers), with GQA; optional q/k/v biases, per-head
@@ -14,6 +15,7 @@
 // x = h + E(m) + sigmoid(Wsg·m)·MLP(m) (the shared expert); Gemma 4 26B-A4B
 // x = h + P'(P1(MLP(m)) + P2(E(N2(h)))) with the router reading h.
 #include "base/threads.h"
+#include "model/block.h"
 #include "model/model.h"
 #include "model/moe.h"
 
@@ -283,14 +285,23 @@ ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out) {
     *out = NULL;
     if (max_ctx <= 0) max_ctx = m->info.max_ctx;
     ds_kv *kv = ds_calloc(1, sizeof *kv);
-    if (!kv) return DS_ERR_NOMEM;
+    int *lines = malloc(sizeof(int) * (size_t)m->info.n_layers);
+    if (!kv || !lines) {
+        free(kv);
+        free(lines);
+        return DS_ERR_NOMEM;
+    }
     kv->model = m;
     kv->max_ctx = max_ctx;
-    kv->k = ds_calloc((size_t)m->info.n_layers, sizeof(float *));
-    kv->v = ds_calloc((size_t)m->info.n_layers, sizeof(float *));
-    if (!kv->k || !kv->v) {
-        ds_kv_free(kv);
-        return DS_ERR_NOMEM;
+    for (int l = 0; l < m->info.n_layers; l++) {
+        const ds_layer *L = &m->layers[l];
+        lines[l] = L->kv_shared ? 0 : L->n_kv_heads * L->head_dim; // a shared layer reads kv_src's rows
+    }
+    ds_status st = ds_kvcache_init(&kv->c, m->info.n_layers, lines, max_ctx);
+    free(lines);
+    if (st) {
+        free(kv);
+        return st;
     }
     *out = kv;
     return DS_OK;
@@ -298,42 +309,24 @@ ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out) {
 
 void ds_kv_free(ds_kv *kv) {
     if (!kv) return;
-    for (int l = 0; kv->k && l < kv->model->info.n_layers; l++) free(kv->k[l]);
-    for (int l = 0; kv->v && l < kv->model->info.n_layers; l++) free(kv->v[l]);
-    free(kv->k);
-    free(kv->v);
+    ds_kvcache_free(&kv->c);
     free(kv);
 }
 
-int ds_kv_len(const ds_kv *kv) { return kv->len; }
+int ds_kv_len(const ds_kv *kv) { return kv->c.len; }
 
 ds_status ds_kv_truncate(ds_kv *kv, int len) {
-    if (len < 0 || len > kv->len)
-        return ds_fail(DS_ERR_INVALID, "cannot truncate a KV cache of %d rows to %d", kv->len, len);
-    kv->len = len; // rows past len are overwritten by the next forward before anything reads them
+    if (len < 0 || len > kv->c.len)
+        return ds_fail(DS_ERR_INVALID, "cannot truncate a KV cache of %d rows to %d", kv->c.len, len);
+    kv->c.len = len; // rows past len are overwritten by the next forward before anything reads them
     return DS_OK;
 }
 
 ds_status ds_kv_reserve(ds_kv *kv, int need) {
     if (need > kv->max_ctx)
         return ds_fail(DS_ERR_INVALID, "context of %d tokens exceeds the KV cache limit of %d", need, kv->max_ctx);
-    if (need <= kv->cap) return DS_OK;
-    int cap = kv->cap ? kv->cap : 256;
-    while (cap < need) cap *= 2;
-    if (cap > kv->max_ctx) cap = kv->max_ctx;
-    // Re-lay each (head, dim) line from the old stride to the new one (amortized: doubling).
-    for (int l = 0; l < kv->model->info.n_layers; l++) {
-        const ds_layer *L = &kv->model->layers[l];
-        if (L->kv_shared) continue; // reads kv_src's rows
-        const size_t lines = (size_t)L->n_kv_heads * L->head_dim;
-        float *k = ds_transposed_regrow(kv->k[l], lines, kv->cap, kv->len, cap);
-        if (!k) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-        kv->k[l] = k;
-        float *v = ds_transposed_regrow(kv->v[l], lines, kv->cap, kv->len, cap);
-        if (!v) return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-        kv->v[l] = v;
-    }
-    kv->cap = cap;
+    if (ds_kvcache_reserve(&kv->c, need))
+        return ds_fail(DS_ERR_NOMEM, "out of memory growing the KV cache to %d rows", need);
     return DS_OK;
 }
 
@@ -359,6 +352,7 @@ struct ds_workspace {
     float *logits;   // (cap_rows, vocab)
     int *row_seq;    // (cap_rows) which sequence a row belongs to
     int *row_pos;    // (cap_rows) absolute position
+    ds_kvcache **row_kv; // (cap_rows) the row's cache
     int cap_ctx, n_thr;
     float *scores;   // (n_thr, cap_ctx) attention scores per thread
     size_t scratch_per_thread;
@@ -413,7 +407,9 @@ static void ws_release(ds_workspace *ws) {
     }
     free(ws->row_seq);
     free(ws->row_pos);
+    free(ws->row_kv);
     ws->row_seq = ws->row_pos = NULL;
+    ws->row_kv = NULL;
     ws->cap_rows = 0;
 }
 
@@ -451,13 +447,15 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         ws->logits = malloc(r * in->vocab_size * 4);
         ws->row_seq = malloc(r * sizeof(int));
         ws->row_pos = malloc(r * sizeof(int));
+        ws->row_kv = malloc(r * sizeof *ws->row_kv);
         ws->ffn = m->n_moe ? malloc(r * in->dim * 4) : NULL;
         if ((m->n_moe && !ws->ffn) || (m->n_moe && ds_moe_ws_reserve(&ws->moe, m, rows))) {
             ws_release(ws);
             return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
         }
         if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->att || !ws->hb || !ws->hb2 || !ws->rcos ||
-            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos || (m->ple_dim && !ws->ple)) {
+            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos || !ws->row_kv ||
+            (m->ple_dim && !ws->ple)) {
             ws_release(ws);
             return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
         }
@@ -503,7 +501,7 @@ static ds_status check_seq(const ds_model *m, const ds_forward_seq *s, int idx) 
                            in->n_layers - 1);
     for (int j = 0; j < idx; j++)
         if ((s - idx + j)->kv == s->kv) return ds_fail(DS_ERR_INVALID, "sequence %d shares a KV cache with %d", idx, j);
-    return ds_kv_reserve(s->kv, s->kv->len + s->n_tokens);
+    return ds_kv_reserve(s->kv, s->kv->c.len + s->n_tokens);
 }
 
 // Copy the residual stream x (rows of all sequences) into the taps requested at layer `layer`.
@@ -521,107 +519,20 @@ static void copy_taps(const ds_model *m, ds_forward_seq *seqs, int n_seqs, const
     }
 }
 
-typedef struct {
-    const ds_model *m;
-    ds_workspace *ws;
-    const ds_forward_seq *seqs;
-    int R, layer;
-} attention_job;
-
-// Jobs (row, head) [4·item, 4·item + 4) of attention().
-static void attention_item(void *ctx, int item, int worker) {
-    const attention_job *a = ctx;
-    const ds_model_info *in = &a->m->info;
-    const ds_layer *L = &a->m->layers[a->layer];
-    ds_workspace *ws = a->ws;
-    const int hd = L->head_dim, nh = in->n_heads, group = in->n_heads / L->n_kv_heads, win = L->window;
-    const long total = (long)a->R * nh;
-    for (long job = (long)item * 4; job < total && job < (long)item * 4 + 4; job++) {
-        const int r = (int)(job / nh), h = (int)(job % nh);
-        const ds_kv *kv = a->seqs[ws->row_seq[r]].kv;
-        const int end = ws->row_pos[r] + 1, start = win && end > win ? end - win : 0;
-        const float *q = ws->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = kv->k[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
-        const float *V = kv->v[L->kv_src] + (size_t)(h / group) * hd * kv->cap + start;
-        float *sc = ws->scores + (size_t)worker * ws->cap_ctx;
-        ds_attend(ws->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, L->attn_scale, sc);
-    }
-}
-
-// Causal GQA attention of every new row against its sequence's cache (which already holds the
-// new rows' K and V); a sliding-window layer sees only the last `window` positions.
-// att (R, n_heads * layer head_dim).
-static void attention(const ds_model *m, ds_workspace *ws, ds_forward_seq *seqs, int R, int layer) {
-    const int nh = m->info.n_heads, hd = m->layers[layer].head_dim;
-    long work = 0;
-    for (int r = 0; r < R; r++) work += (long)(ws->row_pos[r] + 1) * nh * hd;
-    attention_job a = {m, ws, seqs, R, layer};
-    const int items = (int)(((long)R * nh + 3) / 4);
-    if (work > (1L << 16)) ds_parallel_for(items, attention_item, &a);
-    else
-        for (int i = 0; i < items; i++) attention_item(&a, i, 0);
-}
-
-// x (n) = c · tanh(x / c)
-static void softcap(float *x, size_t n, float c) {
-    for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
-}
-
-static void scale_rows(float *x, float s, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 // Per-layer inputs of every row (Gemma 4 PLE): ws->ple (R, n_layers, ple_dim) from the scaled
 // embeddings ws->x and the rows of the per-layer table for the rows' tokens (the only rows read).
 static void ple_inputs(const ds_model *m, ds_workspace *ws, const ds_forward_seq *seqs, int n_seqs, int R) {
     const int P = m->ple_dim, n = m->info.n_layers, dim = m->info.dim;
     const float eps = m->info.norm_eps, s2 = 0.70710678118654752f; // 2^-0.5
     ds_matmul_ex(ws->ple, ws->x, &m->ple_model_proj, R, ws->scratch, ws->gemm_min_rows);
-    scale_rows(ws->ple, 1.0f / sqrtf((float)dim), (size_t)R * n * P);
+    ds_scale(ws->ple, 1.0f / sqrtf((float)dim), (size_t)R * n * P);
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
             float *row = ws->ple + (size_t)r * n * P;
             ds_weight_row_f32(&m->ple_embd, seqs[s].tokens[i], ws->ple_row);
-            for (int l = 0; l < n; l++) ds_rmsnorm(row + (size_t)l * P, row + (size_t)l * P, m->ple_proj_norm, P, eps);
+            ds_rmsnorm_rows(row, row, m->ple_proj_norm, n, P, eps);
             for (int j = 0; j < n * P; j++) row[j] = (row[j] + ws->ple_row[j] * m->ple_embed_scale) * s2;
         }
-}
-
-// out (R, dim) = Wdown · (act(Wgate · in) ⊙ Wup · in); out may be in.
-static void dense_mlp(const ds_model *m, ds_workspace *ws, const ds_layer *L, const float *in, float *out, int R) {
-    ds_matmul_ex(ws->hb, in, &L->w_gate, R, ws->scratch, ws->gemm_min_rows);
-    ds_matmul_ex(ws->hb2, in, &L->w_up, R, ws->scratch, ws->gemm_min_rows);
-    if (m->act == DS_ACT_GELU_TANH) ds_geglu(ws->hb, ws->hb2, R * L->ffn_dim);
-    else ds_swiglu(ws->hb, ws->hb2, R * L->ffn_dim);
-    ds_matmul_ex(out, ws->hb, &L->w_down, R, ws->scratch, ws->gemm_min_rows);
-}
-
-// An MoE layer's FFN output into ws->xb (which holds m = ffn_norm(h) on entry; ws->x holds h).
-static void moe_block(const ds_model *m, ds_workspace *ws, const ds_layer *L, int R) {
-    const ds_moe *E = L->moe;
-    const int dim = m->info.dim;
-    const float eps = m->info.norm_eps;
-    if (L->w_gate.data) { // the dense MLP beside the experts (Qwen2-MoE shared expert, Gemma 4)
-        dense_mlp(m, ws, L, ws->xb, ws->ffn, R);
-        if (E->shared_gate.data) {
-            ds_matmul_ex(ws->hb, ws->xb, &E->shared_gate, R, ws->scratch, ws->gemm_min_rows); // (R, 1)
-            for (int r = 0; r < R; r++) scale_rows(ws->ffn + (size_t)r * dim, 1.0f / (1.0f + expf(-ws->hb[r])), dim);
-        }
-        if (E->dense_post_norm)
-            for (int r = 0; r < R; r++)
-                ds_rmsnorm(ws->ffn + (size_t)r * dim, ws->ffn + (size_t)r * dim, E->dense_post_norm, dim, eps);
-    }
-    const float *route = ws->xb, *in = ws->xb;
-    if (E->pre_norm) { // Gemma 4: the router reads h, the experts N2(h) (ws->logit_in is free until the logits)
-        for (int r = 0; r < R; r++)
-            ds_rmsnorm(ws->logit_in + (size_t)r * dim, ws->x + (size_t)r * dim, E->pre_norm, dim, eps);
-        route = ws->x;
-        in = ws->logit_in;
-    }
-    ds_moe_forward(m, E, ws->moe, route, in, ws->xb, R, ws->scratch, ws->gemm_min_rows);
-    if (E->post_norm)
-        for (int r = 0; r < R; r++) ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, E->post_norm, dim, eps);
-    if (L->w_gate.data) ds_add(ws->xb, ws->ffn, R * dim);
 }
 
 int ds_workspace_expert_windows(const ds_workspace *ws, float *out, int n) {
@@ -644,7 +555,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         if ((st = check_seq(m, &seqs[s], s))) return st;
         R += seqs[s].n_tokens;
         n_logit_rows += seqs[s].n_logits;
-        const int end = seqs[s].kv->len + seqs[s].n_tokens;
+        const int end = seqs[s].kv->c.len + seqs[s].n_tokens;
         max_ctx = end > max_ctx ? end : max_ctx;
     }
     if ((st = ws_reserve(ws, R, max_ctx))) return st;
@@ -658,88 +569,30 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
             ws->row_seq[r] = s;
-            ws->row_pos[r] = seqs[s].kv->len + i;
+            ws->row_kv[r] = &seqs[s].kv->c;
+            ws->row_pos[r] = seqs[s].kv->c.len + i;
             for (int k = 0; k < nr; k++)
                 ds_rope_angles(ws->rcos + ((size_t)r * nr + k) * mhalf, ws->rsin + ((size_t)r * nr + k) * mhalf,
                                m->rope[k].inv_freq, m->rope[k].half, ws->row_pos[r]);
             ds_weight_row_f32(&m->tok_embd, seqs[s].tokens[i], ws->x + (size_t)r * dim);
-            if (m->embed_scale) scale_rows(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
+            if (m->embed_scale) ds_scale(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
         }
     copy_taps(m, seqs, n_seqs, ws->x, -1);
     if (m->ple_dim) ple_inputs(m, ws, seqs, n_seqs, R);
 
+    // The layers (model/block.c): causal attention over each row's own cache.
+    const ds_block_cfg cfg = {m,  dim, nh, in->n_layers, in->norm_eps, in->rope_layout, m->act, nr, mhalf,
+                              m->ple_dim, 4};
+    ds_block_rows rows = {R, ws->row_pos, NULL, ws->row_kv, ws->rcos, ws->rsin, ws->x, ws->xb, ws->q, ws->k, ws->v,
+                          ws->att, ws->hb, ws->hb2, ws->scores, ws->cap_ctx, ws->scratch, ws->gemm_min_rows, ws->ple,
+                          ws->ffn, ws->logit_in, ws->moe};
     for (int l = 0; l < in->n_layers; l++) {
-        const ds_layer *L = &m->layers[l];
-        const int hd = L->head_dim, nkv = L->n_kv_heads, qd = nh * hd, kvd = nkv * hd;
-        const int own_kv = !L->kv_shared;
-        // Attention block.
-        for (int r = 0; r < R; r++)
-            ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->attn_norm, dim, in->norm_eps);
-        ds_matmul_ex(ws->q, ws->xb, &L->wq, R, ws->scratch, ws->gemm_min_rows);
-        if (own_kv) ds_matmul_ex(ws->k, ws->xb, &L->wk, R, ws->scratch, ws->gemm_min_rows);
-        if (own_kv && L->wv.data) ds_matmul_ex(ws->v, ws->xb, &L->wv, R, ws->scratch, ws->gemm_min_rows);
-        for (int r = 0; r < R; r++) {
-            float *q = ws->q + (size_t)r * qd, *k = ws->k + (size_t)r * kvd, *v = ws->v + (size_t)r * kvd;
-            if (L->bq) ds_add(q, L->bq, qd);
-            const size_t ro = ((size_t)r * nr + L->rope) * mhalf;
-            if (!own_kv) { // a KV-shared layer: only its queries; keys and values are kv_src's
-                if (L->q_norm)
-                    for (int h = 0; h < nh; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
-                ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
-                continue;
-            }
-            if (L->bk) ds_add(k, L->bk, kvd);
-            if (!L->wv.data) memcpy(v, k, (size_t)kvd * 4); // K = V: the raw key projection
-            else if (L->bv) ds_add(v, L->bv, kvd);
-            if (L->q_norm)
-                for (int h = 0; h < nh; h++) ds_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, in->norm_eps);
-            if (L->k_norm)
-                for (int h = 0; h < nkv; h++) ds_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, in->norm_eps);
-            if (L->v_norm)
-                for (int h = 0; h < nkv; h++) ds_rmsnorm(v + h * hd, v + h * hd, NULL, hd, in->norm_eps);
-            ds_rope(q, nh, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
-            ds_rope(k, nkv, hd, ws->rcos + ro, ws->rsin + ro, in->rope_layout);
-            ds_kv *kv = seqs[ws->row_seq[r]].kv;
-            float *K = kv->k[l] + ws->row_pos[r], *V = kv->v[l] + ws->row_pos[r];
-            for (int i = 0; i < kvd; i++) {
-                K[(size_t)i * kv->cap] = k[i];
-                V[(size_t)i * kv->cap] = v[i];
-            }
-        }
-        attention(m, ws, seqs, R, l);
-        ds_matmul_ex(ws->xb, ws->att, &L->wo, R, ws->scratch, ws->gemm_min_rows);
-        for (int r = 0; r < R; r++) {
-            float *o = ws->xb + (size_t)r * dim;
-            if (L->bo) ds_add(o, L->bo, dim);
-            if (L->attn_post_norm) ds_rmsnorm(o, o, L->attn_post_norm, dim, in->norm_eps);
-        }
-        ds_add(ws->x, ws->xb, R * dim);
-        // MLP block (SwiGLU or GeGLU), routed experts, or both.
-        for (int r = 0; r < R; r++)
-            ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, L->ffn_norm, dim, in->norm_eps);
-        if (L->moe) moe_block(m, ws, L, R);
-        else dense_mlp(m, ws, L, ws->xb, ws->xb, R);
-        if (L->ffn_post_norm)
-            for (int r = 0; r < R; r++)
-                ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ffn_post_norm, dim, in->norm_eps);
-        ds_add(ws->x, ws->xb, R * dim);
-        if (m->ple_dim) { // x += N(Wproj · (gelu_tanh(Wgate · x) ⊙ ple_l))
-            const int P = m->ple_dim;
-            ds_matmul_ex(ws->hb, ws->x, &L->ple_gate, R, ws->scratch, ws->gemm_min_rows);
-            for (int r = 0; r < R; r++)
-                ds_geglu(ws->hb + (size_t)r * P, ws->ple + ((size_t)r * in->n_layers + l) * P, P);
-            ds_matmul_ex(ws->xb, ws->hb, &L->ple_proj, R, ws->scratch, ws->gemm_min_rows);
-            for (int r = 0; r < R; r++)
-                ds_rmsnorm(ws->xb + (size_t)r * dim, ws->xb + (size_t)r * dim, L->ple_post_norm, dim, in->norm_eps);
-            ds_add(ws->x, ws->xb, R * dim);
-        }
-        if (L->out_scale != 1.0f) scale_rows(ws->x, L->out_scale, (size_t)R * dim);
+        ds_block_forward(&cfg, &m->layers[l], l, &rows);
         copy_taps(m, seqs, n_seqs, ws->x, l);
     }
 
     // Final norm, hidden states, logits for the requested trailing rows.
-    for (int r = 0; r < R; r++)
-        ds_rmsnorm(ws->xb + (size_t)r * dim, ws->x + (size_t)r * dim, m->out_norm, dim, in->norm_eps);
+    ds_rmsnorm_rows(ws->xb, ws->x, m->out_norm, R, dim, in->norm_eps);
     for (int s = 0, r0 = 0; s < n_seqs; r0 += seqs[s].n_tokens, s++)
         if (seqs[s].hidden) memcpy(seqs[s].hidden, ws->xb + (size_t)r0 * dim, (size_t)seqs[s].n_tokens * dim * 4);
     if (n_seqs == 1 && n_logit_rows) {
@@ -770,7 +623,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
                                           "values or overflow)", m->path ? m->path : m->name);
     if (m->final_softcap > 0)
         for (int s = 0; s < n_seqs; s++)
-            softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);
-    for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n_tokens;
+            ds_softcap(seqs[s].logits, (size_t)seqs[s].n_logits * in->vocab_size, m->final_softcap);
+    for (int s = 0; s < n_seqs; s++) seqs[s].kv->c.len += seqs[s].n_tokens;
     return DS_OK;
 }

@@ -4,9 +4,11 @@
 
 #include "dspark.h"
 #include "kernels/matmul.h"
+#include "model/kvcache.h"
 
-// Feed-forward gate activation: SwiGLU (Llama, Qwen) or GeGLU with tanh-approximate GELU (Gemma).
-typedef enum { DS_ACT_SILU = 0, DS_ACT_GELU_TANH = 1 } ds_act;
+// Feed-forward gate activation: SwiGLU (Llama, Qwen) or GeGLU with tanh-approximate GELU (Gemma
+// targets: ds_geglu's vectorized tanh; Gemma drafters: libm's tanhf, ds_geglu_tanhf, as trained).
+typedef enum { DS_ACT_SILU = 0, DS_ACT_GELU_TANH = 1, DS_ACT_GELU_TANHF = 2 } ds_act;
 
 // One set of RoPE inverse frequencies (a layer type may have its own base, scaling and rotated part;
 // zero frequencies leave their pairs unrotated: Gemma 4's proportional partial RoPE).
@@ -124,14 +126,9 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out);
 
 struct ds_kv {
     const ds_model *model;
-    int len;        // rows held
-    int cap;        // rows allocated (grows by doubling up to max_ctx)
     int max_ctx;
-    // Transposed per head, so attention runs along positions with no horizontal reductions:
-    // scores = Σ_d q[d]·K[d][:] (axpys), out[d] = p·V[d][:] (one dot per d), for any head_dim.
-    float **k;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap), K after RoPE; NULL on
-                    // KV-shared layers (they read k[kv_src])
-    float **v;      // (n_layers) each (layer n_kv_heads, layer head_dim, cap); NULL on KV-shared layers
+    ds_kvcache c;   // per layer (layer n_kv_heads, layer head_dim, cap), K after RoPE; KV-shared layers
+                    // have no lines (they read kv_src's); grows by doubling up to max_ctx
 };
 
 // Make room for `need` rows (amortized doubling; no allocation once the cache has grown).

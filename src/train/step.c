@@ -60,6 +60,7 @@ typedef struct {
 struct ds_tws {
     const ds_tmodel *tm;
     size_t cap_M, cap_Nc, cap_P;
+    void *mem;       // every buffer below, one allocation carved by the size table (buffers())
     layer_acts *L;   // (n_layers)
     float *ctx_a;    // (Nc, H) R·fcᵀ
     float *ctx_inv;  // (Nc)
@@ -110,80 +111,80 @@ ds_status ds_tws_init(const ds_tmodel *tm, ds_tws **out) {
     return DS_OK;
 }
 
-#define ALL_LAYER_BUFS(a)                                                                                       \
-    &a->x_in, &a->n1, &a->inv1, &a->q_raw, &a->q_inv, &a->q, &a->k_raw, &a->k_inv, &a->k, &a->v, &a->v_inv, &a->o, \
-        &a->ao, &a->ao_inv, &a->x_mid, &a->n2, &a->inv2, &a->hg, &a->hu, &a->act, &a->mo, &a->mo_inv, &a->x_pre,   \
-        &a->kc_raw, &a->kc_inv, &a->kc, &a->vc, &a->vc_inv, &a->probs
-#define ALL_WS_BUFS(S_)                                                                                          \
-    &S_->ctx_a, &S_->ctx_inv, &S_->ctx_c, &S_->dctx, &S_->dkc, &S_->dvc, &S_->dkc_raw, &S_->dctx_a, &S_->dr, &S_->x, &S_->inv_f, &S_->h, &S_->u, &S_->z, &S_->t,   \
-        &S_->e, &S_->vh, &S_->gin, &S_->gate, &S_->zin, &S_->jout, &S_->st, &S_->zc, &S_->dzc, &S_->w, &S_->rcos, &S_->rsin,   \
-        &S_->dx, &S_->dx2, &S_->dn, &S_->dq, &S_->dk, &S_->dv, &S_->do_, &S_->dhg, &S_->dhu, &S_->dtmp, &S_->de
-
 void ds_tws_free(ds_tws *ws) {
     if (!ws) return;
-    for (int l = 0; l < ws->tm->d->info.n_layers; l++) {
-        layer_acts *a = &ws->L[l];
-        float **bufs[] = {ALL_LAYER_BUFS(a)};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
-    }
-    float **bufs[] = {ALL_WS_BUFS(ws)};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
-    free(ws->prev);
-    free(ws->label);
-    free(ws->pos);
+    free(ws->mem);
     free(ws->L);
     free(ws);
 }
 
-static int grow(float **p, size_t n) {
-    float *q = realloc(*p, (n ? n : 1) * sizeof(float));
-    if (!q) return 0;
-    *p = q;
-    return 1;
+// One buffer of the scratch: where its pointer lives (f for floats, i for int32s) and its length.
+typedef struct {
+    float **f;
+    int32_t **i;
+    size_t n;
+} buf_size;
+
+// The size table (llm.c's activation sizes): every buffer of the scratch for M block rows, Nc
+// context rows and P attention probabilities, in the order they are carved. Returns the count.
+static int buffers(ds_tws *ws, size_t M, size_t Nc, size_t P, buf_size *t) {
+    const ds_drafter *d = ws->tm->d;
+    const size_t H = d->H, V = d->V, F = d->F, qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd,
+                 nq = d->nq, nkv = d->nkv, r = d->r ? d->r : 1, half = d->hd / 2, A = M; // A <= M
+    size_t wide = 3 * r > 2 * r + H ? 3 * r : 2 * r + H;
+    wide = wide > F ? wide : F;
+    wide = wide > qd ? wide : qd;
+    int n = 0;
+#define F_(field, size) (t[n++] = (buf_size){&(field), NULL, (size)})
+#define I_(field, size) (t[n++] = (buf_size){NULL, &(field), (size)})
+    for (int l = 0; l < d->info.n_layers; l++) {
+        layer_acts *a = &ws->L[l];
+        F_(a->x_in, M * H), F_(a->n1, M * H), F_(a->inv1, M), F_(a->q_raw, M * qd), F_(a->q_inv, M * nq);
+        F_(a->q, M * qd), F_(a->k_raw, M * kvd), F_(a->k_inv, M * nkv), F_(a->k, M * kvd), F_(a->v, M * kvd);
+        F_(a->v_inv, M * nkv), F_(a->o, M * qd), F_(a->ao, M * H), F_(a->ao_inv, M), F_(a->x_mid, M * H);
+        F_(a->n2, M * H), F_(a->inv2, M), F_(a->hg, M * F), F_(a->hu, M * F), F_(a->act, M * F), F_(a->mo, M * H);
+        F_(a->mo_inv, M), F_(a->x_pre, M * H), F_(a->kc_raw, Nc * kvd), F_(a->kc_inv, Nc * nkv), F_(a->kc, Nc * kvd);
+        F_(a->vc, Nc * kvd), F_(a->vc_inv, Nc * nkv), F_(a->probs, P);
+    }
+    F_(ws->ctx_a, Nc * H), F_(ws->ctx_inv, Nc), F_(ws->ctx_c, Nc * H), F_(ws->dctx, Nc * H), F_(ws->dkc, Nc * kvd);
+    F_(ws->dvc, Nc * kvd), F_(ws->dkc_raw, Nc * kvd), F_(ws->dctx_a, Nc * H), F_(ws->dr, M * r), F_(ws->x, M * H);
+    F_(ws->inv_f, M), F_(ws->h, M * H), F_(ws->u, M * V), F_(ws->z, M * V), F_(ws->t, M * V), F_(ws->e, M * r);
+    F_(ws->vh, M * r), F_(ws->gin, M * (H + r)), F_(ws->gate, M * r), F_(ws->zin, M * (2 * r + H));
+    F_(ws->jout, M * 3 * r), F_(ws->st, (M + A) * r), F_(ws->zc, M), F_(ws->dzc, M), F_(ws->w, M);
+    F_(ws->rcos, (M > Nc ? M : Nc) * half), F_(ws->rsin, (M > Nc ? M : Nc) * half), F_(ws->dx, M * H);
+    F_(ws->dx2, M * H), F_(ws->dn, M * H), F_(ws->dq, M * qd), F_(ws->dk, M * kvd), F_(ws->dv, M * kvd);
+    F_(ws->do_, M * qd), F_(ws->dhg, M * F), F_(ws->dhu, M * F), F_(ws->dtmp, M * wide), F_(ws->de, M * r);
+    I_(ws->prev, M), I_(ws->label, M), I_(ws->pos, M);
+#undef F_
+#undef I_
+    return n;
 }
 
-// Size every buffer for M block rows, Nc context rows and P attention probabilities.
+// Size every buffer for M block rows, Nc context rows and P attention probabilities: one allocation,
+// carved in the order of the size table, each buffer on a 64-byte boundary (contents are not kept).
 static ds_status reserve(ds_tws *ws, size_t M, size_t Nc, size_t P) {
     if (M <= ws->cap_M && Nc <= ws->cap_Nc && P <= ws->cap_P) return DS_OK;
     M = M > ws->cap_M ? M : ws->cap_M;
     Nc = Nc > ws->cap_Nc ? Nc : ws->cap_Nc;
     P = P > ws->cap_P ? P : ws->cap_P;
-    const ds_drafter *d = ws->tm->d;
-    const size_t H = d->H, V = d->V, F = d->F, qd = (size_t)d->nq * d->hd, kvd = (size_t)d->nkv * d->hd,
-                 r = d->r ? d->r : 1, half = d->hd / 2, A = M; // A <= M
-    size_t wide = 3 * r > 2 * r + H ? 3 * r : 2 * r + H;
-    wide = wide > F ? wide : F;
-    wide = wide > qd ? wide : qd;
-    int ok = 1;
-    for (int l = 0; l < d->info.n_layers; l++) {
-        layer_acts *a = &ws->L[l];
-        ok &= grow(&a->x_in, M * H) && grow(&a->n1, M * H) && grow(&a->inv1, M) && grow(&a->q_raw, M * qd) &&
-              grow(&a->q_inv, M * d->nq) && grow(&a->q, M * qd) && grow(&a->k_raw, M * kvd) &&
-              grow(&a->k_inv, M * d->nkv) && grow(&a->k, M * kvd) && grow(&a->v, M * kvd) &&
-              grow(&a->v_inv, M * d->nkv) && grow(&a->o, M * qd) && grow(&a->ao, M * H) && grow(&a->ao_inv, M) &&
-              grow(&a->x_mid, M * H) && grow(&a->n2, M * H) && grow(&a->inv2, M) && grow(&a->hg, M * F) &&
-              grow(&a->hu, M * F) && grow(&a->act, M * F) && grow(&a->mo, M * H) && grow(&a->mo_inv, M) &&
-              grow(&a->x_pre, M * H) && grow(&a->kc_raw, Nc * kvd) && grow(&a->kc_inv, Nc * d->nkv) &&
-              grow(&a->kc, Nc * kvd) && grow(&a->vc, Nc * kvd) && grow(&a->vc_inv, Nc * d->nkv) &&
-              grow(&a->probs, P);
+    buf_size *t = malloc(sizeof *t * (64 + 29 * (size_t)ws->tm->d->info.n_layers));
+    if (!t) return ds_fail(DS_ERR_NOMEM, "out of memory for a training batch of %zu rows", M);
+    const int n = buffers(ws, M, Nc, P, t);
+    size_t total = 0; // in 4-byte words (floats and int32s alike)
+    for (int i = 0; i < n; i++) total += (t[i].n + 15) & ~(size_t)15;
+    free(ws->mem);
+    ws->cap_M = ws->cap_Nc = ws->cap_P = 0;
+    if (!(ws->mem = aligned_alloc(64, (total ? total : 16) * 4))) {
+        free(t);
+        return ds_fail(DS_ERR_NOMEM, "out of memory for a training batch of %zu rows", M);
     }
-    ok &= grow(&ws->ctx_a, Nc * H) && grow(&ws->ctx_inv, Nc) && grow(&ws->ctx_c, Nc * H) && grow(&ws->dctx, Nc * H) &&
-          grow(&ws->dkc, Nc * kvd) && grow(&ws->dvc, Nc * kvd) && grow(&ws->dkc_raw, Nc * kvd) &&
-          grow(&ws->dctx_a, Nc * H) && grow(&ws->dr, M * r) && grow(&ws->x, M * H) && grow(&ws->inv_f, M) &&
-          grow(&ws->h, M * H) && grow(&ws->u, M * V) && grow(&ws->z, M * V) && grow(&ws->t, M * V) &&
-          grow(&ws->e, M * r) && grow(&ws->vh, M * r) && grow(&ws->gin, M * (H + r)) && grow(&ws->gate, M * r) &&
-          grow(&ws->zin, M * (2 * r + H)) && grow(&ws->jout, M * 3 * r) && grow(&ws->st, (M + A) * r) &&
-          grow(&ws->zc, M) && grow(&ws->dzc, M) && grow(&ws->w, M) &&
-          grow(&ws->rcos, (M > Nc ? M : Nc) * half) && grow(&ws->rsin, (M > Nc ? M : Nc) * half) &&
-          grow(&ws->dx, M * H) && grow(&ws->dx2, M * H) && grow(&ws->dn, M * H) && grow(&ws->dq, M * qd) &&
-          grow(&ws->dk, M * kvd) && grow(&ws->dv, M * kvd) && grow(&ws->do_, M * qd) && grow(&ws->dhg, M * F) &&
-          grow(&ws->dhu, M * F) && grow(&ws->dtmp, M * wide) && grow(&ws->de, M * r);
-    int32_t *pv = realloc(ws->prev, M * sizeof(int32_t)), *lb = pv ? realloc(ws->label, M * sizeof(int32_t)) : NULL;
-    if (pv) ws->prev = pv;
-    if (lb) ws->label = lb;
-    int *ps = realloc(ws->pos, M * sizeof(int));
-    if (ps) ws->pos = ps;
-    if (!ok || !pv || !lb || !ps) return ds_fail(DS_ERR_NOMEM, "out of memory for a training batch of %zu rows", M);
+    char *p = ws->mem;
+    for (int i = 0; i < n; i++) {
+        if (t[i].f) *t[i].f = (float *)p;
+        else *t[i].i = (int32_t *)p;
+        p += ((t[i].n + 15) & ~(size_t)15) * 4;
+    }
+    free(t);
     ws->cap_M = M;
     ws->cap_Nc = Nc;
     ws->cap_P = P;
@@ -196,8 +197,7 @@ static ds_status reserve(ds_tws *ws, size_t M, size_t Nc, size_t P) {
 static void lin(float *Y, const float *X, const float *W, const float *b, int n, int out, int in) {
     ds_weight w = {DS_F32, out, in, W};
     ds_matmul(Y, X, &w, n, NULL);
-    if (b)
-        for (int i = 0; i < n; i++) ds_add(Y + (size_t)i * out, b, out);
+    ds_add_rows(Y, b, n, out);
 }
 
 // Multiply-adds per item of the parallel sgemm loops below (a shape-only split: results never
@@ -257,46 +257,11 @@ static void lin_dw(float *dW, float *db, const float *dY, const float *X, int n,
         for (int i = 0; i < n; i++) ds_add(db, dY + (size_t)i * out, out);
 }
 
-// y = x · inv · w (w NULL: weightless), inv = 1/sqrt(mean(x²) + eps), for `rows` rows of n.
-static void rms_fwd(float *y, float *inv, const float *x, const float *w, int rows, int n, float eps) {
-    for (int i = 0; i < rows; i++) {
-        const float *xi = x + (size_t)i * n;
-        double ss = 0;
-        for (int j = 0; j < n; j++) ss += (double)xi[j] * xi[j];
-        const float s = 1.0f / sqrtf((float)(ss / n) + eps);
-        inv[i] = s;
-        float *yi = y + (size_t)i * n;
-        for (int j = 0; j < n; j++) yi[j] = xi[j] * s * (w ? w[j] : 1.0f);
-    }
-}
-
-// Backward of rms_fwd: with g = dy ⊙ w,  dx += inv·g − x·inv³·(g·x)/n;  dw += dy ⊙ x·inv.
-static void rms_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, const float *inv, int rows,
-                    int n) {
-    for (int i = 0; i < rows; i++) {
-        const float *xi = x + (size_t)i * n, *gi = dy + (size_t)i * n;
-        const float s = inv[i];
-        double gx = 0;
-        for (int j = 0; j < n; j++) gx += (double)gi[j] * (w ? w[j] : 1.0f) * xi[j];
-        const float c = (float)(gx / n) * s * s * s;
-        float *di = dx + (size_t)i * n;
-        for (int j = 0; j < n; j++) {
-            di[j] += s * gi[j] * (w ? w[j] : 1.0f) - c * xi[j];
-            if (dw) dw[j] += gi[j] * xi[j] * s;
-        }
-    }
-}
-
-// RoPE (halves pairing) on `heads` heads of row x with angles of position pos; sign −1 undoes it
-// (the backward pass of a rotation is the inverse rotation).
+// RoPE (halves pairing) on `heads` heads of row x at position pos; sign −1 undoes it (the backward
+// pass of a rotation is the inverse rotation).
 static void rope_row(const ds_drafter *d, float *x, int heads, int pos, float sign, float *c, float *s) {
-    ds_rope_angles(c, s, d->inv_freq, d->hd / 2, pos);
-    if (sign < 0)
-        for (int i = 0; i < d->hd / 2; i++) s[i] = -s[i];
-    ds_rope(x, heads, d->hd, c, s, DS_ROPE_HALVES);
+    ds_rope_at(x, heads, d->hd, d->inv_freq, pos, sign < 0, DS_ROPE_HALVES, c, s);
 }
-
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // ---- K/V projection (shared by context and block rows) -------------------------------------------
 
@@ -307,10 +272,10 @@ static void kv_fwd(const ds_tmodel *tm, const ds_tlayer *y, const float *src, in
     const ds_drafter *d = tm->d;
     const int kvd = d->nkv * d->hd;
     lin(k_raw, src, y->wk, y->bk, n, kvd, d->H);
-    rms_fwd(k, k_inv, k_raw, y->k_norm, n * d->nkv, d->hd, d->eps);
+    ds_rmsnorm_fwd(k, k_inv, k_raw, y->k_norm, n * d->nkv, d->hd, d->eps);
     for (int i = 0; i < n; i++) rope_row(d, k + (size_t)i * kvd, d->nkv, pos ? pos[i] : pos0 + i, 1, rc, rs);
     if (d->style == DS_STYLE_QWEN3) lin(v, src, y->wv, y->bv, n, kvd, d->H);
-    else rms_fwd(v, v_inv, k_raw, NULL, n * d->nkv, d->hd, d->eps);
+    else ds_rmsnorm_fwd(v, v_inv, k_raw, NULL, n * d->nkv, d->hd, d->eps);
 }
 
 // Backward of kv_fwd: dk, dv (n, kvd) are consumed (dk is un-rotated in place); adds to dsrc and
@@ -322,12 +287,12 @@ static void kv_bwd(const ds_tmodel *tm, const ds_tlayer *y, ds_tlayer *g, const 
     const int kvd = d->nkv * d->hd;
     for (int i = 0; i < n; i++) rope_row(d, dk + (size_t)i * kvd, d->nkv, pos ? pos[i] : pos0 + i, -1, rc, rs);
     memset(dk_raw, 0, sizeof(float) * (size_t)n * kvd);
-    rms_bwd(dk_raw, g->k_norm, dk, k_raw, y->k_norm, k_inv, n * d->nkv, d->hd);
+    ds_rmsnorm_bwd(dk_raw, g->k_norm, dk, k_raw, y->k_norm, k_inv, n * d->nkv, d->hd);
     if (d->style == DS_STYLE_QWEN3) {
         lin_dx(dsrc, dv, y->wv, n, kvd, d->H);
         lin_dw(g->wv, g->bv, dv, src, n, kvd, d->H);
     } else {
-        rms_bwd(dk_raw, NULL, dv, k_raw, NULL, v_inv, n * d->nkv, d->hd); // V = v_norm(k_raw)
+        ds_rmsnorm_bwd(dk_raw, NULL, dv, k_raw, NULL, v_inv, n * d->nkv, d->hd); // V = v_norm(k_raw)
     }
     lin_dx(dsrc, dk_raw, y->wk, n, kvd, d->H);
     lin_dw(g->wk, g->bk, dk_raw, src, n, kvd, d->H);
@@ -443,12 +408,6 @@ static void attn_bwd(const ds_drafter *d, const ds_tsample *s, const layer_acts 
 
 // ---- one layer -----------------------------------------------------------------------------------
 
-static void gelu_tanh(float x, float *y, float *dy) {
-    const float c = 0.7978845608028654f, t = tanhf(c * (x + 0.044715f * x * x * x));
-    *y = 0.5f * x * (1.0f + t);
-    *dy = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 // Layer l forward on ws->x (M, H) in place; keeps what the backward pass needs.
 static void layer_fwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, int l, int M, int B) {
     const ds_drafter *d = tm->d;
@@ -456,9 +415,9 @@ static void layer_fwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, int 
     layer_acts *a = &ws->L[l];
     const int H = d->H, F = d->F, qd = d->nq * d->hd;
     memcpy(a->x_in, ws->x, sizeof(float) * (size_t)M * H);
-    rms_fwd(a->n1, a->inv1, ws->x, y->input_norm, M, H, d->eps);
+    ds_rmsnorm_fwd(a->n1, a->inv1, ws->x, y->input_norm, M, H, d->eps);
     lin(a->q_raw, a->n1, y->wq, y->bq, M, qd, H);
-    rms_fwd(a->q, a->q_inv, a->q_raw, y->q_norm, M * d->nq, d->hd, d->eps);
+    ds_rmsnorm_fwd(a->q, a->q_inv, a->q_raw, y->q_norm, M * d->nq, d->hd, d->eps);
     for (int i = 0; i < M; i++) rope_row(d, a->q + (size_t)i * qd, d->nq, ws->pos[i], 1, ws->rcos, ws->rsin);
     kv_fwd(tm, y, a->n1, M, ws->pos, 0, a->k_raw, a->k_inv, a->k, a->v, a->v_inv, ws->rcos, ws->rsin);
     attn_fwd(d, s, a, B, d->attn_scale);
@@ -466,30 +425,27 @@ static void layer_fwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, int 
     if (d->style == DS_STYLE_QWEN3) {
         for (size_t i = 0; i < (size_t)M * H; i++) ws->x[i] += a->ao[i];
         memcpy(a->x_mid, ws->x, sizeof(float) * (size_t)M * H);
-        rms_fwd(a->n2, a->inv2, ws->x, y->post_attn_norm, M, H, d->eps);
+        ds_rmsnorm_fwd(a->n2, a->inv2, ws->x, y->post_attn_norm, M, H, d->eps);
     } else {
-        rms_fwd(ws->dn, a->ao_inv, a->ao, y->post_attn_norm, M, H, d->eps); // dn: scratch here
+        ds_rmsnorm_fwd(ws->dn, a->ao_inv, a->ao, y->post_attn_norm, M, H, d->eps); // dn: scratch here
         for (size_t i = 0; i < (size_t)M * H; i++) ws->x[i] += ws->dn[i];
         memcpy(a->x_mid, ws->x, sizeof(float) * (size_t)M * H);
-        rms_fwd(a->n2, a->inv2, ws->x, y->pre_ffn_norm, M, H, d->eps);
+        ds_rmsnorm_fwd(a->n2, a->inv2, ws->x, y->pre_ffn_norm, M, H, d->eps);
     }
     lin(a->hg, a->n2, y->w_gate, NULL, M, F, H);
     lin(a->hu, a->n2, y->w_up, NULL, M, F, H);
     for (size_t i = 0; i < (size_t)M * F; i++) {
-        float act, dact;
-        if (d->style == DS_STYLE_QWEN3) act = a->hg[i] * sigm(a->hg[i]);
-        else gelu_tanh(a->hg[i], &act, &dact);
+        const float act = d->style == DS_STYLE_QWEN3 ? a->hg[i] * ds_sigmoid(a->hg[i]) : ds_gelu_tanh(a->hg[i], NULL);
         a->act[i] = act * a->hu[i];
     }
     lin(a->mo, a->act, y->w_down, NULL, M, H, F);
     if (d->style == DS_STYLE_QWEN3) {
         for (size_t i = 0; i < (size_t)M * H; i++) ws->x[i] += a->mo[i];
     } else {
-        rms_fwd(ws->dn, a->mo_inv, a->mo, y->post_ffn_norm, M, H, d->eps);
+        ds_rmsnorm_fwd(ws->dn, a->mo_inv, a->mo, y->post_ffn_norm, M, H, d->eps);
         for (size_t i = 0; i < (size_t)M * H; i++) ws->x[i] += ws->dn[i];
         memcpy(a->x_pre, ws->x, sizeof(float) * (size_t)M * H);
-        const float sc = y->layer_scalar[0];
-        for (size_t i = 0; i < (size_t)M * H; i++) ws->x[i] *= sc;
+        ds_scale(ws->x, y->layer_scalar[0], (size_t)M * H);
     }
 }
 
@@ -511,7 +467,7 @@ static void layer_bwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, ds_t
         for (size_t i = 0; i < MH; i++) dx[i] *= y->layer_scalar[0];
         // x_pre = x_mid + post_ffn_norm(mo)
         memset(dmo, 0, sizeof(float) * MH);
-        rms_bwd(dmo, gy->post_ffn_norm, dx, a->mo, y->post_ffn_norm, a->mo_inv, M, H);
+        ds_rmsnorm_bwd(dmo, gy->post_ffn_norm, dx, a->mo, y->post_ffn_norm, a->mo_inv, M, H);
     } else {
         memcpy(dmo, dx, sizeof(float) * MH); // x_out = x_mid + mo
     }
@@ -523,11 +479,11 @@ static void layer_bwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, ds_t
     for (size_t i = 0; i < (size_t)M * F; i++) {
         float f, df;
         if (d->style == DS_STYLE_QWEN3) {
-            const float sg = sigm(a->hg[i]);
+            const float sg = ds_sigmoid(a->hg[i]);
             f = a->hg[i] * sg;
             df = sg * (1.0f + a->hg[i] * (1.0f - sg)); // silu'
         } else {
-            gelu_tanh(a->hg[i], &f, &df);
+            f = ds_gelu_tanh(a->hg[i], &df);
         }
         ws->dhg[i] = dact[i] * a->hu[i] * df;
         ws->dhu[i] = dact[i] * f;
@@ -539,7 +495,7 @@ static void layer_bwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, ds_t
     lin_dw(gy->w_gate, NULL, ws->dhg, a->n2, M, F, H);
     lin_dw(gy->w_up, NULL, ws->dhu, a->n2, M, F, H);
     // n2 = norm(x_mid): dx_mid = dx (residual) + norm backward
-    rms_bwd(dx, d->style == DS_STYLE_QWEN3 ? gy->post_attn_norm : gy->pre_ffn_norm, dn2, a->x_mid,
+    ds_rmsnorm_bwd(dx, d->style == DS_STYLE_QWEN3 ? gy->post_attn_norm : gy->pre_ffn_norm, dn2, a->x_mid,
             d->style == DS_STYLE_QWEN3 ? y->post_attn_norm : y->pre_ffn_norm, a->inv2, M, H);
     // x_mid = x_in + ao (Gemma: + post_attn_norm(ao))
     float *dao = ws->dx2;
@@ -547,7 +503,7 @@ static void layer_bwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, ds_t
         memcpy(dao, dx, sizeof(float) * MH);
     } else {
         memset(dao, 0, sizeof(float) * MH);
-        rms_bwd(dao, gy->post_attn_norm, dx, a->ao, y->post_attn_norm, a->ao_inv, M, H);
+        ds_rmsnorm_bwd(dao, gy->post_attn_norm, dx, a->ao, y->post_attn_norm, a->ao_inv, M, H);
     }
     // ao = o · Woᵀ + bo
     memset(ws->do_, 0, sizeof(float) * (size_t)M * qd);
@@ -561,7 +517,7 @@ static void layer_bwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, ds_t
     for (int i = 0; i < M; i++) rope_row(d, ws->dq + (size_t)i * qd, d->nq, ws->pos[i], -1, ws->rcos, ws->rsin);
     float *dq_raw = ws->dtmp;
     memset(dq_raw, 0, sizeof(float) * (size_t)M * qd);
-    rms_bwd(dq_raw, gy->q_norm, ws->dq, a->q_raw, y->q_norm, a->q_inv, M * d->nq, d->hd);
+    ds_rmsnorm_bwd(dq_raw, gy->q_norm, ws->dq, a->q_raw, y->q_norm, a->q_inv, M * d->nq, d->hd);
     float *dn1 = ws->dn;
     memset(dn1, 0, sizeof(float) * MH);
     lin_dx(dn1, dq_raw, y->wq, M, qd, H);
@@ -569,7 +525,7 @@ static void layer_bwd(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s, ds_t
     kv_bwd(tm, y, gy, a->n1, M, ws->pos, 0, a->k_raw, a->k_inv, a->v_inv, ws->dk, ws->dv, ws->dtmp, dn1, ws->rcos,
            ws->rsin);
     // n1 = norm(x_in); the residual already carries dx
-    rms_bwd(dx, gy->input_norm, dn1, a->x_in, y->input_norm, a->inv1, M, H);
+    ds_rmsnorm_bwd(dx, gy->input_norm, dn1, a->x_in, y->input_norm, a->inv1, M, H);
 }
 
 // ---- heads and losses ----------------------------------------------------------------------------
@@ -591,7 +547,7 @@ static void heads_fwd(const ds_tmodel *tm, ds_tws *ws, int M, int B) {
             }
             lin(ws->gate, ws->gin, p->gate_w, p->gate_b, M, r, H + r);
             for (size_t i = 0; i < (size_t)M * r; i++) {
-                ws->gate[i] = sigm(ws->gate[i]);
+                ws->gate[i] = ds_sigmoid(ws->gate[i]);
                 ws->vh[i] = ws->gate[i] * ws->e[i];
             }
         } else { // rnn, slot by slot: z_in = [s_{k-1} ; e ; h], (g, c, o) = Wj z_in + bj
@@ -610,7 +566,7 @@ static void heads_fwd(const ds_tmodel *tm, ds_tws *ws, int M, int B) {
                     const float *sp = S + ((size_t)an * (B + 1) + k) * r;
                     float *sn = S + ((size_t)an * (B + 1) + k + 1) * r;
                     for (int q = 0; q < r; q++) {
-                        const float gg = sigm(j[q]);
+                        const float gg = ds_sigmoid(j[q]);
                         sn[q] = gg * sp[q] + (1.0f - gg) * tanhf(j[r + q]);
                         ws->vh[(size_t)row * r + q] = tanhf(j[2 * r + q]);
                     }
@@ -678,7 +634,7 @@ static void losses(const ds_tmodel *tm, ds_tws *ws, const ds_loss_weights *lw, i
         if (has_conf) {
             const float zc = ws->zc[i];
             bce = fmax(zc, 0) - zc * cstar + log1p(exp(-fabs(zc)));
-            ws->dzc[i] = w * lw->conf * (sigm(zc) - cstar);
+            ws->dzc[i] = w * lw->conf * (ds_sigmoid(zc) - cstar);
         }
         ce_s += w * ce;
         l1_s += w * l1;
@@ -742,7 +698,7 @@ static void heads_bwd(const ds_tmodel *tm, ds_tws *ws, ds_tview *g, int M, int B
                     const float *j = ws->jout + (size_t)row * 3 * r, *sp = S + ((size_t)an * (B + 1) + k) * r;
                     float *dsa = ds + (size_t)an * r;
                     for (int q = 0; q < r; q++) {
-                        const float gg = sigm(j[q]), tc = tanhf(j[r + q]), to = tanhf(j[2 * r + q]);
+                        const float gg = ds_sigmoid(j[q]), tc = tanhf(j[r + q]), to = tanhf(j[2 * r + q]);
                         dj[q] = dsa[q] * (sp[q] - tc) * gg * (1.0f - gg);          // d gate pre
                         dj[r + q] = dsa[q] * (1.0f - gg) * (1.0f - tc * tc);        // d candidate pre
                         dj[2 * r + q] = dvh[(size_t)row * r + q] * (1.0f - to * to); // d output pre
@@ -811,14 +767,13 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
             ws->label[row] = valid ? s->tokens[q] : 0;
             ws->w[row] = valid ? expf(-(float)k / lw->decay) : 0.0f;
             ds_weight_row_f32(&d->embed, k == 0 ? s->tokens[p] : d->info.mask_token_id, ws->x + (size_t)row * H);
-            if (d->embed_scale != 1.0f)
-                for (int j = 0; j < H; j++) ws->x[(size_t)row * H + j] *= d->embed_scale;
+            if (d->embed_scale != 1.0f) ds_scale(ws->x + (size_t)row * H, d->embed_scale, (size_t)H);
         }
     }
     // Context rows 0..Nc-1: C = RMSNorm_hn(R·fcᵀ); per layer K/V.
     if (Nc) {
         lin(ws->ctx_a, s->taps, tm->p.fc, NULL, Nc, H, T * H);
-        rms_fwd(ws->ctx_c, ws->ctx_inv, ws->ctx_a, tm->p.hidden_norm, Nc, H, d->eps);
+        ds_rmsnorm_fwd(ws->ctx_c, ws->ctx_inv, ws->ctx_a, tm->p.hidden_norm, Nc, H, d->eps);
         for (int l = 0; l < d->info.n_layers; l++) {
             layer_acts *a = &ws->L[l];
             kv_fwd(tm, &tm->p.layers[l], ws->ctx_c, Nc, NULL, 0, a->kc_raw, a->kc_inv, a->kc, a->vc, a->vc_inv, ws->rcos,
@@ -827,10 +782,9 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
     }
     for (int l = 0; l < d->info.n_layers; l++) layer_fwd(tm, ws, s, l, M, B);
     // h = RMSNorm(x); U = h·lm_headᵀ (Gemma: softcap, keeping tanh for the backward pass in u)
-    rms_fwd(ws->h, ws->inv_f, ws->x, tm->p.norm, M, H, d->eps);
+    ds_rmsnorm_fwd(ws->h, ws->inv_f, ws->x, tm->p.norm, M, H, d->eps);
     lin(ws->u, ws->h, tm->lm_head, NULL, M, V, H);
-    if (d->softcap > 0)
-        for (size_t i = 0; i < (size_t)M * V; i++) ws->u[i] = tanhf(ws->u[i] / d->softcap) * d->softcap;
+    if (d->softcap > 0) ds_softcap(ws->u, (size_t)M * V, d->softcap);
     // Target distributions t = softmax(softcap(lm_head · G[p + k])) for labeled rows (the target's
     // own softcap, as its logits have it; none for Llama/Qwen).
     const float tc = s->target_softcap;
@@ -838,8 +792,7 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
         if (ws->w[i] <= 0) continue;
         float *ti = ws->t + (size_t)i * V;
         lin(ti, s->hidden + (size_t)ws->pos[i] * H, tm->lm_head, NULL, 1, V, H);
-        if (tc > 0)
-            for (int v = 0; v < V; v++) ti[v] = tanhf(ti[v] / tc) * tc;
+        if (tc > 0) ds_softcap(ti, (size_t)V, tc);
         ds_softmax(ti, V);
     }
     heads_fwd(tm, ws, M, B);
@@ -855,7 +808,7 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
     lin_dx(ws->dx, ws->z, tm->lm_head, M, V, H); // dh += dU·lm_head (frozen: no weight gradient)
     memcpy(ws->dn, ws->dx, sizeof(float) * (size_t)M * H);
     memset(ws->dx, 0, sizeof(float) * (size_t)M * H);
-    rms_bwd(ws->dx, g.norm, ws->dn, ws->x, tm->p.norm, ws->inv_f, M, H);
+    ds_rmsnorm_bwd(ws->dx, g.norm, ws->dn, ws->x, tm->p.norm, ws->inv_f, M, H);
     if (Nc) memset(ws->dctx, 0, sizeof(float) * (size_t)Nc * H);
     for (int l = d->info.n_layers - 1; l >= 0; l--) {
         if (Nc) {
@@ -872,7 +825,7 @@ ds_status ds_train_sequence(const ds_tmodel *tm, ds_tws *ws, const ds_tsample *s
     if (Nc) { // C = RMSNorm_hn(a), a = R·fcᵀ
         float *da = ws->dctx_a;
         memset(da, 0, sizeof(float) * (size_t)Nc * H);
-        rms_bwd(da, g.hidden_norm, ws->dctx, ws->ctx_a, tm->p.hidden_norm, ws->ctx_inv, Nc, H);
+        ds_rmsnorm_bwd(da, g.hidden_norm, ws->dctx, ws->ctx_a, tm->p.hidden_norm, ws->ctx_inv, Nc, H);
         lin_dw(g.fc, NULL, da, s->taps, Nc, H, T * H);
     }
     free(glayers);

@@ -19,7 +19,7 @@ static void layout(const ds_drafter *d, ds_tview *v, entry_fn fn, void *ctx) {
     fn(ctx, "hidden_norm.weight", H, 0, &v->hidden_norm);
     for (int l = 0; l < d->info.n_layers; l++) {
         ds_tlayer *y = &v->layers[l];
-        const ds_draft_layer *dl = &d->layers[l];
+        const ds_layer *dl = &d->layers[l];
 #define E(s, rows, cols, slot) (snprintf(n, sizeof n, "layers.%d.%s", l, s), fn(ctx, n, rows, cols, slot))
         E("input_layernorm.weight", H, 0, &y->input_norm);
         E("self_attn.q_proj.weight", qd, H, &y->wq);

@@ -1,0 +1,42 @@
+// One sequence's K/V cache, shared by the target (ds_kv) and the drafter (ds_draft_state): per layer
+// K and V stored transposed, (n_kv_heads, head_dim, cap) with position j at column j, so attention
+// runs along positions with no horizontal reductions (scores = Σ_d q[d]·K[d][:], out[d] = p·V[d][:],
+// ds_attend) whatever the head size.
+#ifndef DS_MODEL_KVCACHE_H
+#define DS_MODEL_KVCACHE_H
+
+#include <stddef.h>
+
+#include "dspark.h"
+
+typedef struct {
+    int n_layers;
+    int len;        // columns held (the rows of the sequence fed so far)
+    int cap;        // columns allocated: doubling from 256, at most max_cap
+    int max_cap;
+    int *lines;     // (n_layers) n_kv_heads * head_dim of each layer; 0: no cache of its own
+    float **k;      // (n_layers) each (lines[l], cap): K after RoPE; NULL where lines[l] is 0
+    float **v;      // (n_layers) each (lines[l], cap)
+} ds_kvcache;
+
+// An empty cache of n_layers layers with lines[l] lines each (copied), growing up to max_cap columns.
+ds_status ds_kvcache_init(ds_kvcache *c, int n_layers, const int *lines, int max_cap);
+void ds_kvcache_free(ds_kvcache *c);
+
+// Room for `need` columns (need <= max_cap, which the caller checks with its own message): the
+// first len columns of every line are kept, the capacity doubles (amortized; nothing is allocated
+// once the cache has grown). DS_ERR_NOMEM (with no message) when out of memory.
+ds_status ds_kvcache_reserve(ds_kvcache *c, int need);
+
+// Write one row's K and V (lines[l] values each, in (head, dim) order) at column `col` of layer l.
+void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *v);
+
+// K and V of kv head h of layer l (head_dim lines of cap floats, position j at column j).
+static inline const float *ds_kvcache_k(const ds_kvcache *c, int l, int h, int head_dim) {
+    return c->k[l] + (size_t)h * head_dim * c->cap;
+}
+static inline const float *ds_kvcache_v(const ds_kvcache *c, int l, int h, int head_dim) {
+    return c->v[l] + (size_t)h * head_dim * c->cap;
+}
+
+#endif
