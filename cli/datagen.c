@@ -1,4 +1,4 @@
-// dspark datagen: the frozen target writes drafter training data (src/train/datagen.h, the job;
+// dspark datagen: the frozen target writes drafter training data (ds_datagen_run in include/dspark_jobs.h, the job;
 // src/train/data.h, the file). `mpirun -np N dspark datagen ...` splits the sequences over ranks and
 // writes the same bytes.
 #include <stdio.h>
