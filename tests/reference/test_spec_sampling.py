@@ -49,8 +49,13 @@ Configurations (N = 20000 seeds each):
        3 tokens, T = 1, top-k 8: every verified row routes to its own experts
     w  the same target and drafter, T = 1, batch 8 (the eight sequences' rows share one expert
        pass: a row's routing and outputs must not depend on the others)
+    x  a quantized GGUF target written by llama.cpp (gguf-fixtures llama-tiny Q4_K_M: Q4_K, Q5_K and
+       Q6_K tensors on integer dot products; its exact distribution from dspark's own forward pass,
+       which test_gguf_fixtures.py checks against llama.cpp) drafted by its bigram drafter, 3 tokens,
+       T = 1, top-k 8
+    y  the same, coupled rule, T = 1, batch 8
 Both acceptance rules (include/dspark.h ds_verify_rule) are tested: a-j use the residual rule
-(min(1, p/q) acceptance, residual resampling, draws in order from one stream), as do t-w; k-q the coupled rule
+(min(1, p/q) acceptance, residual resampling, draws in order from one stream), as do t-x; k-q and y the coupled rule
 (the token at position t is the target's own draw from p_t with noise keyed by (seed, t); a draft
 is accepted iff the drafter, drawing with the same noise from q_t, proposed that token):
     k  coupled, dspark random drafter, T = 1
@@ -108,6 +113,13 @@ G4E_PROMPT = [1, 17, 42, 99, 5, 250, 31]
 # A random Qwen3-MoE target (4 layers, layer 1 dense through mlp_only_layers; vocab 300).
 MOE_TARGET = dict(seed=45, layers=4)
 MOE_PROMPT = [1, 23, 77, 140, 9, 260, 48]
+# A quantized GGUF target written by llama.cpp's llama-quantize (../shared/models/gguf-fixtures:
+# llama-tiny Q4_K_M, a mix of Q4_K, Q5_K, Q6_K and Q3_K-free K-quant tensors; vocab 512). Its exact
+# distribution comes from dspark's own forward pass (ds_ref_dump --last-of), which
+# test_gguf_fixtures.py checks against llama.cpp: what is tested here is the speculative sampler on a
+# quantized target, not the forward pass.
+Q4K_TARGET = "llama-tiny/Q4_K_M.gguf"
+Q4K_PROMPT = [1, 403, 407, 261, 378, 369]
 
 # Margins under which float32 (C) and float64 (reference) may legitimately decide a filter boundary
 # differently (the C logits match the reference within 1e-4): a context whose top-k / top-p / min-p
@@ -141,6 +153,8 @@ DRAFTERS = {
     "g4e_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "300", "--seed", "10"], True),
     # for the Qwen3-MoE target (the drafter stays dense)
     "moe_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "300", "--seed", "13"], True),
+    # for the quantized GGUF target
+    "q4k_bigram": (["--layers", "2", "--block", "4", "--markov-rank", "512", "--seed", "14"], True),
 }
 
 # OpenAI's logit bias and penalties (r, s): the first token's favourite (370) banned, another one
@@ -171,6 +185,10 @@ CONFIGS = [
          spec="dspark", drafter="moe_bigram", temp=1.0, top_k=8, gen=3, stops=(2, 3)),
     dict(key="w", name="Qwen3-MoE target, bigram drafter, T=1, batch 8", target="moe", prompt="moe",
          spec="dspark", drafter="moe_bigram", temp=1.0, batch=8, stops=(2, 3)),
+    dict(key="x", name="quantized GGUF target (Q4_K_M), bigram drafter, 3 tokens, T=1 top-k 8", target="q4k",
+         prompt="q4k", spec="dspark", drafter="q4k_bigram", temp=1.0, top_k=8, gen=3),
+    dict(key="y", name="coupled, quantized GGUF target (Q4_K_M), bigram drafter, T=1, batch 8", target="q4k",
+         prompt="q4k", spec="dspark", drafter="q4k_bigram", temp=1.0, batch=8, verify="coupled"),
     dict(key="k", name="coupled, dspark random, T=1", spec="dspark", drafter="random", temp=1.0, verify="coupled"),
     dict(key="m", name="coupled, dspark vanilla bigram, 3 tokens, T=1 top-k 8 min-p 0.05", spec="dspark",
          drafter="vanilla_bigram", temp=1.0, top_k=8, min_p=0.05, gen=3, verify="coupled"),
@@ -320,6 +338,8 @@ def batched_last_logits(model, seqs):
     """Logits of the last position of every sequence in seqs (B, n) (a LongTensor): the reference
     Llama forward of llama_ref.py with a batch dimension; for a Hugging Face model of hf_ref.py
     (Gemma 4 E-series), its forward per sequence."""
+    if isinstance(model, EngineModel):
+        return torch.tensor(model.last_logits([[int(t) for t in row] for row in seqs]))
     if isinstance(model, hf_ref.HFModel):
         return torch.stack([hf_ref.forward(model, [int(t) for t in row]).logits[-1] for row in seqs])
     cfg = model.config
@@ -350,6 +370,32 @@ def batched_last_logits(model, seqs):
     return hidden @ model.weights.get("output.weight", model.w("token_embd.weight")).T
 
 
+class EngineModel:
+    """A target whose logits come from dspark's own forward pass (ds_ref_dump --last-of): a quantized
+    GGUF file, which no Python reference here reads."""
+
+    def __init__(self, path):
+        self.path = path
+        out = common.run([common.tool("ds_ref_dump"), path, "--tokenize", "x"])  # loads: fails early
+        del out
+        self.vocab = self.last_logits([[1]]).shape[1]
+
+    def last_logits(self, seqs):
+        tag = os.path.join(common.tmp_dir(), f"engine_model_{os.getpid()}")
+        with open(tag + ".txt", "w") as f:
+            for s in seqs:
+                f.write(common.ids_arg(s) + "\n")
+        common.run([common.tool("ds_ref_dump"), self.path, "--last-of", tag + ".txt", "--out", tag + ".bin"])
+        with open(tag + ".bin", "rb") as f:
+            buf = f.read()
+        n, vocab = struct.unpack("<2i", buf[:8])
+        if n != len(seqs) or len(buf) != 8 + 4 * n * vocab:
+            common.fail(f"ds_ref_dump --last-of wrote {n} rows of {vocab} for {len(seqs)} sequences")
+        os.remove(tag + ".txt")
+        os.remove(tag + ".bin")
+        return np.frombuffer(buf, dtype="<f4", offset=8).reshape(n, vocab).astype(np.float64)
+
+
 def selfcheck_batched(model, prompt):
     V = model.config.vocab_size
     seqs = [prompt + [t % V] for t in (0, 5, 311, 7)]
@@ -376,6 +422,11 @@ def overwrite_f32(directory, values):
             f.write(arr.tobytes())
 
 
+def drafter_hidden(directory):
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        return int(json.load(f)["hidden_size"])
+
+
 def make_drafter(model, model_path, name, out=None):
     """Write drafter `name` of DRAFTERS for the target (model = its llama_ref model) to `out`
     (default DSPARK_TMP/spec_sampling_<name>); returns the directory."""
@@ -387,14 +438,19 @@ def make_drafter(model, model_path, name, out=None):
     else:
         make_deepspec.make_deepspec(out, embed_from=model_path, **opts)
     if bigram:
-        hf = isinstance(model, hf_ref.HFModel)
-        V = model.c["vocab_size"] if hf else model.config.vocab_size
-        H = model.c["hidden_size"] if hf else model.config.dim
+        hf = isinstance(model, (hf_ref.HFModel, EngineModel))  # init-drafter options
+        if isinstance(model, EngineModel):
+            V, H = model.vocab, None
+        else:
+            V = model.c["vocab_size"] if hf else model.config.vocab_size
+            H = model.c["hidden_size"] if hf else model.config.dim
         if hf and opts[opts.index("--markov-rank") + 1] != str(V):
             common.fail(f"test bug: drafter {name}: markov rank != vocabulary {V}")
         if not hf and opts["markov_rank"] != V:
             common.fail(f"test bug: drafter {name}: markov_rank {opts['markov_rank']} != vocabulary {V}")
         table = batched_last_logits(model, torch.tensor([[1, v] for v in range(V)])).numpy()  # [prev, v]
+        if H is None:  # the drafter's own hidden size (init-drafter takes the target's)
+            H = drafter_hidden(out)
         overwrite_f32(out, {"markov_head.markov_w1.weight": np.eye(V),
                             "markov_head.markov_w2.weight": table.T,
                             "norm.weight": np.zeros(H)})
@@ -410,6 +466,11 @@ class Reference:
 
     def logits(self, prompt, ctxs):
         todo = [c for c in ctxs if (tuple(prompt), c) not in self.cache]
+        if isinstance(self.model, EngineModel):
+            rows = self.model.last_logits([list(prompt) + list(c) for c in todo]) if todo else []
+            for c, row in zip(todo, rows):
+                self.cache[(tuple(prompt), c)] = row
+            return [self.cache[(tuple(prompt), c)] for c in ctxs]
         for i in range(0, len(todo), 1024):
             chunk = todo[i:i + 1024]
             out = batched_last_logits(self.model, torch.tensor([list(prompt) + list(c) for c in chunk]))
@@ -557,11 +618,14 @@ def main():
         moe_dir = make_hf_models.make_hf_model(os.path.join(common.tmp_dir(), "spec_sampling_moe_target"), "qwen3_moe",
                                                **MOE_TARGET)
         targets["moe"] = (moe_dir, hf_ref.load(moe_dir))
+    if not only or only & {"x", "y"}:
+        q4k = os.path.join(common.shared_dir(), "models", "gguf-fixtures", Q4K_TARGET)
+        targets["q4k"] = (q4k, EngineModel(q4k))
     selfcheck_batched(targets["stories"][1], STORY_PROMPT)
     selfcheck_batched(targets["hf"][1], HF_PROMPT)
     refs = {name: Reference(model) for name, (_, model) in targets.items()}
     prompts = {"story": STORY_PROMPT, "want": WANT_PROMPT, "repeat": common.tokenize_c(stories, REPEAT_TEXT),
-               "hf": HF_PROMPT, "g4e": G4E_PROMPT, "moe": MOE_PROMPT}
+               "hf": HF_PROMPT, "g4e": G4E_PROMPT, "moe": MOE_PROMPT, "q4k": Q4K_PROMPT}
     drafters = {}
     chk = common.Checker("spec_sampling")
     results = {}

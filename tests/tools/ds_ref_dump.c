@@ -4,6 +4,9 @@
 //   --junk: after every chunk but the last, feed these ids too (with logits and taps), then roll
 //   them back with ds_kv_truncate: the dump must equal a run without them.
 //   ds_ref_dump MODEL --tokenize TEXT
+//   ds_ref_dump MODEL --last-of SEQS --out FILE   SEQS: one comma-separated id list per line; FILE:
+//   int32 n_seqs, vocab, then f32 logits[n_seqs][vocab] of each sequence's last position (each
+//   sequence alone, from an empty cache)
 // Dump layout (little-endian): int32 n_rows, vocab, dim, n_taps; f32 logits[n_rows][vocab];
 // f32 taps[n_rows][n_taps * dim]; f32 hidden[n_rows][dim].
 #include <stdio.h>
@@ -18,6 +21,40 @@ static int die(const char *what) {
     return 1;
 }
 
+// --last-of: the last position's logits of each line's ids, every sequence from an empty cache.
+static int last_logits(ds_model *m, const char *seqs_path, const char *out) {
+    const int V = ds_model_get_info(m)->vocab_size;
+    FILE *in = fopen(seqs_path, "r"), *f = out ? fopen(out, "wb") : NULL;
+    static char line[1 << 16];
+    static int ids[1 << 13];
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    ds_kv *kv;
+    ds_workspace *ws;
+    if (!in || !f || !logits) return die("open --last-of / --out");
+    if (ds_kv_init(m, 1 << 13, &kv) || ds_workspace_init(m, &ws)) return die("init");
+    int32_t hdr[2] = {0, V};
+    fwrite(hdr, 4, 2, f);
+    while (fgets(line, sizeof line, in)) {
+        line[strcspn(line, "\r\n")] = 0;
+        const int n = parse_list(line, ids, 1 << 13);
+        if (n <= 0) continue;
+        ds_kv_truncate(kv, 0);
+        ds_forward_seq s = {.kv = kv, .tokens = ids, .n_tokens = n, .n_logits = 1, .logits = logits};
+        if (ds_model_forward(m, ws, &s, 1)) return die("forward");
+        fwrite(logits, 4, (size_t)V, f);
+        hdr[0]++;
+    }
+    fseek(f, 0, SEEK_SET);
+    fwrite(hdr, 4, 1, f);
+    fclose(f);
+    fclose(in);
+    free(logits);
+    ds_kv_free(kv);
+    ds_workspace_free(ws);
+    ds_model_free(m);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: ds_ref_dump MODEL (--tokens IDS [--taps L] [--chunks N] [--junk IDS] --out FILE | "
@@ -26,7 +63,7 @@ int main(int argc, char **argv) {
     }
     static int tokens[1 << 16], taps[64], chunks[1 << 16], junk[256];
     int n_tok = 0, n_taps = 0, n_chunks = 0, n_junk = 0;
-    const char *out = NULL, *text = NULL;
+    const char *out = NULL, *text = NULL, *last_of = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tokens")) n_tok = parse_list(argv[i + 1], tokens, 1 << 16);
         else if (!strcmp(argv[i], "--taps")) n_taps = parse_list(argv[i + 1], taps, 64);
@@ -34,6 +71,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--junk")) n_junk = parse_list(argv[i + 1], junk, 256);
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
         else if (!strcmp(argv[i], "--tokenize")) text = argv[i + 1];
+        else if (!strcmp(argv[i], "--last-of")) last_of = argv[i + 1];
         else {
             fprintf(stderr, "ds_ref_dump: unknown option %s\n", argv[i]);
             return 2;
@@ -52,6 +90,7 @@ int main(int argc, char **argv) {
         ds_model_free(m);
         return 0;
     }
+    if (last_of) return last_logits(m, last_of, out);
     if (n_tok <= 0 || n_taps < 0 || n_chunks < 0 || n_junk < 0 || !out) {
         fprintf(stderr, "ds_ref_dump: bad --tokens/--taps/--chunks or missing --out\n");
         return 2;
