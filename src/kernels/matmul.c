@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ggml_quants.h"
 #include "kernels/half.h"
 #include "kernels/qmatmul.h"
 #include "kernels/simd.h"
@@ -148,7 +149,8 @@ size_t ds_weight_bytes(const ds_weight *w) {
     case DS_AFFINE8: // packed words + scales + biases
         return n * (size_t)ds_weight_bits(w) / 8 +
                2 * (n / (size_t)w->group_size) * (w->scale_type == DS_F32 ? 4 : 2);
-    default: return 0;
+    default: // the other GGUF block types: whole blocks per row
+        return ds_ggml_block_elems(w->type) ? (size_t)w->rows * ds_ggml_row_bytes(w->type, w->cols) : 0;
     }
 }
 
@@ -249,7 +251,11 @@ void ds_weight_row_f32(const ds_weight *w, int r, float *out) {
                                  ds_weight_bits(w), w->group_size, out);
         break;
     }
-    default: memset(out, 0, c * 4);
+    default:
+        if (ds_ggml_block_elems(w->type)) // GGUF block types: one row of blocks, dequantized (bit-exact ggml)
+            ds_ggml_dequantize_row(w->type, (const char *)w->data + (size_t)r * ds_ggml_row_bytes(w->type, w->cols),
+                                   w->cols, out);
+        else memset(out, 0, c * 4);
     }
 }
 
