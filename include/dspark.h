@@ -44,7 +44,18 @@ const char *ds_status_name(ds_status st);
 typedef enum {
     DS_F32 = 0,
     DS_F16 = 1,
+    DS_Q4_0 = 2, // GGUF block types (kernels/ggml_quants.h): 32 elements per block
+    DS_Q4_1 = 3,
+    DS_Q5_0 = 6,
+    DS_Q5_1 = 7,
     DS_Q8_0 = 8,
+    DS_Q2_K = 10, // K-quants: 256 elements per super-block
+    DS_Q3_K = 11,
+    DS_Q4_K = 12,
+    DS_Q5_K = 13,
+    DS_Q6_K = 14,
+    DS_IQ4_NL = 20, // 32 elements, non-linear 4-bit values
+    DS_IQ4_XS = 23, // 256 elements, non-linear 4-bit values
     DS_BF16 = 30,
     DS_U32 = 1000, // safetensors only
     DS_I32 = 1001, // safetensors only

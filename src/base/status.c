@@ -72,7 +72,18 @@ const char *ds_dtype_name(ds_dtype t) {
     case DS_F32: return "F32";
     case DS_F16: return "F16";
     case DS_BF16: return "BF16";
+    case DS_Q4_0: return "Q4_0";
+    case DS_Q4_1: return "Q4_1";
+    case DS_Q5_0: return "Q5_0";
+    case DS_Q5_1: return "Q5_1";
     case DS_Q8_0: return "Q8_0";
+    case DS_Q2_K: return "Q2_K";
+    case DS_Q3_K: return "Q3_K";
+    case DS_Q4_K: return "Q4_K";
+    case DS_Q5_K: return "Q5_K";
+    case DS_Q6_K: return "Q6_K";
+    case DS_IQ4_NL: return "IQ4_NL";
+    case DS_IQ4_XS: return "IQ4_XS";
     case DS_U32: return "U32";
     case DS_I32: return "I32";
     case DS_AFFINE4: return "AFFINE4";

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/ggml_quants.h"
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_ARRAY_DEPTH 8
@@ -141,10 +142,13 @@ static ds_status read_kv(cursor *c, ds_gguf_kv *kv) {
 }
 
 const char *ds_ggml_type_name(uint32_t t) {
+    // Every ggml_type value (ggml.h), the removed ones (4, 5, 31-33, 36-38) included.
     static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
                                   "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
                                   "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-                                  "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+                                  "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4",
+                                  "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8",
+                                  "IQ4_NL_8_8", "MXFP4", "NVFP4", "Q1_0", "Q2_0"};
     return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
@@ -164,16 +168,19 @@ static ds_status tensor_bytes(const cursor *c, ds_gguf_tensor *t, uint32_t type)
     case DS_F32: ok = !__builtin_mul_overflow(n, 4, &bytes); break;
     case DS_F16:
     case DS_BF16: ok = !__builtin_mul_overflow(n, 2, &bytes); break;
-    case DS_Q8_0:
-        if (t->ne[0] % 32)
-            return ds_fail(DS_ERR_FORMAT, "%s: Q8_0 tensor '%s' has a row of %lld elements (not a multiple of 32)",
-                           c->path, t->name, (long long)t->ne[0]);
-        ok = !__builtin_mul_overflow(n / 32, 34, &bytes);
+    default: {
+        const int qk = type <= 0xffff ? ds_ggml_block_elems((ds_dtype)type) : 0;
+        if (!qk)
+            return ds_fail(DS_ERR_UNSUPPORTED,
+                           "%s: tensor '%s' has type %s (%u), which dspark does not support (supported: F32, F16, "
+                           "BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
+                           c->path, t->name, ds_ggml_type_name(type), type);
+        if (t->ne[0] % qk)
+            return ds_fail(DS_ERR_FORMAT, "%s: %s tensor '%s' has a row of %lld elements (not a multiple of %d)",
+                           c->path, ds_ggml_type_name(type), t->name, (long long)t->ne[0], qk);
+        ok = !__builtin_mul_overflow(n / (uint64_t)qk, (uint64_t)ds_ggml_block_bytes((ds_dtype)type), &bytes);
         break;
-    default:
-        return ds_fail(DS_ERR_UNSUPPORTED,
-                       "%s: tensor '%s' has type %s (%u), which dspark does not support (supported: F32, F16, BF16, Q8_0)",
-                       c->path, t->name, ds_ggml_type_name(type), type);
+    }
     }
     if (!ok || bytes > SIZE_MAX)
         return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' byte size overflows", c->path, t->name);

@@ -28,10 +28,9 @@ size_t ds_dtype_size(ds_dtype t) {
     switch (t) {
     case DS_F32: case DS_U32: case DS_I32: return 4;
     case DS_F16: case DS_BF16: return 2;
-    case DS_Q8_0: return 0; // block type: 34 bytes per 32 elements, not per element
     case DS_AFFINE4: case DS_AFFINE8: return 0; // in-memory only (stored as U32 + scales + biases)
+    default: return 0; // GGUF block types (kernels/ggml_quants.h): bytes per block, not per element
     }
-    return 0;
 }
 
 // The dtypes callers can use. Safetensors also defines F64, I64, U8, BOOL, F8_*, ...: rejected.

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ggml_quants.h"
 #include "kernels/half.h"
 #include "kernels/qmatmul.h"
 #include "kernels/simd.h"
@@ -148,7 +149,8 @@ size_t ds_weight_bytes(const ds_weight *w) {
     case DS_AFFINE8: // packed words + scales + biases
         return n * (size_t)ds_weight_bits(w) / 8 +
                2 * (n / (size_t)w->group_size) * (w->scale_type == DS_F32 ? 4 : 2);
-    default: return 0;
+    default: // the other GGUF block types: whole blocks per row
+        return ds_ggml_block_elems(w->type) ? (size_t)w->rows * ds_ggml_row_bytes(w->type, w->cols) : 0;
     }
 }
 
@@ -217,7 +219,9 @@ static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_we
         if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
         else t->affine(y, ldy, x, nb, w, r0, r1);
         break;
-    default: break;
+    default: // the other GGUF block types: integer kernels only (ds_matmul_ex always rounds their input)
+        if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
+        break;
     }
 }
 
@@ -249,7 +253,11 @@ void ds_weight_row_f32(const ds_weight *w, int r, float *out) {
                                  ds_weight_bits(w), w->group_size, out);
         break;
     }
-    default: memset(out, 0, c * 4);
+    default:
+        if (ds_ggml_block_elems(w->type)) // GGUF block types: one row of blocks, dequantized (bit-exact ggml)
+            ds_ggml_dequantize_row(w->type, (const char *)w->data + (size_t)r * ds_ggml_row_bytes(w->type, w->cols),
+                                   w->cols, out);
+        else memset(out, 0, c * 4);
     }
 }
 
@@ -279,6 +287,10 @@ static int g_gemm_min_rows = 0;
 void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 int ds_matmul_gemm_min_rows_setting(void) { return g_gemm_min_rows; }
 
+// GGUF block types other than Q8_0 (kernels/ggml_qdot.c): the integer kernels below this many rows,
+// sgemm on dequantized tiles from it (bench_quant "ggq": see docs/architecture.md).
+#define DS_GGQ_GEMM_ROWS 32
+
 static int gemm_min_rows(ds_dtype t, int min_rows) {
     if (min_rows > 0) return min_rows;
     if (g_gemm_min_rows) return g_gemm_min_rows;
@@ -286,6 +298,7 @@ static int gemm_min_rows(ds_dtype t, int min_rows) {
     // crossover (bench_quant "multirow", 2048² and 4096², 2 busy threads) is later: 32-64 rows.
     if (t == DS_AFFINE8) return 48;
     if (t == DS_AFFINE4) return 64;
+    if (ds_ggml_is_kquant_family(t)) return DS_GGQ_GEMM_ROWS;
     return t == DS_F32 ? 10 : 24;
 }
 // Below this many multiply-adds a product runs on the calling thread in one call (a parallel loop
@@ -363,7 +376,7 @@ static void matmul_run(float *y, const float *x, const ds_weight *w, int n, floa
 // the scratch (which the kernel path does not otherwise use), as many rows at a time as it holds;
 // without a scratch, a stack buffer (or, for very long rows, a heap one).
 static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
-    const int cols = w->cols, gs = w->type == DS_Q8_0 ? 32 : w->group_size;
+    const int cols = w->cols, gs = ds_ggml_block_elems(w->type) ? ds_ggml_block_elems(w->type) : w->group_size;
     const int ch = ds_qirows_ch(qi_get(isa_get())->name, w);
     _Alignas(64) unsigned char stack[1 << 16];
     void *buf = stack, *heap = NULL;
@@ -394,7 +407,9 @@ static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, f
 void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int gemm = n >= gemm_min_rows(w->type, min_rows) && w->type != DS_Q8_0;
-    if (!gemm && (w->type == DS_AFFINE4 || w->type == DS_AFFINE8 || w->type == DS_Q8_0) && w->round_inputs) {
+    // (GGUF block types beside Q8_0 have no f32-input kernel: always the integer one.)
+    if (!gemm && (((w->type == DS_AFFINE4 || w->type == DS_AFFINE8 || w->type == DS_Q8_0) && w->round_inputs) ||
+                  ds_ggml_is_kquant_family(w->type))) {
         matmul_affine(y, x, w, n, scratch);
         return;
     }

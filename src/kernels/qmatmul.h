@@ -29,9 +29,12 @@ typedef struct {
                      // even elements, then the odd ones (the weights' nibble order, no shuffle)
     const float *d;  // (n, cols / gs) per group: amax / 127
     const float *s;  // (n, cols / gs) per group: d · Σ r (the biases' term)
+    const int16_t *bs; // gs = 256 only (GGUF K-quants, a Q8_K-style input): (n, cols / 16) Σ r per
+                       // 16 columns, else NULL
 } ds_qx;
 
-// Bytes ds_qx_pack needs for n rows of `cols` in groups of gs (16-byte aligned buffer).
+// Bytes ds_qx_pack needs for n rows of `cols` in groups of gs (16-byte aligned buffer; gs = 256 adds
+// the per-16 sums).
 size_t ds_qx_bytes(int n, int cols, int gs);
 // Round n input rows (stride cols) into buf (ds_qx_bytes of it); ch: the 4-bit column block of the
 // kernel that will read it (ds_qirows_ch), 0 for natural order.
@@ -42,6 +45,19 @@ int ds_qirows_ch(const char *isa, const ds_weight *w);
 void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+
+// ---- GGUF block types times the rounded input (kernels/ggml_qdot.c) ---------------------------
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: the input rounded per block of 32 (as Q8_0: a Q8_0-style block with
+// an f32 scale); per block y += (d_w·d_x)·Σ q_i r_i (+ m_w·(d_x·Σ r) for Q4_1 / Q5_1), q the block's
+// integer values (Q4_0: nibble - 8, IQ4_NL: the table's value). K-quants and IQ4_XS: rounded per 256
+// (a Q8_K-style block: one f32 scale and the per-16 sums bs); per super-block
+// y += (d·d_x)·Σ_j sc_j·Σ_{i∈j} q_i r_i - (dmin·d_x)·Σ_j m_j·bs_j, the sums exact integers (offsets
+// such as Q6_K's -32 or Q3_K's -4 enter through bs). ds_qirows_* call these for those types; the
+// vector kernels (VNNI and AVX2) compute the same integers and the same float operations, so their
+// results are bitwise equal; the scalar one adds the same terms per block in order.
+void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+void ds_ggq_rows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+void ds_ggq_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 
 // Scales and biases of groups [o, o + ng) of an affine weight (o counts groups from the matrix's
 // start: row · cols/gs + first group), widened to f32.

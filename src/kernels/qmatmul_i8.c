@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/affine.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/half.h"
 #include "kernels/simd.h"
 
@@ -19,7 +20,8 @@
 // ---- The rounded input -------------------------------------------------------------------------
 
 size_t ds_qx_bytes(int n, int cols, int gs) {
-    return (size_t)n * (size_t)cols + 2 * sizeof(float) * (size_t)n * (size_t)(cols / gs) + 64;
+    const size_t bs = gs == 256 ? sizeof(int16_t) * (size_t)n * (size_t)(cols / 16) : 0;
+    return (size_t)n * (size_t)cols + 2 * sizeof(float) * (size_t)n * (size_t)(cols / gs) + bs + 64;
 }
 
 // One group of gs floats: scale d = amax / 127 and r_i = round-to-nearest-even(x_i · (127 / amax))
@@ -72,7 +74,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static float quantize_group
         return bad ? NAN : 0.0f;
     }
     const __m512 id = _mm512_set1_ps(127.0f / m);
-    int8_t t[64];
+    int8_t t[256];
     __m512i s = _mm512_setzero_si512();
     for (int i = 0; i < gs; i += 16) {
         __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), id));
@@ -98,7 +100,7 @@ ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
     ds_qx p;
     float *d = buf, *s = d + (size_t)n * ng;
     int8_t *q = (int8_t *)(s + (size_t)n * ng);
-    const int wide = gs <= 64 && has_avx512();
+    const int wide = gs <= 256 && has_avx512();
     for (size_t i = 0; i < (size_t)n; i++)
         for (size_t g = 0; g < ng; g++) {
             const float *xg = x + i * (size_t)cols + g * (size_t)gs;
@@ -115,6 +117,16 @@ ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
     p.q = q;
     p.d = d;
     p.s = s;
+    p.bs = NULL;
+    if (gs == 256) { // after the int8 rows (16-byte aligned: cols is a multiple of 256)
+        int16_t *bs = (int16_t *)(q + (size_t)n * (size_t)cols);
+        for (size_t i = 0; i < (size_t)n * (size_t)(cols / 16); i++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += q[i * 16 + (size_t)j];
+            bs[i] = (int16_t)sum;
+        }
+        p.bs = bs;
+    }
     return p;
 }
 
@@ -373,16 +385,19 @@ static void q80i_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const d
 // ---- Entry points -------------------------------------------------------------------------------
 
 void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
-    if (w->type == DS_Q8_0) q80i_rows_vnni(y, ldy, px, nb, w, r0, r1);
+    if (ds_ggml_is_kquant_family(w->type)) ds_ggq_rows_vnni(y, ldy, px, nb, w, r0, r1);
+    else if (w->type == DS_Q8_0) q80i_rows_vnni(y, ldy, px, nb, w, r0, r1);
     else if (w->group_size == 32) qi_rows_vnni256(y, ldy, px, nb, w, r0, r1);
     else qi_rows_vnni512(y, ldy, px, nb, w, r0, r1);
 }
 void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
-    if (w->type == DS_Q8_0) q80i_rows_avx2(y, ldy, px, nb, w, r0, r1);
+    if (ds_ggml_is_kquant_family(w->type)) ds_ggq_rows_avx2(y, ldy, px, nb, w, r0, r1);
+    else if (w->type == DS_Q8_0) q80i_rows_avx2(y, ldy, px, nb, w, r0, r1);
     else qi_rows_avx2(y, ldy, px, nb, w, r0, r1);
 }
 void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
-    if (w->type == DS_Q8_0) q80i_rows_scalar(y, ldy, px, nb, w, r0, r1);
+    if (ds_ggml_is_kquant_family(w->type)) ds_ggq_rows_scalar(y, ldy, px, nb, w, r0, r1);
+    else if (w->type == DS_Q8_0) q80i_rows_scalar(y, ldy, px, nb, w, r0, r1);
     else qi_rows_scalar(y, ldy, px, nb, w, r0, r1);
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/ops.h"
 #include "io/gguf.h"
 #include "model/model.h"
@@ -38,7 +39,9 @@ static ds_status take_vector(ds_model *m, const ds_gguf *g, const char *name, in
     if (t->n_dims != 1 || t->ne[0] != n)
         return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has %lld elements, expected %d", g->map.path, name,
                        (long long)t->ne[0], n);
-    if (t->type == DS_Q8_0) return ds_fail(DS_ERR_UNSUPPORTED, "%s: vector '%s' is Q8_0", g->map.path, name);
+    if (ds_ggml_block_elems(t->type))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: vector '%s' is %s (quantized vectors are not read)", g->map.path, name,
+                       ds_dtype_name(t->type));
     ds_weight w = {t->type, 1, n, t->data};
     if (!(*out = ds_model_own(m, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
     ds_weight_row_f32(&w, 0, *out);

@@ -28,6 +28,7 @@
 
 #include "base/status.h"
 #include "base/utf8.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
 
@@ -111,8 +112,9 @@ static ds_status check_weight(const char *path, const char *what, const ds_weigh
     if (w->rows != rows || w->cols != cols)
         return ds_fail(DS_ERR_FORMAT, "%s: tensor %s has shape (%d, %d), expected (%d, %d)", path, what, w->rows,
                        w->cols, rows, cols);
-    if (w->type == DS_Q8_0 && cols % 32)
-        return ds_fail(DS_ERR_FORMAT, "%s: Q8_0 tensor %s has rows of %d (not a multiple of 32)", path, what, cols);
+    if (ds_ggml_block_elems(w->type) && cols % ds_ggml_block_elems(w->type))
+        return ds_fail(DS_ERR_FORMAT, "%s: %s tensor %s has rows of %d (not a multiple of %d)", path,
+                       ds_dtype_name(w->type), what, cols, ds_ggml_block_elems(w->type));
     return DS_OK;
 }
 

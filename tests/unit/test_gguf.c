@@ -406,7 +406,11 @@ static void check_rich(uint32_t version, int extra_tail) {
     assert_string_equal(ds_ggml_type_name(DS_Q8_0), "Q8_0");
     assert_string_equal(ds_ggml_type_name(DS_BF16), "BF16");
     assert_string_equal(ds_ggml_type_name(12), "Q4_K");
-    assert_string_equal(ds_ggml_type_name(31), "unknown");
+    assert_string_equal(ds_ggml_type_name(16), "IQ2_XXS");
+    assert_string_equal(ds_ggml_type_name(31), "Q4_0_4_4");
+    assert_string_equal(ds_ggml_type_name(34), "TQ1_0");
+    assert_string_equal(ds_ggml_type_name(39), "MXFP4");
+    assert_string_equal(ds_ggml_type_name(43), "unknown");
     assert_string_equal(ds_ggml_type_name(0xFFFFFFFFu), "unknown");
 
     ds_gguf_close(&g);
@@ -837,14 +841,33 @@ static void test_tensor_dims(void **state) {
     // Q8_0 rows must be whole blocks.
     tdesc tq = {"w", 2, {48, 2}, DS_Q8_0, 0, 0};
     expect_tensors_fail(1, &tq, 256, DS_ERR_FORMAT, "multiple of 32");
+    // So must the other block types' rows (32 or 256 elements). (Their bytes per element are at most
+    // 34/32, so a byte size cannot overflow where the element count did not: a huge one is past the end.)
+    tdesc tk = {"w", 2, {128, 2}, DS_Q4_K, 0, 0};
+    expect_tensors_fail(1, &tk, 4096, DS_ERR_FORMAT, "multiple of 256");
+    expect_tensors_fail(1, &tk, 4096, DS_ERR_FORMAT, "Q4_K tensor 'w'");
+    tdesc t40 = {"w", 1, {48}, DS_Q4_0, 0, 0};
+    expect_tensors_fail(1, &t40, 4096, DS_ERR_FORMAT, "multiple of 32");
+    tdesc tkov = {"w", 2, {(uint64_t)1 << 56, 1u << 7}, DS_Q6_K, 0, 0};
+    expect_tensors_fail(1, &tkov, 4096, DS_ERR_FORMAT, "past the end");
+    // A block tensor one byte short of its size (2 blocks of Q5_K = 352 bytes in a 351-byte section).
+    tdesc tshort = {"w", 1, {512}, DS_Q5_K, 0, 0};
+    expect_tensors_fail(1, &tshort, 351, DS_ERR_FORMAT, "past the end");
 }
 
 static void test_unsupported_type(void **state) {
-    tdesc t = {"blk.0.attn_q.weight", 2, {256, 4}, 12 /* Q4_K */, 0, 0};
-    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "Q4_K");
+    // Every ggml type that is not read is refused by name, naming the tensor.
+    tdesc t = {"blk.0.attn_q.weight", 2, {256, 4}, 16 /* IQ2_XXS */, 0, 0};
+    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "IQ2_XXS");
     expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "blk.0.attn_q.weight");
-    t.type = 2; // Q4_0
-    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "Q4_0");
+    t.type = 34;
+    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "TQ1_0");
+    t.type = 39;
+    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "MXFP4");
+    t.type = 15;
+    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "Q8_K");
+    t.type = 9;
+    expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "Q8_1");
     t.type = 28; // F64
     expect_tensors_fail(1, &t, 4096, DS_ERR_UNSUPPORTED, "F64");
     t.type = 1000; // dspark's own U32 is not a GGUF type

@@ -1,0 +1,551 @@
+// Integer dot products of GGUF block weights (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS) with
+// the input rounded to int8 (ds_qx, kernels/qmatmul_i8.c), for products of few rows (decode, verify):
+// the numerics are in qmatmul.h, the layouts in ggml_quants.h. As llama.cpp does: per weight block,
+// unpack to 32 bytes in registers, multiply-add bytes into int32 lanes (VPDPBUSD with AVX512-VNNI on
+// 256-bit vectors, else PMADDUBSW + PMADDWD), then the block's float scale(s).
+//
+// Exactness: every integer sum is exact (bounds in the comments); the unsigned x signed byte
+// products of PMADDUBSW never saturate (|u| <= 127 when the weights are signed: |w| times r·sign(w);
+// u <= 63 otherwise, |r| <= 127: pairs <= 2·127·127 < 2^15). The float part per block (or super-block)
+// and input row is one FMA per int32 lane (two with mins), the lanes summed at the end of the row, so
+// the VNNI and AVX2 kernels give the same bits, and no result depends on the number of input rows in
+// the call (each row's arithmetic is the same whatever the others) or on threads (rows of W are
+// independent). Each weight row is read once per 8 input rows (32-element types) or 4 (K-quants,
+// whose per-row integer accumulators take the registers).
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/ggml_quants.h"
+#include "kernels/half.h"
+#include "kernels/qmatmul.h"
+#include "kernels/simd.h"
+
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define VNNI_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define INLINE __attribute__((always_inline)) static inline
+
+// ---- Unpacking (AVX2) ------------------------------------------------------------------------------
+// 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high ones (16..31) in
+// the high lane, the order of the 32-element blocks (ggml_quants.h).
+AVX2_TARGET INLINE __m256i nib32(const uint8_t *p) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m), _mm_and_si128(raw, m));
+}
+// The 32 bits of qh (element j at bit j) as bytes 0x10 (set) or 0.
+AVX2_TARGET INLINE __m256i fifth32(const uint8_t *qh) {
+    uint32_t u;
+    memcpy(&u, qh, 4);
+    const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u),
+                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                                             2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit), _mm256_set1_epi8(0x10));
+}
+AVX2_TARGET INLINE __m256i iq4_table(void) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ds_iq4nl_values));
+}
+
+// Per 32-element type: the block's 32 integer values (signed or unsigned bytes), its scale, its min.
+AVX2_TARGET INLINE __m256i unpack_q4_0(const ds_block_q4_0 *b, float *d, float *m) {
+    *d = _cvtsh_ss(b->d), *m = 0.0f;
+    return _mm256_sub_epi8(nib32(b->qs), _mm256_set1_epi8(8)); // -8..7
+}
+AVX2_TARGET INLINE __m256i unpack_q4_1(const ds_block_q4_1 *b, float *d, float *m) {
+    *d = _cvtsh_ss(b->d), *m = _cvtsh_ss(b->m);
+    return nib32(b->qs); // 0..15
+}
+AVX2_TARGET INLINE __m256i unpack_q5_0(const ds_block_q5_0 *b, float *d, float *m) {
+    *d = _cvtsh_ss(b->d), *m = 0.0f;
+    return _mm256_sub_epi8(_mm256_or_si256(nib32(b->qs), fifth32(b->qh)), _mm256_set1_epi8(16)); // -16..15
+}
+AVX2_TARGET INLINE __m256i unpack_q5_1(const ds_block_q5_1 *b, float *d, float *m) {
+    *d = _cvtsh_ss(b->d), *m = _cvtsh_ss(b->m);
+    return _mm256_or_si256(nib32(b->qs), fifth32(b->qh)); // 0..31
+}
+AVX2_TARGET INLINE __m256i unpack_iq4_nl(const ds_block_iq4_nl *b, float *d, float *m) {
+    *d = _cvtsh_ss(b->d), *m = 0.0f;
+    return _mm256_shuffle_epi8(iq4_table(), nib32(b->qs)); // -127..113
+}
+
+// u8 x s8 -> int32 lanes (lane i: bytes 4i..4i+3): AVX2 and VNNI give the same integers.
+#define IDOT_AVX2(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#define IDOT_VNNI(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+
+// ---- 32-element types ------------------------------------------------------------------------------
+// M (1..8) input rows against one weight row of nblk blocks. xq: the rows' int8 (stride cols), xd /
+// xs: per row and block d_x and d_x·Σr (stride nblk).
+#define DEF_K32(NAME, TARGET, IDOT, BT, UNPACK, SIGNED, HASMIN)                                                 \
+    TARGET INLINE void NAME##_blk(float *y, int ldy, const int8_t *xq, const float *xd, const float *xs, int cols, \
+                                  const BT *row, const int M) {                                               \
+        const int nblk = cols / 32;                                                                           \
+        __m256 acc[8];                                                                                        \
+        float macc[8];                                                                                        \
+        for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps(), macc[k] = 0.0f;                             \
+        for (int b = 0; b < nblk; b++) {                                                                      \
+            __builtin_prefetch(row + b + 16);                                                                 \
+            float dw, mw;                                                                                     \
+            const __m256i wv = UNPACK(row + b, &dw, &mw);                                                     \
+            const __m256i wu = SIGNED ? _mm256_sign_epi8(wv, wv) : wv;                                        \
+            for (int k = 0; k < M; k++) {                                                                     \
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * cols + (size_t)b * 32)); \
+                const __m256i p = IDOT(wu, SIGNED ? _mm256_sign_epi8(x, wv) : x);                             \
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xd[(size_t)k * nblk + b]), acc[k]); \
+                if (HASMIN) macc[k] = fmaf(mw, xs[(size_t)k * nblk + b], macc[k]);                            \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]) + macc[k];                        \
+    }                                                                                                         \
+    TARGET static void NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {  \
+        const int cols = w->cols, nblk = cols / 32;                                                           \
+        for (int i = 0; i < nb; i += 8) {                                                                     \
+            const int m = nb - i < 8 ? nb - i : 8;                                                            \
+            const int8_t *xq = px->q + (size_t)i * cols;                                                      \
+            const float *xd = px->d + (size_t)i * nblk, *xs = px->s + (size_t)i * nblk;                       \
+            for (int r = r0; r < r1; r++) {                                                                   \
+                const BT *row = (const BT *)w->data + (size_t)r * nblk;                                       \
+                float *yi = y + (size_t)i * ldy + r;                                                          \
+                switch (m) {                                                                                  \
+                case 1: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 1); break;                                 \
+                case 2: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 2); break;                                 \
+                case 3: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 3); break;                                 \
+                case 4: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 4); break;                                 \
+                case 5: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 5); break;                                 \
+                case 6: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 6); break;                                 \
+                case 7: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 7); break;                                 \
+                default: NAME##_blk(yi, ldy, xq, xd, xs, cols, row, 8); break;                                \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+
+#define DEF_K32_BOTH(T, BT, SIGNED, HASMIN)                                         \
+    DEF_K32(k32_##T##_avx2, AVX2_TARGET, IDOT_AVX2, BT, unpack_##T, SIGNED, HASMIN) \
+    DEF_K32(k32_##T##_vnni, VNNI_TARGET, IDOT_VNNI, BT, unpack_##T, SIGNED, HASMIN)
+DEF_K32_BOTH(q4_0, ds_block_q4_0, 1, 0)
+DEF_K32_BOTH(q4_1, ds_block_q4_1, 0, 1)
+DEF_K32_BOTH(q5_0, ds_block_q5_0, 1, 0)
+DEF_K32_BOTH(q5_1, ds_block_q5_1, 0, 1)
+DEF_K32_BOTH(iq4_nl, ds_block_iq4_nl, 1, 0)
+
+// ---- K-quants (256-element super-blocks, AVX2 on every vector ISA) ---------------------------------
+// Per super-block and input row: isum (int32 lanes) = Σ_chunks madd(maddubs(u, r), sc16), u the 32
+// unsigned values of a chunk and sc16 its sub-block scales as int16 (two 16-element sub-blocks: low
+// lane / high lane); offsets and mins through the per-16 sums bs: imin = madd(bs, m16). Bounds: a
+// lane gets 8 chunks of at most 2·2·63·127·|sc| (|sc| <= 128): < 2^25, exact in int32 (and |Σ| < 2^31).
+// y += (d·d_x)·float(isum) - (dmin·d_x)·float(imin), lane-wise.
+
+// The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K super-block, 6 bits each
+// (ds_ggml_scale_min_k4 on 32-bit words: scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-3 and
+// 4-7; scales 4-7 the low nibbles of bytes 8-11 with the top 2 bits of bytes 0-3; mins 4-7 the high
+// nibbles of bytes 8-11 with the top 2 bits of bytes 4-7).
+static inline void k4_scales(const uint8_t *packed, uint8_t out[16]) {
+    uint32_t u[3], o[4];
+    memcpy(u, packed, 12);
+    o[0] = u[0] & 0x3f3f3f3fu;
+    o[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    o[2] = u[1] & 0x3f3f3f3fu;
+    o[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    memcpy(out, o, 16);
+}
+
+// Q4_K / Q5_K (HIGH = 1: the fifth bits of qh). Sub-blocks of 32: one scale per chunk; mins per 32
+// against the per-16 sums: m16 repeats each min twice.
+#define DEF_K4(NAME, HIGH, BT)                                                                                 \
+    AVX2_TARGET INLINE void NAME##_blk(float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb, \
+                                       int cols, const BT *row, const int M) {                                \
+        const int nsb = cols / 256;                                                                           \
+        __m256 acc[4];                                                                                        \
+        for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps();                                             \
+        const __m256i lo4 = _mm256_set1_epi8(0x0F);                                                           \
+        for (int sb = 0; sb < nsb; sb++) {                                                                    \
+            const BT *b = row + sb;                                                                           \
+            __builtin_prefetch(b + 4);                                                                        \
+            uint8_t sm[16];                                                                                   \
+            k4_scales(b->scales, sm);                                                                         \
+            const __m128i smv = _mm_loadu_si128((const __m128i *)sm);                                         \
+            const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_srli_si128(smv, 8), _mm_srli_si128(smv, 8))); \
+            const float dd = _cvtsh_ss(b->d), dm = _cvtsh_ss(b->dmin);                                        \
+            __m256i is[4];                                                                                    \
+            for (int k = 0; k < M; k++) is[k] = _mm256_setzero_si256();                                       \
+            __m256i qh = _mm256_setzero_si256();                                                              \
+            if (HIGH) qh = _mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)(const void *)b)->qh);  \
+            for (int c = 0; c < 4; c++) {                                                                     \
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));                    \
+                __m256i u0 = _mm256_and_si256(raw, lo4), u1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4); \
+                if (HIGH) {                                                                                   \
+                    const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(2 << (2 * c))); \
+                    const __m256i v16 = _mm256_set1_epi8(16);                                                 \
+                    u0 = _mm256_or_si256(u0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), v16)); \
+                    u1 = _mm256_or_si256(u1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), v16)); \
+                }                                                                                             \
+                const __m256i s0 = _mm256_set1_epi16(sm[2 * c]), s1 = _mm256_set1_epi16(sm[2 * c + 1]);       \
+                for (int k = 0; k < M; k++) {                                                                 \
+                    const int8_t *x = xq + (size_t)k * cols + (size_t)sb * 256 + 64 * c;                      \
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i *)x)), s0); \
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)(x + 32))), s1); \
+                    is[k] = _mm256_add_epi32(is[k], _mm256_add_epi32(p0, p1));                                \
+                }                                                                                             \
+            }                                                                                                 \
+            for (int k = 0; k < M; k++) {                                                                     \
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * (cols / 16) + (size_t)sb * 16)); \
+                const __m256i im = _mm256_madd_epi16(bs, m16);                                                \
+                const float dx = xd[(size_t)k * nsb + sb];                                                    \
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), _mm256_set1_ps(dd * dx), acc[k]);          \
+                acc[k] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(im), _mm256_set1_ps(dm * dx), acc[k]);            \
+            }                                                                                                 \
+        }                                                                                                     \
+        for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);                                  \
+    }
+DEF_K4(kq4k, 0, ds_block_q4_k)
+DEF_K4(kq5k, 1, ds_block_q5_k)
+
+// Two 16-element sub-blocks' scales as int16 for one chunk: a in the low lane, b in the high lane.
+AVX2_TARGET INLINE __m256i sc_pair(int a, int b) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+}
+
+// Q6_K: u = 6-bit value 0..63 (q = u - 32): Σ sc·q·r = Σ sc·u·r - 32·Σ_j sc_j·bs_j.
+AVX2_TARGET INLINE void kq6k_blk(float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb, int cols,
+                                 const ds_block_q6_k *row, const int M) {
+    const int nsb = cols / 256;
+    __m256 acc[4];
+    for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps();
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3);
+    for (int sb = 0; sb < nsb; sb++) {
+        const ds_block_q6_k *b = row + sb;
+        __builtin_prefetch(b + 4);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const float dd = _cvtsh_ss(b->d);
+        __m256i is[4];
+        for (int k = 0; k < M; k++) is[k] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            __m256i u[4];
+            u[0] = _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_slli_epi16(_mm256_and_si256(hb, lo2), 4));
+            u[1] = _mm256_or_si256(_mm256_and_si256(l1, lo4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), lo2), 4));
+            u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), lo2), 4));
+            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), lo2), 4));
+            for (int c = 0; c < 4; c++) {
+                const __m256i s = sc_pair(b->scales[8 * h + 2 * c], b->scales[8 * h + 2 * c + 1]);
+                for (int k = 0; k < M; k++) {
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * cols + (size_t)sb * 256 + 128 * h + 32 * c));
+                    is[k] = _mm256_add_epi32(is[k], _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], x), s));
+                }
+            }
+        }
+        for (int k = 0; k < M; k++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * (cols / 16) + (size_t)sb * 16));
+            const __m256i v = _mm256_sub_epi32(is[k], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(dd * xd[(size_t)k * nsb + sb]), acc[k]);
+        }
+    }
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);
+}
+
+// Q3_K: u = low 2 bits | high bit << 2 (0..7), q = u - 4: Σ sc·q·r = Σ sc·u·r - 4·Σ_j sc_j·bs_j.
+AVX2_TARGET INLINE void kq3k_blk(float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb, int cols,
+                                 const ds_block_q3_k *row, const int M) {
+    const int nsb = cols / 256;
+    __m256 acc[4];
+    for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps();
+    const __m256i lo2 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    for (int sb = 0; sb < nsb; sb++) {
+        const ds_block_q3_k *b = row + sb;
+        __builtin_prefetch(b + 4);
+        int sc[16];
+        ds_ggml_q3k_scales(b->scales, sc);
+        int16_t s16[16];
+        for (int j = 0; j < 16; j++) s16[j] = (int16_t)(sc[j] - 32);
+        const __m256i sc16 = _mm256_loadu_si256((const __m256i *)s16);
+        const float dd = _cvtsh_ss(b->d);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+        __m256i is[4];
+        for (int k = 0; k < M; k++) is[k] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + j)));
+                const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+                const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), lo2), hi);
+                const __m256i s = sc_pair(s16[8 * h + 2 * j], s16[8 * h + 2 * j + 1]);
+                for (int k = 0; k < M; k++) {
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * cols + (size_t)sb * 256 + 128 * h + 32 * j));
+                    is[k] = _mm256_add_epi32(is[k], _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s));
+                }
+            }
+        }
+        for (int k = 0; k < M; k++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * (cols / 16) + (size_t)sb * 16));
+            const __m256i v = _mm256_sub_epi32(is[k], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2));
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(dd * xd[(size_t)k * nsb + sb]), acc[k]);
+        }
+    }
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);
+}
+
+// Q2_K: u = 2 bits (0..3); scales (low nibbles) per 16, mins (high nibbles) per 16 against bs.
+AVX2_TARGET INLINE void kq2k_blk(float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb, int cols,
+                                 const ds_block_q2_k *row, const int M) {
+    const int nsb = cols / 256;
+    __m256 acc[4];
+    for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps();
+    const __m256i lo2 = _mm256_set1_epi8(3);
+    for (int sb = 0; sb < nsb; sb++) {
+        const ds_block_q2_k *b = row + sb;
+        __builtin_prefetch(b + 4);
+        const __m128i scr = _mm_loadu_si128((const __m128i *)b->scales);
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scr, 4), _mm_set1_epi8(0x0F)));
+        const float dd = _cvtsh_ss(b->d), dm = _cvtsh_ss(b->dmin);
+        __m256i is[4];
+        for (int k = 0; k < M; k++) is[k] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), lo2);
+                const __m256i s = sc_pair(b->scales[8 * h + 2 * j] & 0xF, b->scales[8 * h + 2 * j + 1] & 0xF);
+                for (int k = 0; k < M; k++) {
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * cols + (size_t)sb * 256 + 128 * h + 32 * j));
+                    is[k] = _mm256_add_epi32(is[k], _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s));
+                }
+            }
+        }
+        for (int k = 0; k < M; k++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * (cols / 16) + (size_t)sb * 16));
+            const float dx = xd[(size_t)k * nsb + sb];
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), _mm256_set1_ps(dd * dx), acc[k]);
+            acc[k] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m16)), _mm256_set1_ps(dm * dx), acc[k]);
+        }
+    }
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);
+}
+
+// IQ4_XS: signed table values (|v| <= 127) as |v| times r·sign(v); sub-blocks of 32, scale ls - 32.
+AVX2_TARGET INLINE void kiq4xs_blk(float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb, int cols,
+                                   const ds_block_iq4_xs *row, const int M) {
+    const int nsb = cols / 256;
+    __m256 acc[4];
+    for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps();
+    const __m256i tab = iq4_table();
+    for (int sb = 0; sb < nsb; sb++) {
+        const ds_block_iq4_xs *b = row + sb;
+        __builtin_prefetch(b + 4);
+        const float dd = _cvtsh_ss(b->d);
+        __m256i is[4];
+        for (int k = 0; k < M; k++) is[k] = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((b->scales_h >> 2 * ib) & 3) << 4);
+            const __m256i v = _mm256_shuffle_epi8(tab, nib32(b->qs + 16 * ib)), va = _mm256_sign_epi8(v, v);
+            const __m256i s = _mm256_set1_epi16((short)(ls - 32));
+            for (int k = 0; k < M; k++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * cols + (size_t)sb * 256 + 32 * ib));
+                is[k] = _mm256_add_epi32(is[k], _mm256_madd_epi16(_mm256_maddubs_epi16(va, _mm256_sign_epi8(x, v)), s));
+            }
+        }
+        for (int k = 0; k < M; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[k]), _mm256_set1_ps(dd * xd[(size_t)k * nsb + sb]), acc[k]);
+    }
+    (void)xb;
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);
+}
+
+// Rows [r0, r1) for nb rounded input rows, 4 at a time per weight row.
+#define DEF_KROWS(NAME, BT)                                                                                   \
+    AVX2_TARGET static void NAME##_rows(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
+        const int cols = w->cols, nsb = cols / 256;                                                           \
+        for (int i = 0; i < nb; i += 4) {                                                                     \
+            const int m = nb - i < 4 ? nb - i : 4;                                                            \
+            const int8_t *xq = px->q + (size_t)i * cols;                                                      \
+            const float *xd = px->d + (size_t)i * nsb;                                                        \
+            const int16_t *xb = px->bs + (size_t)i * (cols / 16);                                             \
+            for (int r = r0; r < r1; r++) {                                                                   \
+                const BT *row = (const BT *)w->data + (size_t)r * nsb;                                        \
+                float *yi = y + (size_t)i * ldy + r;                                                          \
+                switch (m) {                                                                                  \
+                case 1: NAME##_blk(yi, ldy, xq, xd, xb, cols, row, 1); break;                                 \
+                case 2: NAME##_blk(yi, ldy, xq, xd, xb, cols, row, 2); break;                                 \
+                case 3: NAME##_blk(yi, ldy, xq, xd, xb, cols, row, 3); break;                                 \
+                default: NAME##_blk(yi, ldy, xq, xd, xb, cols, row, 4); break;                                \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+DEF_KROWS(kq2k, ds_block_q2_k)
+DEF_KROWS(kq3k, ds_block_q3_k)
+DEF_KROWS(kq4k, ds_block_q4_k)
+DEF_KROWS(kq5k, ds_block_q5_k)
+DEF_KROWS(kq6k, ds_block_q6_k)
+DEF_KROWS(kiq4xs, ds_block_iq4_xs)
+
+static int kquant_rows(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    switch (w->type) {
+    case DS_Q2_K: kq2k_rows(y, ldy, px, nb, w, r0, r1); return 1;
+    case DS_Q3_K: kq3k_rows(y, ldy, px, nb, w, r0, r1); return 1;
+    case DS_Q4_K: kq4k_rows(y, ldy, px, nb, w, r0, r1); return 1;
+    case DS_Q5_K: kq5k_rows(y, ldy, px, nb, w, r0, r1); return 1;
+    case DS_Q6_K: kq6k_rows(y, ldy, px, nb, w, r0, r1); return 1;
+    case DS_IQ4_XS: kiq4xs_rows(y, ldy, px, nb, w, r0, r1); return 1;
+    default: return 0;
+    }
+}
+
+void ds_ggq_rows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    switch (w->type) {
+    case DS_Q4_0: k32_q4_0_avx2(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q4_1: k32_q4_1_avx2(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_0: k32_q5_0_avx2(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_1: k32_q5_1_avx2(y, ldy, px, nb, w, r0, r1); break;
+    case DS_IQ4_NL: k32_iq4_nl_avx2(y, ldy, px, nb, w, r0, r1); break;
+    default: kquant_rows(y, ldy, px, nb, w, r0, r1);
+    }
+}
+
+void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    switch (w->type) {
+    case DS_Q4_0: k32_q4_0_vnni(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q4_1: k32_q4_1_vnni(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_0: k32_q5_0_vnni(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_1: k32_q5_1_vnni(y, ldy, px, nb, w, r0, r1); break;
+    case DS_IQ4_NL: k32_iq4_nl_vnni(y, ldy, px, nb, w, r0, r1); break;
+    default: kquant_rows(y, ldy, px, nb, w, r0, r1);
+    }
+}
+
+// ---- Scalar ------------------------------------------------------------------------------------------
+// One block decoded to integers: w_i = d·sc_j·q_i - dmin·mn_j (K-quants) or d·q_i + dmin (Q4_1 / Q5_1,
+// dmin = the block's m), for the sub-block j of 16 or 32 elements that holds i.
+typedef struct {
+    int q[256];
+    int sc[16], mn[16];
+    float d, dmin;
+    int sub; // elements per sub-block
+} int_block;
+
+static void decode_block(ds_dtype t, const void *blk, int_block *o) {
+    o->dmin = 0.0f;
+    switch (t) {
+    case DS_Q4_0: case DS_IQ4_NL: case DS_Q4_1: {
+        const ds_block_q4_0 *b = blk; // Q4_0 and IQ4_NL share the layout; Q4_1 has m after d
+        const uint8_t *qs = t == DS_Q4_1 ? ((const ds_block_q4_1 *)blk)->qs : b->qs;
+        o->d = ds_f16_to_f32(b->d);
+        if (t == DS_Q4_1) o->dmin = ds_f16_to_f32(((const ds_block_q4_1 *)blk)->m);
+        for (int j = 0; j < 16; j++) {
+            int lo = qs[j] & 15, hi = qs[j] >> 4;
+            if (t == DS_Q4_0) lo -= 8, hi -= 8;
+            if (t == DS_IQ4_NL) lo = ds_iq4nl_values[lo], hi = ds_iq4nl_values[hi];
+            o->q[j] = lo, o->q[j + 16] = hi;
+        }
+        o->sub = 32, o->sc[0] = 1, o->mn[0] = 0;
+        break;
+    }
+    case DS_Q5_0: case DS_Q5_1: {
+        const uint8_t *qh = t == DS_Q5_0 ? ((const ds_block_q5_0 *)blk)->qh : ((const ds_block_q5_1 *)blk)->qh;
+        const uint8_t *qs = t == DS_Q5_0 ? ((const ds_block_q5_0 *)blk)->qs : ((const ds_block_q5_1 *)blk)->qs;
+        o->d = ds_f16_to_f32(*(const uint16_t *)blk);
+        if (t == DS_Q5_1) o->dmin = ds_f16_to_f32(((const ds_block_q5_1 *)blk)->m);
+        const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+        for (int j = 0; j < 32; j++) {
+            const int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+            o->q[j] = (nib | (int)((h >> j) & 1) << 4) - (t == DS_Q5_0 ? 16 : 0);
+        }
+        o->sub = 32, o->sc[0] = 1, o->mn[0] = 0;
+        break;
+    }
+    case DS_Q2_K: {
+        const ds_block_q2_k *b = blk;
+        o->d = ds_f16_to_f32(b->d), o->dmin = ds_f16_to_f32(b->dmin), o->sub = 16;
+        for (int j = 0; j < 16; j++) o->sc[j] = b->scales[j] & 15, o->mn[j] = b->scales[j] >> 4;
+        for (int i = 0; i < 256; i++) {
+            const int h = i / 128, j = (i % 128) / 32, l = i % 32;
+            o->q[i] = (b->qs[32 * h + l] >> (2 * j)) & 3;
+        }
+        break;
+    }
+    case DS_Q3_K: {
+        const ds_block_q3_k *b = blk;
+        o->d = ds_f16_to_f32(b->d), o->sub = 16;
+        ds_ggml_q3k_scales(b->scales, o->sc);
+        for (int j = 0; j < 16; j++) o->sc[j] -= 32, o->mn[j] = 0;
+        for (int i = 0; i < 256; i++) {
+            const int h = i / 128, j = (i % 128) / 32, l = i % 32;
+            o->q[i] = ((b->qs[32 * h + l] >> (2 * j)) & 3) - ((b->hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
+        }
+        break;
+    }
+    case DS_Q4_K: case DS_Q5_K: {
+        const ds_block_q4_k *b4 = blk;
+        const ds_block_q5_k *b5 = blk;
+        const uint8_t *scales = t == DS_Q4_K ? b4->scales : b5->scales, *qs = t == DS_Q4_K ? b4->qs : b5->qs;
+        o->d = ds_f16_to_f32(b4->d), o->dmin = ds_f16_to_f32(b4->dmin), o->sub = 32;
+        for (int j = 0; j < 8; j++) ds_ggml_scale_min_k4(j, scales, &o->sc[j], &o->mn[j]);
+        for (int i = 0; i < 256; i++) {
+            const int c = i / 64, hi = (i % 64) / 32, l = i % 32;
+            o->q[i] = (qs[32 * c + l] >> (4 * hi)) & 15;
+            if (t == DS_Q5_K) o->q[i] += ((b5->qh[l] >> (2 * c + hi)) & 1) << 4;
+        }
+        break;
+    }
+    case DS_Q6_K: {
+        const ds_block_q6_k *b = blk;
+        o->d = ds_f16_to_f32(b->d), o->sub = 16;
+        for (int j = 0; j < 16; j++) o->sc[j] = b->scales[j], o->mn[j] = 0;
+        for (int i = 0; i < 256; i++) {
+            const int h = i / 128, c = (i % 128) / 32, l = i % 32;
+            const int low = (b->ql[64 * h + 32 * (c & 1) + l] >> (4 * (c >> 1))) & 15;
+            o->q[i] = (low | ((b->qh[32 * h + l] >> (2 * c)) & 3) << 4) - 32;
+        }
+        break;
+    }
+    case DS_IQ4_XS: {
+        const ds_block_iq4_xs *b = blk;
+        o->d = ds_f16_to_f32(b->d), o->sub = 32;
+        for (int ib = 0; ib < 8; ib++) {
+            o->sc[ib] = (((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32;
+            o->mn[ib] = 0;
+            for (int j = 0; j < 16; j++) {
+                o->q[32 * ib + j] = ds_iq4nl_values[b->qs[16 * ib + j] & 15];
+                o->q[32 * ib + j + 16] = ds_iq4nl_values[b->qs[16 * ib + j] >> 4];
+            }
+        }
+        break;
+    }
+    default: memset(o, 0, sizeof *o);
+    }
+}
+
+void ds_ggq_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
+    const int cols = w->cols, qk = ds_ggml_block_elems(w->type), nblk = cols / qk;
+    const size_t bb = ds_ggml_block_bytes(w->type);
+    const int has_min = w->type == DS_Q4_1 || w->type == DS_Q5_1;
+    int_block ib;
+    for (int r = r0; r < r1; r++)
+        for (int i = 0; i < nb; i++) {
+            const int8_t *xq = px->q + (size_t)i * cols;
+            float acc = 0.0f;
+            for (int b = 0; b < nblk; b++) {
+                decode_block(w->type, (const char *)w->data + ((size_t)r * nblk + b) * bb, &ib);
+                const int8_t *x = xq + (size_t)b * qk;
+                const float dx = px->d[(size_t)i * nblk + b];
+                int32_t isum = 0, imin = 0;
+                for (int j = 0; j < qk / ib.sub; j++) {
+                    int32_t s = 0, sr = 0;
+                    for (int e = j * ib.sub; e < (j + 1) * ib.sub; e++) s += ib.q[e] * x[e], sr += x[e];
+                    isum += ib.sc[j] * s;
+                    imin += ib.mn[j] * sr;
+                }
+                if (qk == 32) {
+                    acc = fmaf(ib.d * dx, (float)isum, acc);
+                    if (has_min) acc = fmaf(ib.dmin, px->s[(size_t)i * nblk + b], acc);
+                } else {
+                    acc = fmaf(ib.d * dx, (float)isum, acc);
+                    acc = fmaf(-(ib.dmin * dx), (float)imin, acc);
+                }
+            }
+            y[(size_t)i * ldy + r] = acc;
+        }
+}
