@@ -488,6 +488,10 @@ static ds_status find_arch(ds_model *m, const ds_gguf *g, const gguf_arch **out)
             *out = &k_archs[i];
             return DS_OK;
         }
+    if (strcmp(m->arch, "gemma4") == 0) // llama.cpp's converter writes it; we do not map it (yet)
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: architecture 'gemma4' (Gemma 4: dense, E-series and 26B-A4B) is not "
+                       "supported from GGUF (per-layer head geometry, proportional RoPE, K = V are not mapped); load "
+                       "its Hugging Face directory", g->map.path);
     char shown[sizeof m->arch];
     ds_text_escape(shown, sizeof shown, m->arch, strlen(m->arch));
     return ds_fail(DS_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported from GGUF (" SUPPORTED_ARCHS " are)",

@@ -27,7 +27,9 @@ value_length when config.json gives head_dim), general.name, tokenizer.ggml.bos_
 eos_token_id (the first of a list) from config.json. Ints are UINT32, floats FLOAT32. 1-D tensors
 are written F32 whatever --outtype (as the converter does); others in --outtype.
 
-As a module: `convert(hf_dir, out_path, outtype=None)` returns out_path."""
+As a module: `convert(hf_dir, out_path, outtype=None, edit=None, permute_qk=True)` returns out_path;
+`edit(writer)` may change the GGUFWriter's kv / tensors lists before the file is written (tests
+make broken files that way); permute_qk=False skips llama's Q/K permutation (a negative control)."""
 
 import argparse
 import json
@@ -91,7 +93,7 @@ def _source_dtype(cfg):
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(cfg.get("torch_dtype"), "f32")
 
 
-def convert(hf_dir, out_path, outtype=None):
+def convert(hf_dir, out_path, outtype=None, edit=None, permute_qk=True):
     with open(os.path.join(hf_dir, "config.json")) as f:
         top = json.load(f)
     hf_arch = (top.get("architectures") or [""])[0]
@@ -174,7 +176,7 @@ def convert(hf_dir, out_path, outtype=None):
         g = (GEMMA_NAMES.get(module) if gemma else None) or LAYER_NAMES.get(module)
         if g is None:
             raise ValueError(f"{hf_dir}: tensor {name} has no GGUF name here")
-        if arch == "llama" and module in ("self_attn.q_proj", "self_attn.k_proj"):
+        if arch == "llama" and permute_qk and module in ("self_attn.q_proj", "self_attn.k_proj"):
             a = permute(a, heads if module == "self_attn.q_proj" else kv)
         if gemma and name.endswith("norm.weight"):
             a = (a.astype(np.float32) + np.float32(1)).astype(np.float32)
@@ -186,6 +188,8 @@ def convert(hf_dir, out_path, outtype=None):
     put("output_norm.weight", norm + np.float32(1) if gemma else norm)
     if "lm_head.weight" in src and not gemma:
         put("output.weight", src["lm_head.weight"])
+    if edit:
+        edit(w)
     return w.write(out_path)
 
 
