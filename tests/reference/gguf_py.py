@@ -174,3 +174,84 @@ class GGUFFile:
         block = np.dtype([("d", "<f2"), ("q", "i1", (32,))])
         blocks = self._frombuffer(info, block, n // 32)
         return (blocks["d"].astype(np.float32)[:, None] * blocks["q"].astype(np.float32)).reshape(-1)
+
+
+class GGUFWriter:
+    """A minimal GGUF v3 writer (the layout above, written instead of read).
+
+        w = GGUFWriter()
+        w.add("general.architecture", "llama")             # str -> STRING, bool -> BOOL,
+        w.add("llama.block_count", 4)                      # int -> UINT32 (INT32 if negative),
+        w.add("llama.rope.freq_base", 10000.0)             # float -> FLOAT32,
+        w.add("x.list", [1, 2], T_INT32)                   # list -> ARRAY of the given element type
+        w.add_tensor("token_embd.weight", array, "BF16")   # F32 / F16 / BF16 (numpy row-major; ne reversed)
+        w.write(path)
+
+    Tensor data is aligned to `general.alignment` (32) inside the data section, like gguf-py's writer."""
+
+    def __init__(self, alignment=DEFAULT_ALIGNMENT):
+        self.kv = []          # (key, vtype, value, element type for arrays)
+        self.tensors = []     # (name, ne, ggml type, bytes)
+        self.alignment = alignment
+
+    def add(self, key, value, vtype=None):
+        if vtype is None:
+            if isinstance(value, bool):
+                vtype = T_BOOL
+            elif isinstance(value, int):
+                vtype = T_UINT32 if value >= 0 else T_INT32
+            elif isinstance(value, float):
+                vtype = T_FLOAT32
+            elif isinstance(value, str):
+                vtype = T_STRING
+            else:
+                raise TypeError(f"{key}: give the element type of a list")
+        if isinstance(value, (list, tuple)):
+            self.kv.append((key, T_ARRAY, list(value), vtype))
+        else:
+            self.kv.append((key, vtype, value, None))
+
+    def add_tensor(self, name, array, ggml_type="F32", ne=None):
+        a = np.ascontiguousarray(array, dtype=np.float32)
+        if ggml_type == "F32":
+            t, raw = GGML_F32, a.astype("<f4").tobytes()
+        elif ggml_type == "F16":
+            t, raw = GGML_F16, a.astype("<f2").tobytes()
+        elif ggml_type == "BF16":
+            u = a.view(np.uint32).astype(np.uint64)  # round to nearest, ties to even
+            t, raw = GGML_BF16, ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+        else:
+            raise ValueError(f"{name}: unsupported type {ggml_type}")
+        self.tensors.append((name, tuple(ne) if ne else tuple(reversed(a.shape)), t, raw))
+
+    @staticmethod
+    def _str(s):
+        b = s.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    def _value(self, vtype, v):
+        if vtype == T_STRING:
+            return self._str(v)
+        return struct.pack(_SCALAR_FORMATS[vtype], v)
+
+    def write(self, path):
+        out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(self.tensors), len(self.kv)))
+        for key, vtype, value, etype in self.kv:
+            out += self._str(key) + struct.pack("<I", vtype)
+            if vtype == T_ARRAY:
+                out += struct.pack("<IQ", etype, len(value))
+                for e in value:
+                    out += self._value(etype, e)
+            else:
+                out += self._value(vtype, value)
+        offset = 0
+        for name, ne, t, raw in self.tensors:
+            out += self._str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+            out += struct.pack("<IQ", t, offset)
+            offset += (len(raw) + self.alignment - 1) // self.alignment * self.alignment
+        out += b"\0" * (-len(out) % self.alignment)
+        for _, _, _, raw in self.tensors:
+            out += raw + b"\0" * (-len(raw) % self.alignment)
+        with open(path, "wb") as f:
+            f.write(out)
+        return path

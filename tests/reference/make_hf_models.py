@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write random tiny Hugging Face checkpoints of each supported architecture.
 
-    make_hf_models.py OUT_DIR --arch llama3|qwen2|qwen3|gemma3|gemma3_mm|gemma4|gemma4e|gemma4e_mm|qwen3_moe|
+    make_hf_models.py OUT_DIR --arch llama3|mistral|qwen2|qwen3|gemma3|gemma3_mm|gemma4|gemma4e|gemma4e_mm|qwen3_moe|
         qwen2_moe|gemma4_moe [--dtype f32|bf16] [--seed 1] [--dim 64 --layers 4 --heads 4 --kv-heads 2 --ffn 96
         --vocab 300 --head-dim 16] [--experts 8 --top-k 2 --moe-ffn 32] [--layout per_expert|fused|switch]
 
@@ -12,7 +12,8 @@ benchmark models never sit in memory twice). Also writes generation_config.json 
 eos ids.
 
 Each architecture exercises its distinctive features on purpose: llama3 (llama3 RoPE scaling whose
-three frequency bands all occur, attention_bias), qwen2 (q/k/v biases, tied), qwen3 (q/k norms,
+three frequency bands all occur, attention_bias), mistral (MistralForCausalLM: no biases, no RoPE
+scaling, sliding_window null, untied), qwen2 (q/k/v biases, tied), qwen3 (q/k norms,
 head_dim != hidden/heads), gemma3 (1 + w norms, sandwich norms, GeGLU, sliding window 5 on 2 of 4
 layers, local/global RoPE bases, linear scaling, query_pre_attn_scalar, final softcap), gemma3_mm
 (the same text model inside Gemma3ForConditionalGeneration, with vision tower and projector
@@ -55,7 +56,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_hf_llama import DTYPES, random_tensor, split_shards, write_safetensors  # noqa: E402
 
-ARCHS = ("llama3", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4", "gemma4e", "gemma4e_mm", "qwen3_moe",
+ARCHS = ("llama3", "mistral", "qwen2", "qwen3", "gemma3", "gemma3_mm", "gemma4", "gemma4e", "gemma4e_mm", "qwen3_moe",
          "qwen2_moe", "gemma4_moe")
 PLE_DIM = 8
 N_EXPERTS, TOP_K, MOE_FFN, SHARED_FFN = 8, 2, 32, 48
@@ -76,6 +77,9 @@ def _config(arch, dim, layers, heads, kv_heads, ffn, vocab, head_dim, dtype):
                 "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
                 "eos_token_id": [2, 5]}
+    if arch == "mistral":
+        return {**base, "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
+                "rope_theta": 1000000.0, "tie_word_embeddings": False, "sliding_window": None, "head_dim": head_dim}
     if arch == "qwen2":
         return {**base, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
                 "rope_theta": 1000000.0, "tie_word_embeddings": True, "use_sliding_window": False,
