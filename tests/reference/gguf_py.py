@@ -40,6 +40,12 @@ GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
 GGML_TYPE_NAMES = {GGML_F32: "F32", GGML_F16: "F16", GGML_Q8_0: "Q8_0", GGML_BF16: "BF16"}
 
 
+def _quant_types():
+    """ggml block types tests/reference/ggml_quants_ref.py dequantizes (Q4_0 ... IQ4_XS)."""
+    import ggml_quants_ref
+    return ggml_quants_ref.DEQUANT
+
+
 class GGUFError(Exception):
     """Malformed or unsupported GGUF file."""
 
@@ -157,6 +163,12 @@ class GGUFFile:
             a = (raw << 16).view(np.float32)
         elif t == GGML_Q8_0:
             a = self._q8_0(info, n)
+        elif t in _quant_types():
+            import ggml_quants_ref  # the block types' numpy dequantizer (written from ggml's layouts)
+            qk, size = ggml_quants_ref.BLOCK[t]
+            if n % qk:
+                raise GGUFError(f"{self.path}: tensor {name}: {n} elements is not a whole number of {qk}-blocks")
+            a = ggml_quants_ref.dequantize(t, self._frombuffer(info, np.dtype("u1"), n // qk * size).tobytes())
         else:
             raise GGUFError(f"{self.path}: tensor {name} has unsupported ggml type {t}")
         return np.array(a.reshape(info.shape), dtype=np.float32)  # a writable copy
