@@ -1,6 +1,6 @@
 // MLX affine quantization: file sizes, quantized GEMV bandwidth, and decode speed.
 //
-//   bench_quant [--rows 4096 --cols 4096] [--repeats R] [--threads T]
+//   bench_quant [--rows 4096 --cols 4096] [--repeats R] [--threads T] [--ggq]
 //               [--dim 1024 --layers 8 --ffn 2816 --heads 16 --kv-heads 4 --vocab 32000] [--no-decode]
 //
 // Prints JSON lines, every ratio against a baseline measured in the same run:
@@ -9,12 +9,16 @@
 //    effective GB/s (weight bytes incl. scales/biases / time), fraction of the bandwidth bound and
 //    (the *_int8 kinds: the integer path drafters take)
 //    speed-up over BF16 (types f32, bf16, GGUF q8_0, affine q8/q4 in groups of 32/64); matrices are cycled through ~1 GiB of copies so they come from DRAM;
+//  - "ggq": GGUF block types (Q4_K on Qwen3-8B shapes; Q4_0, Q6_K, Q8_0 on 4096²): decode (n = 1) and
+//    verify (n = 8) GB/s on the integer kernels and the fraction of the bound; "ggq_crossover": those
+//    kernels against sgemm over dequantized tiles (--ggq: this section only);
 //  - "multirow": n = 1..64 input rows, our kernel (f32 inputs), the integer kernel (inputs rounded
 //    to int8, as drafters run) and dequantized tiles + sgemm (the crossover);
 //  - "file_size": a synthetic realistic-shape Llama target (bf16, build/bench-models/quant-*),
 //    quantized with dspark's quantizer to 8 and 4 bits: bytes and ratio to bf16 (and to f32);
 //  - "decode": greedy decode tokens/s of that target at f32, bf16, 8-bit and 4-bit (group 64).
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,7 @@
 #include "kernels/half.h"
 #include "kernels/matmul.h"
 #include "kernels/affine.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/qmatmul.h"
 #include "dspark_jobs.h"
 
@@ -119,6 +124,92 @@ static double gemv_seconds(const ds_weight *w, int repeats, int copies, const be
     return med;
 }
 
+// ---- GGUF block types (kernels/ggml_qdot.c) ------------------------------------------------------
+
+// A (rows, cols) matrix of GGUF type t: random quant bytes, realistic finite f16 scales.
+static void *ggq_make(ds_dtype t, int rows, int cols) {
+    const size_t bb = ds_ggml_block_bytes(t), nb = (size_t)rows * (size_t)(cols / ds_ggml_block_elems(t));
+    uint8_t *p = malloc(nb * bb);
+    for (size_t i = 0; i < nb * bb; i++) p[i] = (uint8_t)(bench_frand() * 128 + 128);
+    const int od = t == DS_Q2_K ? 80 : t == DS_Q3_K ? 108 : t == DS_Q6_K ? 208 : 0;
+    const int om = t == DS_Q2_K ? 82 : (t == DS_Q4_1 || t == DS_Q5_1 || t == DS_Q4_K || t == DS_Q5_K) ? 2 : -1;
+    for (size_t b = 0; b < nb; b++) {
+        const uint16_t d = ds_f32_to_f16(0.002f * bench_frand()), m = ds_f32_to_f16(0.002f * bench_frand());
+        memcpy(p + b * bb + od, &d, 2);
+        if (om >= 0) memcpy(p + b * bb + om, &m, 2);
+    }
+    return p;
+}
+
+// Median seconds of one n-row product, cycling through copies of the matrix (~512 MiB) so the
+// weights come from DRAM.
+static double ggq_seconds(ds_dtype t, int rows, int cols, int n, int repeats, float *scratch, int min_rows) {
+    const size_t bytes = (size_t)rows * ds_ggml_row_bytes(t, cols);
+    int copies = (int)(((size_t)1 << 29) / bytes) + 1;
+    copies = copies > 64 ? 64 : copies;
+    void *src = ggq_make(t, rows, cols);
+    ds_weight *ws = calloc((size_t)copies, sizeof *ws);
+    for (int c = 0; c < copies; c++) {
+        void *d = malloc(bytes);
+        memcpy(d, src, bytes);
+        ws[c].type = t, ws[c].rows = rows, ws[c].cols = cols, ws[c].data = d;
+    }
+    float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
+    for (size_t j = 0; j < (size_t)n * cols; j++) x[j] = bench_frand();
+    double *tm = malloc(sizeof(double) * (size_t)repeats);
+    for (int c = 0; c < copies; c++) ds_matmul_ex(y, x, &ws[c], n, scratch, min_rows);
+    for (int r = 0; r < repeats; r++) {
+        const double t0 = bench_now();
+        for (int c = 0; c < copies; c++) ds_matmul_ex(y, x, &ws[c], n, scratch, min_rows);
+        tm[r] = (bench_now() - t0) / copies;
+    }
+    qsort(tm, (size_t)repeats, sizeof *tm, bench_cmp_double);
+    const double med = tm[repeats / 2];
+    for (int c = 0; c < copies; c++) free((void *)ws[c].data);
+    free(ws), free(src), free(x), free(y), free(tm);
+    return med;
+}
+
+// "ggq" lines: decode (n = 1) and verify (n = 8) GB/s of GGUF block types on Qwen3-8B-shaped
+// matrices (4096 x 4096 attention, 12288 x 4096 gate/up, 4096 x 12288 down) against the read
+// bandwidth bound `bw`; "ggq_crossover": the integer kernel against sgemm over dequantized tiles.
+static void ggq_bench(double bw, int nt, int repeats) {
+    const ds_dtype types[] = {DS_Q4_K, DS_Q4_0, DS_Q6_K, DS_Q8_0};
+    const char *names[] = {"q4_k", "q4_0", "q6_k", "q8_0"};
+    const int shapes[3][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}};
+    float *scratch = NULL;
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++)
+        for (int sh = 0; sh < 3; sh++) {
+            const int rows = shapes[sh][0], cols = shapes[sh][1];
+            if (k && sh) continue; // the other types: one shape, for comparison
+            const size_t bytes = (size_t)rows * ds_ggml_row_bytes(types[k], cols);
+            const double t1 = ggq_seconds(types[k], rows, cols, 1, repeats, NULL, INT_MAX);
+            const double t8 = ggq_seconds(types[k], rows, cols, 8, repeats, NULL, INT_MAX);
+            for (int v = 0; v < 2; v++) {
+                const double t = v ? t8 : t1, gbs = (double)bytes / t;
+                printf("{\"bench\": \"ggq\", \"weights\": \"%s\", \"rows\": %d, \"cols\": %d, \"n\": %d, \"threads\": %d, "
+                       "\"isa\": \"%s\", \"bytes\": %zu, \"us\": %.1f, \"gb_per_s\": %.2f, \"fraction_of_bound\": %.3f, "
+                       "\"verify_over_decode\": %.2f}\n",
+                       names[k], rows, cols, v ? 8 : 1, nt, ds_matmul_isa(), bytes, t * 1e6, gbs / 1e9, gbs / bw,
+                       v ? t8 / t1 : 1.0);
+                fflush(stdout);
+            }
+        }
+    // The crossover (DS_GGQ_GEMM_ROWS in kernels/matmul.c): Q4_K 4096 x 4096.
+    ds_weight w = {DS_Q4_K, 4096, 4096, NULL};
+    scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&w) * (size_t)nt);
+    const int ns[] = {8, 16, 24, 32, 48, 64};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        const double ti = ggq_seconds(DS_Q4_K, 4096, 4096, ns[i], repeats, scratch, INT_MAX);
+        const double tg = ggq_seconds(DS_Q4_K, 4096, 4096, ns[i], repeats, scratch, 1);
+        printf("{\"bench\": \"ggq_crossover\", \"weights\": \"q4_k\", \"n\": %d, \"threads\": %d, \"int8_kernel_us\": %.1f, "
+               "\"sgemm_us\": %.1f, \"kernel_over_sgemm\": %.2f}\n",
+               ns[i], nt, ti * 1e6, tg * 1e6, ti / tg);
+        fflush(stdout);
+    }
+    free(scratch);
+}
+
 static size_t dir_bytes(const char *dir) {
     DIR *d = opendir(dir);
     size_t total = 0;
@@ -150,12 +241,16 @@ static double decode_tps(const char *dir, int n, int repeats, size_t *wbytes) {
 
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
-    int rows = 4096, cols = 4096, repeats = 9, threads = 0, decode = 1, n = 16;
+    int rows = 4096, cols = 4096, repeats = 9, threads = 0, decode = 1, n = 16, ggq_only = 0;
     bench_shape s = {1024, 8, 2816, 16, 4, 32000, DS_F32, 0, 0, "1e-5"};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "0";
         if (!strcmp(o, "--no-decode")) {
             decode = 0;
+            continue;
+        }
+        if (!strcmp(o, "--ggq")) { // only the GGUF block types' section
+            ggq_only = 1;
             continue;
         }
         i++;
@@ -179,6 +274,8 @@ int main(int argc, char **argv) {
     const double bw = bench_read_bandwidth(nt);
     printf("{\"bench\": \"bandwidth\", \"threads\": %d, \"read_gb_per_s\": %.2f}\n", nt, bw / 1e9);
     fflush(stdout);
+    ggq_bench(bw, nt, repeats);
+    if (ggq_only) return 0;
 
     // GEMV per type; BF16 is the baseline of the speed-ups.
     struct {

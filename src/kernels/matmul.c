@@ -288,8 +288,9 @@ void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 int ds_matmul_gemm_min_rows_setting(void) { return g_gemm_min_rows; }
 
 // GGUF block types other than Q8_0 (kernels/ggml_qdot.c): the integer kernels below this many rows,
-// sgemm on dequantized tiles from it (bench_quant "ggq": see docs/architecture.md).
-#define DS_GGQ_GEMM_ROWS 32
+// sgemm on dequantized tiles from it. bench_quant --ggq "ggq_crossover" (Q4_K 4096², 1 and 2 threads
+// on the loaded 2-core machine): the integer kernel took 0.32-0.74 of sgemm's time at 8..64 rows.
+#define DS_GGQ_GEMM_ROWS 64
 
 static int gemm_min_rows(ds_dtype t, int min_rows) {
     if (min_rows > 0) return min_rows;

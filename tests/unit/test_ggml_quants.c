@@ -220,7 +220,7 @@ static void test_adversarial(void **state) {
 // dequantized weights in double, to f32 sgemm accuracy.
 static void test_gemm_path(void **state) {
     (void)state;
-    const int rows = 40, cols = 768, n = 40;
+    const int rows = 40, cols = 768, n = 70; // at least DS_GGQ_GEMM_ROWS (64)
     float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * rows);
     fill_x(x, (size_t)n * cols);
     for (size_t t = 0; t < NTYPES; t++) {
