@@ -104,6 +104,7 @@ typedef struct {
 static const isa_table g_isas[] = {ISA_ENTRY(avx512), ISA_ENTRY(avx2), ISA_ENTRY(scalar)};
 // "avx512bf16": the avx512 entry with BF16 weights on VDPBF16PS (kernels/matmul_bf16dp.h: the input
 // rounded to bf16 once per product), filled in by isa_get; the first choice where the CPU has it.
+// Only BF16 weights with round_inputs take that kernel (bf16_isa); the others stay on avx512's.
 static isa_table g_isa_bf16dp;
 static const isa_table *const g_isa_order[] = {&g_isa_bf16dp, &g_isas[0], &g_isas[1], &g_isas[2]};
 #define N_ISA_ORDER (sizeof g_isa_order / sizeof g_isa_order[0])
@@ -210,6 +211,11 @@ static const qi_kernel *qi_get(const isa_table *t) {
     return t == &g_isas[2] ? &g_qi[2] : &g_qi[1];
 }
 
+// The table whose BF16 kernel and pack serve w: VDPBF16PS only for a weight that opted in.
+static const isa_table *bf16_isa(const isa_table *t, const ds_weight *w) {
+    return t == &g_isa_bf16dp && !w->round_inputs ? &g_isas[0] : t;
+}
+
 // xp: BF16, the input packed by the ISA's pack (or NULL: the kernel packs segment by segment);
 // qx: affine, the input rounded for the ISA's integer kernel.
 static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1,
@@ -217,7 +223,7 @@ static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_we
     const isa_table *t = isa_get();
     switch (w->type) {
     case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
-    case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
+    case DS_BF16: bf16_isa(t, w)->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
     case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
     case DS_Q8_0:
         if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
@@ -414,7 +420,7 @@ void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *sc
     // segment itself, to the same numbers.
     const float *xp = NULL;
     if (!gemm && w->type == DS_BF16 && scratch && (size_t)n * (size_t)w->cols + 16 <= ds_matmul_scratch_floats(w))
-        xp = isa_get()->pack(scratch, x, n, w->cols);
+        xp = bf16_isa(isa_get(), w)->pack(scratch, x, n, w->cols);
     matmul_run(y, x, w, n, scratch, gemm, xp, NULL);
 }
 

@@ -320,6 +320,7 @@ static void test_kernel_exact(void **state) {
             if ((size_t)cols * rows > 1u << 20 && ri < 4) continue; // the big shapes once
             uint16_t *wd = make_w(rows, cols);
             ds_weight w = {DS_BF16, rows, cols, wd};
+            w.round_inputs = 1; // the opt-in (matmul.h)
             const int nmax = 24;
             float *x = make_x(nmax, cols), *ref = xmalloc((size_t)nmax * rows * 4);
             float *y = xmalloc((size_t)nmax * rows * 4), *y1 = xmalloc((size_t)rows * 4);
@@ -365,6 +366,7 @@ static void test_kernel_specials(void **state) {
     uint16_t *wd = make_w(rows, cols);
     for (int r = 0; r < rows; r++) wd[(size_t)r * cols + 40] = ds_f32_to_bf16(0.5f);
     ds_weight w = {DS_BF16, rows, cols, wd};
+    w.round_inputs = 1;
     float *x = make_x(n, cols), y[3 * 7];
     x[40] = NAN;
     x[2 * cols + 40] = INFINITY;
@@ -382,7 +384,7 @@ static void test_kernel_specials(void **state) {
     free(x);
 }
 
-// Against the f32-FMA path ("avx512"): the input rounding moves each product by at most 2^-9 of
+// Against the f32-FMA path ("avx512", or "avx512bf16" without the opt-in: the same bits): the input rounding moves each product by at most 2^-9 of
 // |w x| (round to nearest even at 8 significant bits), so |y_dp - y_f32| <= 2^-9 sum |w x| plus the
 // two paths' f32 summation error (1e-5 of the same sum is far above it for these lengths).
 static void test_close_to_f32_path(void **state) {
@@ -390,11 +392,17 @@ static void test_close_to_f32_path(void **state) {
     const int rows = 33, cols = 2065, n = 9;
     uint16_t *wd = make_w(rows, cols);
     ds_weight w = {DS_BF16, rows, cols, wd};
+    w.round_inputs = 1;
     float *x = make_x(n, cols), *yd = xmalloc((size_t)n * rows * 4), *yf = xmalloc((size_t)n * rows * 4);
     assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
     product(yd, x, &w, n, 1);
+    // Without the opt-in the avx512bf16 ISA computes BF16 exactly as avx512 does (f32 inputs).
+    float *yo = xmalloc((size_t)n * rows * 4);
+    w.round_inputs = 0;
+    product(yo, x, &w, n, 1);
+    w.round_inputs = 1;
     assert_int_equal(ds_matmul_force_isa("avx512"), 1);
-    product(yf, x, &w, n, 1);
+    product(yf, x, &w, n, 1); // the flag is ignored there
     double worst = 0;
     int differ = 0;
     for (int k = 0; k < n; k++)
@@ -407,6 +415,8 @@ static void test_close_to_f32_path(void **state) {
             if (a > 0 && err / a > worst) worst = err / a;
             differ += yd[k * rows + r] != yf[k * rows + r];
         }
+    assert_memory_equal(yo, yf, (size_t)n * rows * 4);
+    free(yo);
     print_message("dp vs f32 path: worst |diff| / sum|wx| = %.3g (bound 2^-9 = %.3g), %d of %d differ\n", worst,
                   1.0 / 512, differ, n * rows);
     assert_true(differ > 0); // the rounding path is really a different computation
