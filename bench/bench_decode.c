@@ -2,6 +2,7 @@
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
+//                [--isas avx512,avx512bf16]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -10,6 +11,11 @@
 // written as a Hugging Face directory first (if DIR does not hold one): weights do not change cost.
 // For small models (which fit in cache) the bound is meaningless; the line then also reports the
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
+// --isas compares kernel paths (ds_matmul_force_isa names; the model is loaded with
+// ds_model_params.bf16_inputs, so "avx512bf16" runs BF16 on VDPBF16PS and "avx512" on f32 FMA) in one run: per thread count, R rounds,
+// each measuring every path once in turn (decode rate over N steps, 1- and 8-row forwards, medians
+// of 3), then one line per path with the medians of the rounds and their min/max (interleaved, so
+// load from other processes falls on all paths alike).
 // --preset sets a Qwen3 shape (Qwen3ForCausalLM: q/k norms, head_dim 128, tied embeddings, bf16):
 // qwen3-0.6b (hidden 1024, 28 layers, 16/8 heads, FFN 3072, vocab 151936; ~1.2 GB) or qwen3-4b
 // (2560, 36 layers, 32/8 heads, FFN 9728; ~8 GB on disk and in memory while written: opt-in only).
@@ -69,9 +75,58 @@ static double forward_seconds(ds_model *m, int rows, int repeats) {
     return med;
 }
 
+// median, min and max of v[0..n-1] (sorted in place)
+static void stats(double *v, int n, double out[3]) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    out[0] = v[n / 2], out[1] = v[0], out[2] = v[n - 1];
+}
+
+// --isas: the paths interleaved, R rounds (see the header).
+static int compare_isas(ds_model *m, const char *isas, int t, int n, int repeats, double bw) {
+    enum { MAX_ISAS = 4 };
+    char names[MAX_ISAS][32];
+    int k = 0;
+    for (const char *p = isas; *p && k < MAX_ISAS;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(names[k], sizeof names[k], "%.*s", (int)(len < 31 ? len : 31), p);
+        if (!ds_matmul_force_isa(names[k])) {
+            fprintf(stderr, "bench_decode: isa %s not available here\n", names[k]);
+            return 1;
+        }
+        k++;
+        if (!e) break;
+        p = e + 1;
+    }
+    const ds_model_info *in = ds_model_get_info(m);
+    double *tps = malloc(sizeof(double) * (size_t)(k * repeats)), *ratio = malloc(sizeof(double) * (size_t)(k * repeats));
+    for (int r = 0; r < repeats; r++)
+        for (int i = 0; i < k; i++) {
+            ds_matmul_force_isa(names[i]);
+            tps[i * repeats + r] = bench_decode_tps(m, n, 1);
+            ratio[i * repeats + r] = forward_seconds(m, 8, 3) / forward_seconds(m, 1, 3);
+        }
+    const double bound = bw / (double)in->weight_bytes;
+    for (int i = 0; i < k; i++) {
+        double a[3], b[3];
+        stats(tps + i * repeats, repeats, a);
+        stats(ratio + i * repeats, repeats, b);
+        printf("{\"bench\": \"decode\", \"model\": \"%s\", \"weight_bytes\": %zu, \"threads\": %d, \"isa\": \"%s\", "
+               "\"rounds\": %d, \"tokens\": %d, \"tok_per_s\": [%.2f, %.2f, %.2f], \"read_gb_per_s\": %.2f, "
+               "\"bound_tok_per_s\": %.2f, \"fraction_of_bound\": [%.3f, %.3f, %.3f], "
+               "\"verify8_over_decode\": [%.3f, %.3f, %.3f]}\n",
+               in->name, in->weight_bytes, t, names[i], repeats, n, a[0], a[1], a[2], bw / 1e9, bound, a[0] / bound,
+               a[1] / bound, a[2] / bound, b[0], b[1], b[2]);
+    }
+    fflush(stdout);
+    free(tps);
+    free(ratio);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
-    const char *model = NULL, *synth = NULL, *threads = "1,2";
+    const char *model = NULL, *synth = NULL, *threads = "1,2", *isas = NULL;
     bench_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0, NULL};
     int n = 64, repeats = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -80,6 +135,7 @@ int main(int argc, char **argv) {
         if (!strcmp(o, "--threads")) threads = v;
         else if (!strcmp(o, "-n")) n = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
+        else if (!strcmp(o, "--isas")) isas = v;
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", o);
             return 2;
@@ -94,7 +150,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     ds_model *m;
-    if (ds_model_load(model, NULL, &m)) {
+    // --isas: BF16 weights opt in to rounded inputs, which only the avx512bf16 path acts on.
+    const ds_model_params bf16_in = {.n_threads = 0, .bf16_inputs = 1};
+    if (ds_model_load(model, isas ? &bf16_in : NULL, &m)) {
         fprintf(stderr, "bench_decode: %s\n", ds_last_error());
         return 1;
     }
@@ -105,6 +163,13 @@ int main(int argc, char **argv) {
         const int t = atoi(p);
         ds_set_threads(t);
         const double bw = small ? 0 : bench_read_bandwidth(t);
+        if (isas) {
+            if (compare_isas(m, isas, t, n, repeats, bw)) return 1;
+            p = strchr(p, ',');
+            if (!p) break;
+            p++;
+            continue;
+        }
         const double tps = bench_decode_tps(m, n, repeats);
         printf("{\"bench\": \"decode\", \"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"threads\": %d, "
                "\"isa\": \"%s\", \"tokens\": %d, \"tok_per_s\": %.1f",

@@ -111,6 +111,9 @@ typedef struct {
                      // int8 per group and run on integer dot products (llama.cpp's numerics for Q8_0;
                      // 1.4-3x faster at verification sizes); 0 (default): f32 inputs (MLX's numerics).
                      // Drafters always take the integer path (their numbers only steer proposals).
+    int bf16_inputs; // 1: few-row products with BF16 weights round their inputs to bf16 and run on
+                     // VDPBF16PS where the CPU has AVX512-BF16 (llama.cpp's numerics for BF16; verifying
+                     // 8 rows 1.4-2x cheaper); 0 (default): f32 inputs, one f32 FMA per weight.
 } ds_model_params;
 
 // Load a target model: `path` is a .gguf file or a Hugging Face directory (config.json +

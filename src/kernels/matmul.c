@@ -10,6 +10,7 @@
 
 #include "kernels/ggml_quants.h"
 #include "kernels/half.h"
+#include "kernels/matmul_bf16dp.h"
 #include "kernels/qmatmul.h"
 #include "kernels/simd.h"
 #include "kernels/affine.h"
@@ -102,10 +103,17 @@ typedef struct {
             ds_q80rows_##name, packall_bf16_##name                                                                              \
     }
 static const isa_table g_isas[] = {ISA_ENTRY(avx512), ISA_ENTRY(avx2), ISA_ENTRY(scalar)};
+// "avx512bf16": the avx512 entry with BF16 weights on VDPBF16PS (kernels/matmul_bf16dp.h: the input
+// rounded to bf16 once per product), filled in by isa_get; the first choice where the CPU has it.
+// Only BF16 weights with round_inputs take that kernel (bf16_isa); the others stay on avx512's.
+static isa_table g_isa_bf16dp;
+static const isa_table *const g_isa_order[] = {&g_isa_bf16dp, &g_isas[0], &g_isas[1], &g_isas[2]};
+#define N_ISA_ORDER (sizeof g_isa_order / sizeof g_isa_order[0])
 static const isa_table *g_isa;
 
 static int isa_supported(const isa_table *t) {
     __builtin_cpu_init();
+    if (t == &g_isa_bf16dp) return ds_bf16dp_supported();
     if (t == &g_isas[0])
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
@@ -117,9 +125,13 @@ static int isa_supported(const isa_table *t) {
 static const isa_table *isa_get(void) {
     if (!g_isa) {
         openblas_set_num_threads(1); // one thread pool: OpenMP splits the work, sgemm runs per thread
-        for (size_t i = 0; i < sizeof g_isas / sizeof g_isas[0]; i++)
-            if (isa_supported(&g_isas[i])) {
-                g_isa = &g_isas[i];
+        g_isa_bf16dp = g_isas[0];
+        g_isa_bf16dp.name = "avx512bf16";
+        g_isa_bf16dp.bf16 = ds_bf16dp_rows;
+        g_isa_bf16dp.pack = ds_bf16dp_pack;
+        for (size_t i = 0; i < N_ISA_ORDER; i++)
+            if (isa_supported(g_isa_order[i])) {
+                g_isa = g_isa_order[i];
                 break;
             }
     }
@@ -130,9 +142,9 @@ const char *ds_matmul_isa(void) { return isa_get()->name; }
 
 int ds_matmul_force_isa(const char *isa) {
     isa_get(); // one-time setup (OpenBLAS threads) even when a path is forced before any product
-    for (size_t i = 0; i < sizeof g_isas / sizeof g_isas[0]; i++)
-        if (strcmp(g_isas[i].name, isa) == 0 && isa_supported(&g_isas[i])) {
-            g_isa = &g_isas[i];
+    for (size_t i = 0; i < N_ISA_ORDER; i++)
+        if (strcmp(g_isa_order[i]->name, isa) == 0 && isa_supported(g_isa_order[i])) {
+            g_isa = g_isa_order[i];
             return 1;
         }
     return 0;
@@ -197,8 +209,13 @@ typedef struct {
 static const qi_kernel g_qi[] = {{"vnni", ds_qirows_vnni}, {"avx2", ds_qirows_avx2}, {"scalar", ds_qirows_scalar}};
 
 static const qi_kernel *qi_get(const isa_table *t) {
-    if (t == &g_isas[0] && __builtin_cpu_supports("avx512vnni")) return &g_qi[0];
+    if ((t == &g_isas[0] || t == &g_isa_bf16dp) && __builtin_cpu_supports("avx512vnni")) return &g_qi[0];
     return t == &g_isas[2] ? &g_qi[2] : &g_qi[1];
+}
+
+// The table whose BF16 kernel and pack serve w: VDPBF16PS only for a weight that opted in.
+static const isa_table *bf16_isa(const isa_table *t, const ds_weight *w) {
+    return t == &g_isa_bf16dp && !w->round_inputs ? &g_isas[0] : t;
 }
 
 // xp: BF16, the input packed by the ISA's pack (or NULL: the kernel packs segment by segment);
@@ -208,7 +225,7 @@ static void rows_dispatch(float *y, int ldy, const float *x, int nb, const ds_we
     const isa_table *t = isa_get();
     switch (w->type) {
     case DS_F32: t->f32(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
-    case DS_BF16: t->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
+    case DS_BF16: bf16_isa(t, w)->bf16(y, ldy, x, nb, w->data, w->cols, r0, r1, xp); break;
     case DS_F16: t->f16(y, ldy, x, nb, w->data, w->cols, r0, r1, NULL); break;
     case DS_Q8_0:
         if (qx) qi_get(t)->rows(y, ldy, qx, nb, w, r0, r1);
@@ -419,7 +436,7 @@ void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *sc
     // segment itself, to the same numbers.
     const float *xp = NULL;
     if (!gemm && w->type == DS_BF16 && scratch && (size_t)n * (size_t)w->cols + 16 <= ds_matmul_scratch_floats(w))
-        xp = isa_get()->pack(scratch, x, n, w->cols);
+        xp = bf16_isa(isa_get(), w)->pack(scratch, x, n, w->cols);
     matmul_run(y, x, w, n, scratch, gemm, xp, NULL);
 }
 

@@ -23,7 +23,12 @@ typedef struct {
     int round_inputs;     // affine / Q8_0: few-row products round the input to int8 per group (Q8_0:
                           // block) and run on integer dot products (kernels/qmatmul.h); 0: f32 inputs.
                           // Set by the loaders: drafters' affine weights and GGUF Q8_0 (llama.cpp's
-                          // numerics); affine targets keep f32 inputs (MLX's)
+                          // numerics); affine targets keep f32 inputs (MLX's).
+                          // BF16: on the "avx512bf16" ISA (CPUs with AVX512-BF16), few-row products
+                          // round the input to bf16 once per product (round to nearest even, relative
+                          // error <= 2^-9 per element) and run on VDPBF16PS (kernels/matmul_bf16dp.h);
+                          // 0, other ISAs and the sgemm path: f32 inputs, one f32 FMA per weight.
+                          // Set only by ds_model_params.bf16_inputs (opt-in: see architecture.md)
 } ds_weight;
 
 // Bits per element of an affine weight (4 or 8), 0 for other types.
@@ -67,7 +72,8 @@ void ds_weight_rows_f32(const ds_weight *w, int first, int n, float *out);
 // Row `r` of w as f32.
 void ds_weight_row_f32(const ds_weight *w, int r, float *out);
 
-// Which SIMD path ds_matmul uses on this machine ("avx512", "avx2", "scalar").
+// Which SIMD path ds_matmul uses on this machine ("avx512bf16", "avx512", "avx2", "scalar";
+// "avx512bf16" is "avx512" plus VDPBF16PS for BF16 weights with round_inputs).
 const char *ds_matmul_isa(void);
 // Force a path (for tests comparing implementations); returns 0 if the CPU lacks it.
 int ds_matmul_force_isa(const char *isa);

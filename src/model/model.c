@@ -58,6 +58,31 @@ static void model_round_inputs(ds_model *m) {
     weight_round_inputs(&m->ple_model_proj);
 }
 
+// ds_model_params.bf16_inputs: every BF16 matrix a product reads rounds its input to bf16
+// (kernels/matmul_bf16dp.h; the flag means nothing to the embedding gather, so a tied output is fine).
+static void model_bf16_inputs(ds_model *m) {
+    for (int l = 0; l < m->info.n_layers; l++) {
+        ds_layer *L = &m->layers[l];
+        ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+            if (ws[i]->data && ws[i]->type == DS_BF16) ws[i]->round_inputs = 1;
+    }
+    for (int e = 0; e < m->n_moe; e++) {
+        ds_moe *E = &m->moe[e];
+        ds_weight *ws[] = {&E->router, &E->shared_gate};
+        for (int i = 0; i < 2; i++)
+            if (ws[i]->data && ws[i]->type == DS_BF16) ws[i]->round_inputs = 1;
+        for (int j = 0; j < E->n_experts; j++) {
+            ds_weight *ex[] = {&E->gate[j], &E->up[j], &E->down[j]};
+            for (int i = 0; i < 3; i++)
+                if (ex[i]->data && ex[i]->type == DS_BF16) ex[i]->round_inputs = 1;
+        }
+    }
+    ds_weight *tail[] = {&m->output, &m->ple_model_proj};
+    for (int i = 0; i < 2; i++)
+        if (tail[i]->data && tail[i]->type == DS_BF16) tail[i]->round_inputs = 1;
+}
+
 ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out) {
     *out = NULL;
     if (!path) return ds_fail(DS_ERR_INVALID, "no model path given");
@@ -66,6 +91,7 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
     if (params) ds_set_threads(params->n_threads);
     ds_status s = S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
     if (s == DS_OK && params && params->int8_inputs) model_round_inputs(*out);
+    if (s == DS_OK && params && params->bf16_inputs) model_bf16_inputs(*out);
     if (s == DS_OK && !((*out)->path = strdup(path))) {
         ds_model_free(*out);
         *out = NULL;

@@ -1,0 +1,182 @@
+// BF16 weights on VDPBF16PS. See matmul_bf16dp.h for the numerics.
+//
+// Layout: a weight row stays as stored; one 64-byte load is 32 bf16 weights = 16 lanes of column
+// pairs (2i, 2i+1), exactly VDPBF16PS's pairing, so the input needs no permutation, only rounding
+// (32 columns per VCVTNE2PS2BF16). The last block of a row is loaded under a mask (the input's
+// padding is zero, so the masked lanes add +0).
+// Loop order as matmul_isa.inc's: up to 8 input rows at a time, columns in pieces whose bf16 input
+// block fits in L1, RB weight rows sharing every input load, each weight row's piece streaming once
+// for all input rows, weights prefetched ahead.
+#include "kernels/matmul_bf16dp.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TARGET __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
+#define BLK 32
+// Input bytes read from L1 whole while the weights stream (as matmul.c's DS_X_L1_BYTES).
+#define X_L1_BYTES 32768
+// Software prefetch distance in elements when whole rows stream (as matmul.c's DS_PREFETCH_ELEMS).
+#define PREFETCH_ELEMS 2048
+
+int ds_bf16dp_supported(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl"))
+        return 0; // (these also say the OS saves the AVX-512 registers)
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
+static inline int padded(int cols) { return (cols + BLK - 1) / BLK * BLK; }
+
+// Mask of the valid lanes of the block at column j of a row of `len` columns (all 32 if whole).
+static inline __mmask32 block_mask(int j, int len) {
+    const int v = len - j;
+    return v >= BLK ? (__mmask32)0xffffffffu : (__mmask32)((1u << v) - 1u);
+}
+
+// m rows of x (stride xs) columns [0, len) rounded to bf16 into xb (stride ps, a multiple of 32),
+// zero-padded to the next multiple of 32.
+TARGET static void round_rows(uint16_t *xb, size_t ps, const float *x, size_t xs, int m, int len) {
+    for (int k = 0; k < m; k++) {
+        const float *xr = x + (size_t)k * xs;
+        uint16_t *o = xb + (size_t)k * ps;
+        for (int j = 0; j < len; j += BLK) {
+            __m512 lo, hi;
+            if (j + BLK <= len) {
+                lo = _mm512_loadu_ps(xr + j);
+                hi = _mm512_loadu_ps(xr + j + 16);
+            } else {
+                const __mmask32 mk = block_mask(j, len);
+                lo = _mm512_maskz_loadu_ps((__mmask16)mk, xr + j);
+                hi = _mm512_maskz_loadu_ps((__mmask16)(mk >> 16), xr + j + 16);
+            }
+            _mm512_storeu_si512((void *)(o + j), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+}
+
+const float *ds_bf16dp_pack(float *buf, const float *x, int n, int cols) {
+    if (cols < 16) return NULL; // the padded rows might not fit in n x cols floats
+    uint16_t *xb = (uint16_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    round_rows(xb, (size_t)padded(cols), x, (size_t)cols, n, cols);
+    return (const float *)(const void *)xb;
+}
+
+// The 16 lanes' sum in the documented tree: halves, then quarters, then pairs.
+TARGET static inline float hsum16(__m512 v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+// One segment (nblk whole blocks, then the block under `tail` if nonzero) of RB weight rows
+// (stride ws) against M bf16 input rows (stride xs): y[k*ldy + rr] = (add ? y : 0) + its sum.
+TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, const uint16_t *x, size_t xs,
+                                                             const uint16_t *w, size_t ws, int nblk, __mmask32 tail,
+                                                             const int M, const int RB, int add, size_t pf) {
+    __m512 a[4][8];
+    for (int rr = 0; rr < RB; rr++)
+        for (int k = 0; k < M; k++) a[rr][k] = _mm512_setzero_ps();
+    for (int b = 0; b < nblk; b++) {
+        const int j = b * BLK;
+        __m512i wv[4];
+        for (int rr = 0; rr < RB; rr++) {
+            const uint16_t *p = w + (size_t)rr * ws + j;
+            __builtin_prefetch(p + pf);
+            wv[rr] = _mm512_loadu_si512((const void *)p);
+        }
+        for (int k = 0; k < M; k++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)k * xs + j));
+            for (int rr = 0; rr < RB; rr++) a[rr][k] = _mm512_dpbf16_ps(a[rr][k], xv, (__m512bh)wv[rr]);
+        }
+    }
+    if (tail) {
+        const int j = nblk * BLK;
+        __m512i wv[4];
+        for (int rr = 0; rr < RB; rr++) wv[rr] = _mm512_maskz_loadu_epi16(tail, w + (size_t)rr * ws + j);
+        for (int k = 0; k < M; k++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)k * xs + j));
+            for (int rr = 0; rr < RB; rr++) a[rr][k] = _mm512_dpbf16_ps(a[rr][k], xv, (__m512bh)wv[rr]);
+        }
+    }
+    for (int k = 0; k < M; k++)
+        for (int rr = 0; rr < RB; rr++) {
+            const float s = hsum16(a[rr][k]);
+            float *o = y + (size_t)k * ldy + rr;
+            *o = add ? *o + s : s;
+        }
+}
+
+// Rows [r0, r1), columns [c0, c1) (c0 a multiple of DS_BF16DP_SEG; c1 one too, or cols) for M
+// input rows x (bf16, stride xs, seen at column 0): blocks of RB weight rows, segment after segment.
+TARGET __attribute__((always_inline)) static inline void rowblk(float *y, int ldy, const uint16_t *x, size_t xs,
+                                                                const uint16_t *W, int cols, int c0, int c1, int r0,
+                                                                int r1, size_t pf, const int M, const int RB) {
+    int r = r0;
+    for (; r + RB <= r1; r += RB)
+        for (int c = c0; c < c1; c += DS_BF16DP_SEG) {
+            const int len = c1 - c < DS_BF16DP_SEG ? c1 - c : DS_BF16DP_SEG;
+            seg(y + r, ldy, x + c, xs, W + (size_t)r * cols + c, (size_t)cols, len / BLK,
+                len % BLK ? block_mask(len / BLK * BLK, len) : 0, M, RB, c > 0, pf);
+        }
+    for (; r < r1; r++)
+        for (int c = c0; c < c1; c += DS_BF16DP_SEG) {
+            const int len = c1 - c < DS_BF16DP_SEG ? c1 - c : DS_BF16DP_SEG;
+            seg(y + r, ldy, x + c, xs, W + (size_t)r * cols + c, (size_t)cols, len / BLK,
+                len % BLK ? block_mask(len / BLK * BLK, len) : 0, M, 1, c > 0, pf);
+        }
+}
+
+// M input rows: from the packed rows xk (stride xs) in L1-sized pieces of columns, or, without
+// them, segments outer with each segment of x rounded into `tmp` (M x DS_BF16DP_SEG bf16).
+TARGET __attribute__((always_inline)) static inline void blk(float *y, int ldy, const float *x, const uint16_t *xk,
+                                                             size_t xs, uint16_t *tmp, const uint16_t *W, int cols,
+                                                             int r0, int r1, const int M, const int RB) {
+    if (!xk) {
+        for (int c0 = 0; c0 < cols; c0 += DS_BF16DP_SEG) {
+            const int len = cols - c0 < DS_BF16DP_SEG ? cols - c0 : DS_BF16DP_SEG;
+            round_rows(tmp, DS_BF16DP_SEG, x + c0, (size_t)cols, M, len);
+            rowblk(y, ldy, tmp - c0, DS_BF16DP_SEG, W, cols, c0, c0 + len, r0, r1, (size_t)cols * RB * 2, M, RB);
+        }
+        return;
+    }
+    int S = (int)(X_L1_BYTES / ((size_t)M * sizeof(uint16_t))) / DS_BF16DP_SEG * DS_BF16DP_SEG;
+    if (S < DS_BF16DP_SEG) S = DS_BF16DP_SEG;
+    const size_t pf = S >= cols ? (size_t)PREFETCH_ELEMS : (size_t)cols * RB;
+    for (int c0 = 0; c0 < cols; c0 += S)
+        rowblk(y, ldy, xk, xs, W, cols, c0, cols - c0 < S ? cols : c0 + S, r0, r1, pf, M, RB);
+}
+
+TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void *Wv, int cols, int r0, int r1,
+                           const float *xp) {
+    const uint16_t *W = Wv, *xb = (const uint16_t *)(const void *)xp;
+    const size_t ps = (size_t)padded(cols);
+    if (cols <= 0) {
+        for (int k = 0; k < nb; k++)
+            for (int r = r0; r < r1; r++) y[(size_t)k * ldy + r] = 0.0f;
+        return;
+    }
+    _Alignas(64) uint16_t tmp[xb ? 1 : 8 * DS_BF16DP_SEG];
+    for (int i = 0; i < nb; i += 8) {
+        const int m = nb - i < 8 ? nb - i : 8;
+        const float *xi = x + (size_t)i * cols;
+        float *yi = y + (size_t)i * ldy;
+        const uint16_t *xk = xb ? xb + (size_t)i * ps : NULL;
+        switch (m) {
+        case 1: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 1, 4); break;
+        case 2: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 2, 4); break;
+        case 3: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 3, 4); break;
+        case 4: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 4, 4); break;
+        case 5: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 5, 2); break;
+        case 6: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 6, 2); break;
+        case 7: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 7, 2); break;
+        default: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 8, 2); break;
+        }
+    }
+}
