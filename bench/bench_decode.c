@@ -2,13 +2,17 @@
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
-//                [--isas avx512,avx512bf16]
+//                [--isas avx512,avx512bf16] [--prefill P]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
 // run. Prints one JSON object per line: the ratio decode/bound is the figure of merit (decode is
 // memory-bound for realistic sizes). With --synthetic, a random-weight Llama of the given shape is
 // written as a Hugging Face directory first (if DIR does not hold one): weights do not change cost.
+// --prefill P first prints a "prefill" line per thread count: tokens/s of one forward over P new
+// tokens from an empty cache (median of R), the product path a prompt of P tokens takes (many rows:
+// sgemm on widened tiles); -n 0 then skips the decode line (scripts/bench_peer.sh runs both phases
+// this way next to llama-bench's pp / tg).
 // For small models (which fit in cache) the bound is meaningless; the line then also reports the
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
 // --isas compares kernel paths (ds_matmul_force_isa names; the model is loaded with
@@ -44,6 +48,33 @@ static size_t rss_bytes(void) {
         if (!strncmp(line, "VmRSS:", 6)) kb = (size_t)strtoull(line + 6, NULL, 10);
     if (f) fclose(f);
     return kb * 1024;
+}
+
+// Median tokens/s of one forward over p new tokens from an empty cache (a prompt's prefill).
+static double prefill_tps(ds_model *m, int p, int repeats) {
+    const ds_model_info *in = ds_model_get_info(m);
+    ds_kv *kv;
+    ds_workspace *ws;
+    float *logits = malloc(sizeof(float) * (size_t)in->vocab_size);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)p);
+    double *t = malloc(sizeof(double) * (size_t)repeats);
+    if (!logits || !tok || !t || ds_kv_init(m, p, &kv) || ds_workspace_init(m, &ws)) return 0;
+    for (int i = 0; i < p; i++) tok[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
+    for (int r = 0; r < repeats; r++) {
+        ds_kv_truncate(kv, 0);
+        ds_forward_seq s = {.kv = kv, .tokens = tok, .n_tokens = p, .n_logits = 1, .logits = logits};
+        const double t0 = bench_now();
+        ds_model_forward(m, ws, &s, 1);
+        t[r] = bench_now() - t0;
+    }
+    qsort(t, (size_t)repeats, sizeof *t, bench_cmp_double);
+    const double med = t[repeats / 2];
+    ds_kv_free(kv);
+    ds_workspace_free(ws);
+    free(logits);
+    free(tok);
+    free(t);
+    return p / med;
 }
 
 // Median seconds of one forward over `rows` new tokens (a verification of rows-1 drafted tokens)
@@ -128,7 +159,7 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     const char *model = NULL, *synth = NULL, *threads = "1,2", *isas = NULL;
     bench_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0, NULL};
-    int n = 64, repeats = 5;
+    int n = 64, repeats = 5, prefill = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (bench_model_option(o, v, &s, &model, &synth)) continue;
@@ -136,6 +167,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "-n")) n = atoi(v);
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
         else if (!strcmp(o, "--isas")) isas = v;
+        else if (!strcmp(o, "--prefill")) prefill = atoi(v);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", o);
             return 2;
@@ -145,7 +177,7 @@ int main(int argc, char **argv) {
         if (bench_make_synthetic(synth, &s)) return 1;
         model = synth;
     }
-    if (!model || repeats < 1 || n < 1) {
+    if (!model || repeats < 1 || n < 0 || prefill < 0 || (n == 0 && prefill == 0)) {
         fprintf(stderr, "usage: bench_decode (--model PATH | --synthetic DIR [shape options]) [--threads 1,2] [-n N]\n");
         return 2;
     }
@@ -162,6 +194,13 @@ int main(int argc, char **argv) {
     for (const char *p = threads; *p;) {
         const int t = atoi(p);
         ds_set_threads(t);
+        if (prefill) {
+            printf("{\"bench\": \"prefill\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
+                   "\"tokens\": %d, \"tok_per_s\": %.1f}\n",
+                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), prefill, prefill_tps(m, prefill, repeats));
+            fflush(stdout);
+        }
+        if (n == 0) goto next;
         const double bw = small ? 0 : bench_read_bandwidth(t);
         if (isas) {
             if (compare_isas(m, isas, t, n, repeats, bw)) return 1;
@@ -196,6 +235,7 @@ int main(int argc, char **argv) {
                    ds_weight_bytes(&m->ple_embd), ds_weight_bytes(&m->ple_embd) / (size_t)m->ple_embd.rows, rss_load);
         printf("}\n");
         fflush(stdout);
+    next:
         p = strchr(p, ',');
         if (!p) break;
         p++;
