@@ -156,6 +156,30 @@ def q8_0(a):
     return out
 
 
+# ggml block types: (elements, bytes) per block (ggml-common.h; tests/reference/ggml_quants_ref.py).
+BLOCKS = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 20: (32, 18),
+          10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 23: (256, 136)}
+
+
+def random_blocks(rng, gtype, n):
+    """n elements of block type gtype as random bytes with every f16 scale field set finite (any bytes
+    are a valid block; finite scales keep the seed a loadable model)."""
+    qk, size = BLOCKS[gtype]
+    raw = bytearray(rng.integers(0, 256, n // qk * size, dtype=np.uint8).tobytes())
+    for b in range(0, len(raw), size):  # clear the top exponent bit of every 2-byte field: no Inf/NaN halves
+        for o in range(1, size, 2):
+            raw[b + o] &= 0x3F
+    return bytes(raw)
+
+
+def tensor_only_gguf(path, gtype, rows=4):
+    """A GGUF holding one (QK_K, rows) tensor of block type gtype and no model: the reader's block
+    checks (ds_gguf_open), then a load that fails naming the missing tensors."""
+    rng = np.random.default_rng(100 + gtype)
+    kvs = [("general.architecture", STRING, "llama")]
+    write_gguf(path, kvs, [("token_embd.weight", (256, rows), gtype, random_blocks(rng, gtype, 256 * rows))])
+
+
 def tiny_llama_gguf(path, gtype=0, dim=8, ffn=16, layers=1, n_vocab=300):
     """A llama GGUF with the first n_vocab pieces of stories260K's SentencePiece vocabulary."""
     rng = np.random.default_rng(7)
@@ -183,6 +207,8 @@ def tiny_llama_gguf(path, gtype=0, dim=8, ffn=16, layers=1, n_vocab=300):
             return (name, ne, 0, a.tobytes())
         if gtype == 1:
             return (name, ne, 1, a.astype(np.float16).tobytes())
+        if gtype in BLOCKS:
+            return (name, ne, gtype, random_blocks(rng, gtype, n))
         return (name, ne, 8, q8_0(a))
 
     kv_dim = dim // 2
@@ -240,10 +266,17 @@ def build(root):
             open(os.path.join(d, "tokenizer_config.json"), "w").write(tc)
 
         # gguf: llama models (F32, F16, Q8_0) and a tokenizer-only (byte-level BPE) file.
-        for name, gt, dim in (("f32", 0, 8), ("f16", 1, 8), ("q8_0", 8, 32)):
+        # The 32-element block types as whole models (every matrix of the type); the 256-element ones
+        # (K-quants, IQ4_XS) as one tensor each (a model would pass 64 KB).
+        for name, gt, dim in (("f32", 0, 8), ("f16", 1, 8), ("q8_0", 8, 32), ("q4_0", 2, 32), ("q4_1", 3, 32),
+                              ("q5_0", 6, 32), ("q5_1", 7, 32), ("iq4_nl", 20, 32)):
             p = os.path.join(tmp, name + ".gguf")
             tiny_llama_gguf(p, gtype=gt, dim=dim, ffn=2 * dim, n_vocab=270)
             seed("gguf", "llama-" + name, open(p, "rb").read())
+        for name, gt in (("q2_k", 10), ("q3_k", 11), ("q4_k", 12), ("q5_k", 13), ("q6_k", 14), ("iq4_xs", 23)):
+            p = os.path.join(tmp, name + ".gguf")
+            tensor_only_gguf(p, gt)
+            seed("gguf", "tensor-" + name, open(p, "rb").read())
         p = os.path.join(tmp, "tok.gguf")
         gguf_tok_writer.write_from_hf(os.path.join(fx, "chat_chatml"), p, "qwen2")
         seed("gguf", "tokenizer-bpe", open(p, "rb").read())
