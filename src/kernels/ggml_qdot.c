@@ -2,16 +2,19 @@
 // the input rounded to int8 (ds_qx, kernels/qmatmul_i8.c), for products of few rows (decode, verify):
 // the numerics are in qmatmul.h, the layouts in ggml_quants.h. As llama.cpp does: per weight block,
 // unpack to 32 bytes in registers, multiply-add bytes into int32 lanes (VPDPBUSD with AVX512-VNNI on
-// 256-bit vectors, else PMADDUBSW + PMADDWD), then the block's float scale(s).
+// 256-bit vectors, else PMADDUBSW + PMADDWD; K-quants with VNNI: 512-bit PMADDUBSW + VPDPWSSD), then
+// the block's float scale(s).
 //
 // Exactness: every integer sum is exact (bounds in the comments); the unsigned x signed byte
 // products of PMADDUBSW never saturate (|u| <= 127 when the weights are signed: |w| times r·sign(w);
-// u <= 63 otherwise, |r| <= 127: pairs <= 2·127·127 < 2^15). The float part per block (or super-block)
-// and input row is one FMA per int32 lane (two with mins), the lanes summed at the end of the row, so
-// the VNNI and AVX2 kernels give the same bits, and no result depends on the number of input rows in
-// the call (each row's arithmetic is the same whatever the others) or on threads (rows of W are
-// independent). Each weight row is read once per 8 input rows (32-element types) or 4 (K-quants,
-// whose per-row integer accumulators take the registers).
+// u <= 63 otherwise, |r| <= 127: pairs <= 2·127·127 < 2^15). 32-element types: the float part per
+// block and input row is one FMA per int32 lane (two with mins), the lanes summed at the end of the
+// row, so the VNNI and AVX2 kernels give the same bits. K-quants: the AVX2 kernel does the same per
+// super-block (4 input rows per pass over a weight row, whose per-row integer accumulators take the
+// registers); the VNNI one (512-bit, 8 rows per pass) sums each super-block's integers exactly to one
+// int32 per row and then does the scalar kernel's float operations in its order, so it gives the
+// scalar kernel's bits. No result depends on the number of input rows in the call (each row's
+// arithmetic is the same whatever the others) or on threads (rows of W are independent).
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -128,7 +131,7 @@ DEF_K32_BOTH(q5_0, ds_block_q5_0, 1, 0)
 DEF_K32_BOTH(q5_1, ds_block_q5_1, 0, 1)
 DEF_K32_BOTH(iq4_nl, ds_block_iq4_nl, 1, 0)
 
-// ---- K-quants (256-element super-blocks, AVX2 on every vector ISA) ---------------------------------
+// ---- K-quants (256-element super-blocks), AVX2 ----------------------------------------------------
 // Per super-block and input row: isum (int32 lanes) = Σ_chunks madd(maddubs(u, r), sc16), u the 32
 // unsigned values of a chunk and sc16 its sub-block scales as int16 (two 16-element sub-blocks: low
 // lane / high lane); offsets and mins through the per-16 sums bs: imin = madd(bs, m16). Bounds: a
@@ -382,6 +385,253 @@ DEF_KROWS(kq5k, ds_block_q5_k)
 DEF_KROWS(kq6k, ds_block_q6_k)
 DEF_KROWS(kiq4xs, ds_block_iq4_xs)
 
+// ---- K-quants with AVX512-VNNI (512-bit, all input rows of a call in one pass per super-block) ------
+// Per super-block, the weights are unpacked once into 4 vectors of 64 unsigned bytes in natural
+// element order, with per-lane int16 sub-block scales; each input row then costs, per 64 elements,
+// one VPMADDUBSW (u·r pairs, exact in int16: bounds above) and one VPDPWSSD with the scales into the
+// row's int32 lanes. The offsets (Q6_K -32, Q3_K -4) enter the same lanes as VPDPWSSD of the per-16
+// sums bs with -32·sc / -4·sc; the mins (Q4_K, Q5_K, Q2_K) as bs·m in lanes of their own. The lanes
+// of each row are then summed exactly (int32; |Σ| < 2^29 for every type) to one integer per
+// super-block, isum and imin, and the float part is the scalar kernel's, row by row:
+// acc = fma(d·d_x, isum, acc), acc = fma(-(dmin·d_x), imin, acc) (the second only with mins: for
+// the others it adds -0). So these kernels give ds_ggq_rows_scalar's bits, whatever the number of
+// rows in the call: the integers are exact however they are summed, and each row's float
+// operations are the same sequence (done in one lane of a vector of 8 rows, or in scalar for 1).
+// IQ4_XS: the table values are signed; |v| multiplies r negated where v < 0 (no 512-bit VPSIGNB).
+enum { KT_Q2, KT_Q3, KT_Q4, KT_Q5, KT_Q6, KT_IQ4XS };
+typedef struct {
+    __m512i w[4];      // (256) unsigned values, natural order, 64 per vector
+    __m512i sc[4];     // (4, 32) int16 scale of each VPMADDUBSW lane (2 elements) of w
+    __mmask64 neg[4];  // IQ4_XS: elements whose value is negative
+    __m256i off, mn;   // (16) int16 per 16 elements: offset (bs·off joins isum) and min (bs·mn = imin)
+    float d, dmin;
+} ksb;
+
+// The int16 scale vector of VPMADDUBSW lanes for 64 elements from 16 int16 per-16 scales s16 (lane
+// L covers elements 2L, 2L + 1: sub-block of 16 index 4n + L/8).
+#define IDX16(n) _mm512_set_epi16(4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, \
+                                  4 * n + 2, 4 * n + 2, 4 * n + 2, 4 * n + 2, 4 * n + 2, 4 * n + 2, 4 * n + 2, 4 * n + 2, \
+                                  4 * n + 1, 4 * n + 1, 4 * n + 1, 4 * n + 1, 4 * n + 1, 4 * n + 1, 4 * n + 1, 4 * n + 1, \
+                                  4 * n, 4 * n, 4 * n, 4 * n, 4 * n, 4 * n, 4 * n, 4 * n)
+VNNI_TARGET INLINE void scales_per16(__m256i s16, __m512i sc[4]) {
+    const __m512i s = _mm512_castsi256_si512(s16);
+    sc[0] = _mm512_permutexvar_epi16(IDX16(0), s), sc[1] = _mm512_permutexvar_epi16(IDX16(1), s);
+    sc[2] = _mm512_permutexvar_epi16(IDX16(2), s), sc[3] = _mm512_permutexvar_epi16(IDX16(3), s);
+}
+// The same from 8 per-32 scales (int16 in lanes 0..7 of s8): sub-block of 32 index 2n + L/16.
+VNNI_TARGET INLINE void scales_per32(__m128i s8, __m512i sc[4]) {
+    const __m256i s16 = _mm256_cvtepu16_epi32(s8); // lane 2j = s_j (as int16), 2j + 1 = 0
+    const __m256i dup = _mm256_or_si256(s16, _mm256_slli_epi32(s16, 16)); // lanes 2j, 2j + 1 = s_j
+    scales_per16(dup, sc);
+}
+// Bit masks of a byte vector's two 256-bit halves.
+#define BITS2(a, b) _mm512_inserti64x4(_mm512_set1_epi8((char)(a)), _mm256_set1_epi8((char)(b)), 1)
+#define SHIFTS2(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
+
+VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    s->off = s->mn = _mm256_setzero_si256();
+    s->dmin = 0.0f;
+    if (T == KT_Q4 || T == KT_Q5) {
+        const ds_block_q4_k *b = blk; // Q5_K: the same header; qs after qh
+        const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)blk)->qs;
+        uint8_t sm[16];
+        k4_scales(b->scales, sm);
+        s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
+        const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
+        scales_per32(_mm_cvtepu8_epi16(smv), s->sc);
+        const __m128i mins = _mm_srli_si128(smv, 8);
+        s->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
+        for (int h = 0; h < 2; h++) { // 64 bytes: chunks 2h, 2h + 1 (sub-blocks 4h, 4h+2 low, 4h+1, 4h+3 high)
+            const __m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * h));
+            const __m512i lo = _mm512_and_si512(raw, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+            s->w[2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+            s->w[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+        }
+        if (T == KT_Q5) {
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)blk)->qh));
+            const __m512i v16 = _mm512_set1_epi8(16);
+            for (int n = 0; n < 4; n++) {
+                const __mmask64 m = _mm512_test_epi8_mask(qh, BITS2(1 << (2 * n), 2 << (2 * n)));
+                s->w[n] = _mm512_mask_add_epi8(s->w[n], m, s->w[n], v16);
+            }
+        }
+    } else if (T == KT_Q6) {
+        const ds_block_q6_k *b = blk;
+        s->d = _cvtsh_ss(b->d);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        scales_per16(s16, s->sc);
+        s->off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 5));
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+        for (int h = 0; h < 2; h++) {
+            const __m512i raw = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+            const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(hb, SHIFTS2(4, 2)), m30); // bits 0-1 / 2-3 at 4-5
+            const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(hb, SHIFTS2(0, 2)), m30); // bits 4-5 / 6-7
+            s->w[2 * h] = _mm512_or_si512(_mm512_and_si512(raw, lo4), h01);
+            s->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4), h23);
+        }
+    } else if (T == KT_Q3 || T == KT_Q2) {
+        const uint8_t *qs;
+        __m256i s16;
+        if (T == KT_Q3) {
+            const ds_block_q3_k *b = blk;
+            int sc[16];
+            ds_ggml_q3k_scales(b->scales, sc);
+            int16_t t16[16];
+            for (int j = 0; j < 16; j++) t16[j] = (int16_t)(sc[j] - 32);
+            s16 = _mm256_loadu_si256((const __m256i *)t16);
+            s->off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 2));
+            s->d = _cvtsh_ss(b->d);
+            qs = b->qs;
+        } else {
+            const ds_block_q2_k *b = blk;
+            const __m256i raw = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+            s16 = _mm256_and_si256(raw, _mm256_set1_epi16(15));
+            s->mn = _mm256_srli_epi16(raw, 4);
+            s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
+            qs = b->qs;
+        }
+        scales_per16(s16, s->sc);
+        const __m512i lo2 = _mm512_set1_epi8(3);
+        __m512i hm = _mm512_setzero_si512();
+        if (T == KT_Q3) hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const ds_block_q3_k *)blk)->hmask));
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+            for (int p = 0; p < 2; p++) { // elements 128h + 64p ..: j = 2p (low half), 2p + 1 (high half)
+                __m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, SHIFTS2(4 * p, 4 * p + 2)), lo2);
+                if (T == KT_Q3) {
+                    const __mmask64 m = _mm512_test_epi8_mask(hm, BITS2(1 << (4 * h + 2 * p), 1 << (4 * h + 2 * p + 1)));
+                    u = _mm512_mask_add_epi8(u, m, u, _mm512_set1_epi8(4));
+                }
+                s->w[2 * h + p] = u;
+            }
+        }
+    } else { // IQ4_XS
+        const ds_block_iq4_xs *b = blk;
+        s->d = _cvtsh_ss(b->d);
+        int16_t l8[8];
+        for (int ib = 0; ib < 8; ib++)
+            l8[ib] = (int16_t)((((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32);
+        scales_per32(_mm_loadu_si128((const __m128i *)l8), s->sc);
+        const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ds_iq4nl_values));
+        for (int h = 0; h < 2; h++) { // 64 bytes: sub-blocks 4h..4h+3, 16 bytes each (low nibbles 0..15, high 16..31)
+            const __m512i raw = _mm512_loadu_si512((const void *)(b->qs + 64 * h));
+            const __m512i lo = _mm512_and_si512(raw, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+            const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+            const __m512i v0 = _mm512_shuffle_epi8(tab, _mm512_permutex2var_epi64(lo, i0, hi));
+            const __m512i v1 = _mm512_shuffle_epi8(tab, _mm512_permutex2var_epi64(lo, i1, hi));
+            s->neg[2 * h] = _mm512_movepi8_mask(v0), s->neg[2 * h + 1] = _mm512_movepi8_mask(v1);
+            s->w[2 * h] = _mm512_abs_epi8(v0), s->w[2 * h + 1] = _mm512_abs_epi8(v1);
+        }
+    }
+}
+
+// Exact sums of the lanes of v[k], k < 8: lane k of the result.
+VNNI_TARGET INLINE __m256i hsum_8x8(const __m512i p[4]) { // p[i]: rows 2i (low 256 bits) and 2i + 1
+    const __m512i q0 = _mm512_add_epi32(_mm512_shuffle_i64x2(p[0], p[1], 0x88), _mm512_shuffle_i64x2(p[0], p[1], 0xDD));
+    const __m512i q1 = _mm512_add_epi32(_mm512_shuffle_i64x2(p[2], p[3], 0x88), _mm512_shuffle_i64x2(p[2], p[3], 0xDD));
+    // q0: 128-bit lane i holds 4 partial sums of row i; q1 of row 4 + i
+    __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(q0, q1), _mm512_unpackhi_epi32(q0, q1));
+    u = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, (_MM_PERM_ENUM)0x4E)); // lane i: row i, row 4 + i, again
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0), u));
+}
+VNNI_TARGET INLINE __m256i hsum_8x16(const __m512i v[8]) {
+    __m512i p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = _mm512_add_epi32(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x44),
+                                _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xEE));
+    return hsum_8x8(p);
+}
+
+// M (1..8) input rows against one weight row of nsb super-blocks of bb bytes (the ds_qx layout of
+// DEF_K4's kernels).
+VNNI_TARGET INLINE void kz_blk(const int T, float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb,
+                               int cols, const uint8_t *row, const size_t bb, const int M) {
+    const int nsb = cols / 256, HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5;
+    const int HASOFF = T == KT_Q3 || T == KT_Q6, SIGNED = T == KT_IQ4XS;
+    __m256 acc = _mm256_setzero_ps();
+    float acc1 = 0.0f;
+    const __m256i vidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nsb));
+    const __mmask8 live = (__mmask8)((1u << M) - 1);
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *b = row + (size_t)sb * bb;
+        __builtin_prefetch(b + 8 * bb);
+        __builtin_prefetch(b + 8 * bb + 64);
+        __builtin_prefetch(b + 8 * bb + 128);
+        ksb s;
+        ksb_prep(T, b, &s);
+        __m512i a[8], mp[4];
+        for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) mp[k] = _mm512_setzero_si512();
+        for (int k = 0; k < M; k++) {
+            const int8_t *x = xq + (size_t)k * cols + (size_t)sb * 256;
+            for (int c = 0; c < 4; c++) {
+                __m512i xv = _mm512_loadu_si512((const void *)(x + 64 * c));
+                if (SIGNED) xv = _mm512_mask_sub_epi8(xv, s.neg[c], _mm512_setzero_si512(), xv);
+                a[k] = _mm512_dpwssd_epi32(a[k], _mm512_maddubs_epi16(s.w[c], xv), s.sc[c]);
+            }
+            if (HASOFF || HASMIN) {
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * (cols / 16) + (size_t)sb * 16));
+                if (HASOFF) a[k] = _mm512_dpwssd_epi32(a[k], _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(s.off));
+                if (HASMIN) {
+                    const __m256i im = _mm256_madd_epi16(bs, s.mn);
+                    mp[k / 2] = k % 2 ? _mm512_inserti64x4(mp[k / 2], im, 1) : _mm512_zextsi256_si512(im);
+                }
+            }
+        }
+        if (M == 1) {
+            const float dx = xd[sb];
+            acc1 = fmaf(s.d * dx, (float)_mm512_reduce_add_epi32(a[0]), acc1);
+            if (HASMIN) acc1 = fmaf(-(s.dmin * dx), (float)_mm512_reduce_add_epi32(mp[0]), acc1);
+        } else {
+            const __m256 dx = _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), live, vidx, xd + sb, 4);
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.d), dx), _mm256_cvtepi32_ps(hsum_8x16(a)), acc);
+            if (HASMIN)
+                acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), acc);
+        }
+    }
+    if (M == 1) {
+        y[0] = acc1;
+    } else {
+        float o[8];
+        _mm256_storeu_ps(o, acc);
+        for (int k = 0; k < M; k++) y[(size_t)k * ldy] = o[k];
+    }
+}
+
+// Rows [r0, r1) for nb rounded input rows, 8 at a time per weight row.
+#define DEF_KZ(NAME, T, BT)                                                                                   \
+    VNNI_TARGET static void NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
+        const int cols = w->cols, nsb = cols / 256;                                                           \
+        for (int i = 0; i < nb; i += 8) {                                                                     \
+            const int m = nb - i < 8 ? nb - i : 8;                                                            \
+            const int8_t *xq = px->q + (size_t)i * cols;                                                      \
+            const float *xd = px->d + (size_t)i * nsb;                                                        \
+            const int16_t *xb = px->bs + (size_t)i * (cols / 16);                                             \
+            for (int r = r0; r < r1; r++) {                                                                   \
+                const uint8_t *row = (const uint8_t *)((const BT *)w->data + (size_t)r * nsb);                \
+                float *yi = y + (size_t)i * ldy + r;                                                          \
+                switch (m) {                                                                                  \
+                case 1: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 1); break;                      \
+                case 2: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 2); break;                      \
+                case 3: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 3); break;                      \
+                case 4: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 4); break;                      \
+                case 5: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 5); break;                      \
+                case 6: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 6); break;                      \
+                case 7: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 7); break;                      \
+                default: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 8); break;                     \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+DEF_KZ(kz_q2k, KT_Q2, ds_block_q2_k)
+DEF_KZ(kz_q3k, KT_Q3, ds_block_q3_k)
+DEF_KZ(kz_q4k, KT_Q4, ds_block_q4_k)
+DEF_KZ(kz_q5k, KT_Q5, ds_block_q5_k)
+DEF_KZ(kz_q6k, KT_Q6, ds_block_q6_k)
+DEF_KZ(kz_iq4xs, KT_IQ4XS, ds_block_iq4_xs)
+
 static int kquant_rows(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
     switch (w->type) {
     case DS_Q2_K: kq2k_rows(y, ldy, px, nb, w, r0, r1); return 1;
@@ -412,7 +662,13 @@ void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
     case DS_Q5_0: k32_q5_0_vnni(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q5_1: k32_q5_1_vnni(y, ldy, px, nb, w, r0, r1); break;
     case DS_IQ4_NL: k32_iq4_nl_vnni(y, ldy, px, nb, w, r0, r1); break;
-    default: kquant_rows(y, ldy, px, nb, w, r0, r1);
+    case DS_Q2_K: kz_q2k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q3_K: kz_q3k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q4_K: kz_q4k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_K: kz_q5k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q6_K: kz_q6k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_IQ4_XS: kz_iq4xs(y, ldy, px, nb, w, r0, r1); break;
+    default: break;
     }
 }
 
