@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <immintrin.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,10 +305,13 @@ static int g_gemm_min_rows = 0;
 void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
 int ds_matmul_gemm_min_rows_setting(void) { return g_gemm_min_rows; }
 
-// GGUF block types other than Q8_0 (kernels/ggml_qdot.c): the integer kernels below this many rows,
-// sgemm on dequantized tiles from it. bench_quant --ggq "ggq_crossover" (Q4_K 4096², 1 and 2 threads
-// on the loaded 2-core machine): the integer kernel took 0.32-0.74 of sgemm's time at 8..64 rows.
-#define DS_GGQ_GEMM_ROWS 64
+// GGUF block types other than Q8_0 (kernels/ggml_qdot.c) always take the integer kernels, prefill
+// included (8 input rows per pass over the weights): a 512-token prefill of an inflated stories260K
+// (hidden 2048, 24 layers) ran at 94 tok/s on them against 36 tok/s on sgemm over dequantized tiles
+// for Q4_K_M, 51 against 39 for Q4_0 (bench_decode --prefill 512, 1 thread; 153 against 69 with 2
+// threads for Q4_K_M), and bench_quant --ggq's crossover had them at 0.32-0.74 of sgemm's time from 8
+// to 64 rows. (ds_matmul_ex's min_rows, or the test hook, can still send a product to sgemm.)
+#define DS_GGQ_GEMM_ROWS INT_MAX
 
 static int gemm_min_rows(ds_dtype t, int min_rows) {
     if (min_rows > 0) return min_rows;

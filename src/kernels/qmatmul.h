@@ -23,7 +23,8 @@ void ds_qrows_scalar(float *y, int ldy, const float *x, int nb, const ds_weight 
 // y = Σ_g s_g·d_g·(Σ_{i∈g} q_i r_i) + b_g·(d_g·Σ_{i∈g} r_i), the integer sums exact (VPDPBUSD: u8 q
 // times s8 r). The same rounding on every instruction set, so a row's integers never depend on the
 // machine; only the float additions' order follows the vector width (as everywhere). Many-row
-// products (prefill) go to sgemm over dequantized tiles with the f32 input, as before.
+// affine products (prefill) go to sgemm over dequantized tiles with the f32 input, as before (GGUF
+// block types stay on their integer kernels: matmul.c, DS_GGQ_GEMM_ROWS).
 typedef struct {
     const int8_t *q; // (n, cols) the rounded input; 4 bits with ch > 0: per block of ch columns, the
                      // even elements, then the odd ones (the weights' nibble order, no shuffle)

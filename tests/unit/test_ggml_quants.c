@@ -221,18 +221,25 @@ static void test_adversarial(void **state) {
     restore_isa();
 }
 
-// Many rows go to sgemm over dequantized tiles (f32 input, no rounding): the same products as the
-// dequantized weights in double, to f32 sgemm accuracy.
+// Many rows (a prefill) stay on the integer kernels by default: 70 rows give bitwise the rows computed
+// one at a time. A caller's min_rows still sends them to sgemm over dequantized tiles (f32 input, no
+// rounding): the same products as the dequantized weights in double, to f32 sgemm accuracy.
 static void test_gemm_path(void **state) {
     (void)state;
-    const int rows = 40, cols = 768, n = 70; // at least DS_GGQ_GEMM_ROWS (64)
+    const int rows = 40, cols = 768, n = 70;
     float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * rows);
     fill_x(x, (size_t)n * cols);
     for (size_t t = 0; t < NTYPES; t++) {
         gmat m;
         gmat_make(&m, TYPES[t], rows, cols, -1, 0);
         float *scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&m.w) * (size_t)ds_threads());
+        float one[40];
         ds_matmul_ex(y, x, &m.w, n, scratch, 0);
+        for (int i = 0; i < n; i++) {
+            ds_matmul_ex(one, x + (size_t)i * cols, &m.w, 1, scratch, 0);
+            assert_memory_equal(one, y + (size_t)i * rows, sizeof one);
+        }
+        ds_matmul_ex(y, x, &m.w, n, scratch, 64);
         free(scratch);
         for (int i = 0; i < n; i++)
             for (int r = 0; r < rows; r++) {
