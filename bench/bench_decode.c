@@ -50,22 +50,28 @@ static size_t rss_bytes(void) {
     return kb * 1024;
 }
 
-// Median tokens/s of one forward over p new tokens from an empty cache (a prompt's prefill).
-static double prefill_tps(ds_model *m, int p, int repeats) {
+// Median seconds of one forward over `rows` new tokens after a context of `ctx` (rolled back to it
+// after each run): ctx 64 and a few rows is a verification of rows-1 drafted tokens, ctx 0 and many
+// rows a prompt's prefill. Tokens are arbitrary ids (cost does not depend on them).
+static double forward_seconds(ds_model *m, int ctx, int rows, int repeats) {
     const ds_model_info *in = ds_model_get_info(m);
     ds_kv *kv;
     ds_workspace *ws;
-    float *logits = malloc(sizeof(float) * (size_t)in->vocab_size);
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)p);
+    float *logits = malloc(sizeof(float) * (size_t)in->vocab_size * rows);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(ctx > rows ? ctx : rows));
     double *t = malloc(sizeof(double) * (size_t)repeats);
-    if (!logits || !tok || !t || ds_kv_init(m, p, &kv) || ds_workspace_init(m, &ws)) return 0;
-    for (int i = 0; i < p; i++) tok[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
+    if (!logits || !tok || !t || ds_kv_init(m, ctx + rows, &kv) || ds_workspace_init(m, &ws)) return 0;
+    for (int i = 0; i < (ctx > rows ? ctx : rows); i++) tok[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
+    if (ctx) {
+        ds_forward_seq pf = {.kv = kv, .tokens = tok, .n_tokens = ctx, .n_logits = 1, .logits = logits};
+        ds_model_forward(m, ws, &pf, 1);
+    }
     for (int r = 0; r < repeats; r++) {
-        ds_kv_truncate(kv, 0);
-        ds_forward_seq s = {.kv = kv, .tokens = tok, .n_tokens = p, .n_logits = 1, .logits = logits};
+        ds_forward_seq s = {.kv = kv, .tokens = tok, .n_tokens = rows, .n_logits = ctx ? rows : 1, .logits = logits};
         const double t0 = bench_now();
         ds_model_forward(m, ws, &s, 1);
         t[r] = bench_now() - t0;
+        ds_kv_truncate(kv, ctx);
     }
     qsort(t, (size_t)repeats, sizeof *t, bench_cmp_double);
     const double med = t[repeats / 2];
@@ -73,35 +79,6 @@ static double prefill_tps(ds_model *m, int p, int repeats) {
     ds_workspace_free(ws);
     free(logits);
     free(tok);
-    free(t);
-    return p / med;
-}
-
-// Median seconds of one forward over `rows` new tokens (a verification of rows-1 drafted tokens)
-// at a context of 64, rolled back after each run.
-static double forward_seconds(ds_model *m, int rows, int repeats) {
-    const ds_model_info *in = ds_model_get_info(m);
-    ds_kv *kv;
-    ds_workspace *ws;
-    float *logits = malloc(sizeof(float) * (size_t)in->vocab_size * rows);
-    double *t = malloc(sizeof(double) * repeats);
-    int32_t tok[64];
-    for (int i = 0; i < 64; i++) tok[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
-    if (ds_kv_init(m, 128, &kv) || ds_workspace_init(m, &ws)) return 0;
-    ds_forward_seq pf = {.kv = kv, .tokens = tok, .n_tokens = 64, .n_logits = 1, .logits = logits};
-    ds_model_forward(m, ws, &pf, 1);
-    for (int r = 0; r < repeats; r++) {
-        ds_forward_seq s = {.kv = kv, .tokens = tok, .n_tokens = rows, .n_logits = rows, .logits = logits};
-        const double t0 = bench_now();
-        ds_model_forward(m, ws, &s, 1);
-        t[r] = bench_now() - t0;
-        ds_kv_truncate(kv, 64);
-    }
-    qsort(t, (size_t)repeats, sizeof *t, bench_cmp_double);
-    const double med = t[repeats / 2];
-    ds_kv_free(kv);
-    ds_workspace_free(ws);
-    free(logits);
     free(t);
     return med;
 }
@@ -135,7 +112,7 @@ static int compare_isas(ds_model *m, const char *isas, int t, int n, int repeats
         for (int i = 0; i < k; i++) {
             ds_matmul_force_isa(names[i]);
             tps[i * repeats + r] = bench_decode_tps(m, n, 1);
-            ratio[i * repeats + r] = forward_seconds(m, 8, 3) / forward_seconds(m, 1, 3);
+            ratio[i * repeats + r] = forward_seconds(m, 64, 8, 3) / forward_seconds(m, 64, 1, 3);
         }
     const double bound = bw / (double)in->weight_bytes;
     for (int i = 0; i < k; i++) {
@@ -197,7 +174,7 @@ int main(int argc, char **argv) {
         if (prefill) {
             printf("{\"bench\": \"prefill\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
                    "\"tokens\": %d, \"tok_per_s\": %.1f}\n",
-                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), prefill, prefill_tps(m, prefill, repeats));
+                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), prefill, prefill / forward_seconds(m, 0, prefill, repeats));
             fflush(stdout);
         }
         if (n == 0) goto next;
@@ -228,7 +205,7 @@ int main(int argc, char **argv) {
         }
         // Speculative decoding lives on this ratio: verifying a block of 7 drafts (8 rows) should
         // cost about one decode step when decoding is memory-bound.
-        const double t1 = forward_seconds(m, 1, repeats * 3), t8 = forward_seconds(m, 8, repeats * 3);
+        const double t1 = forward_seconds(m, 64, 1, repeats * 3), t8 = forward_seconds(m, 64, 8, repeats * 3);
         printf(", \"verify8_over_decode\": %.2f", t8 / t1);
         if (m->ple_dim)
             printf(", \"ple_table_bytes\": %zu, \"ple_row_bytes_per_token\": %zu, \"rss_after_load_bytes\": %zu",
