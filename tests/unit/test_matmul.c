@@ -25,32 +25,8 @@
 static const char *const k_isas[] = {"avx512", "avx2", "scalar"};
 #define N_ISAS 3
 
-// Deterministic random numbers.
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd_u64(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-static float rnd_unit(void) { return (float)((double)(rnd_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    assert_non_null(p);
-    return p;
-}
+#define TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "test_util.h"
 
 // ---------------------------------------------------------------------------------------------
 // Weights stored in each type, and their exact dequantized values.
