@@ -32,6 +32,8 @@ static void chat_usage(FILE *f) {
             "  -d, --drafter DIR  a DeepSpec drafter paired with the model\n"
             "  --spec KIND, --draft-max K, --conf-threshold C, --schedule S, --costs FILE, --ngram N\n"
             "                     speculative decoding, as for dspark generate\n"
+            "  --cache-mb N       prompt cache in MiB: each turn reuses the conversation so far, in whole\n"
+            "                     chunks of 256 tokens, output unchanged (default 1024; 0 = off)\n"
             "  --stats            print speculation statistics to stderr after each reply\n"
             "The format comes from the tokenizer (chatml, gemma, llama3; plain \"role: content\" lines\n"
             "for models without a chat template). Type /exit or end the input to quit.\n");
@@ -41,6 +43,7 @@ static int parse_args(int argc, char **argv, chat_args *a) {
     memset(a, 0, sizeof *a);
     a->n_predict = 256;
     a->sp = ds_sampler_default();
+    a->spec.prompt_cache_bytes = (size_t)1024 << 20;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -196,7 +199,10 @@ int cmd_chat(int argc, char **argv) {
         fflush(stdout);
         if (a.stats) {
             const ds_seq_stats *s = ds_gen_stats(g);
-            fprintf(stderr, "dspark: %d tokens, %d rounds, tau %.3f\n", s->generated, s->rounds, s->tau);
+            int n_prompt = 0;
+            ds_gen_prompt(g, &n_prompt);
+            fprintf(stderr, "dspark: %d tokens, %d rounds, tau %.3f, prompt %d tokens (%d cached)\n", s->generated,
+                    s->rounds, s->tau, n_prompt, s->cached_tokens);
         }
         ds_gen_leave(g);
         if (!conv_add(&conv, "assistant", ds_text_out_text(ds_gen_text(g), NULL))) goto oom;

@@ -198,6 +198,9 @@ int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_
         else if (!strcmp(v, "threshold")) spec->schedule = DS_SCHEDULE_THRESHOLD;
         else if (!strcmp(v, "auto")) spec->schedule = DS_SCHEDULE_AUTO;
         else return -cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
+    } else if (!strcmp(o, "--cache-mb")) {
+        if (!cli_parse_int(v, 0, 1 << 20, &k)) return -cli_usage_error("--cache-mb expects 0..1048576, got '%s'", v);
+        spec->prompt_cache_bytes = (size_t)k << 20;
     } else if (!strcmp(o, "--costs")) {
         ds_status st = ds_cost_table_load(v, costs);
         if (st) return -cli_fail(st);

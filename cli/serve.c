@@ -29,6 +29,9 @@ static void serve_usage(FILE *f) {
             "  --verify RULE          coupled | residual: how sampled drafts are verified when a request\n"
             "                         does not say (\"verify\"); coupled (default): a seeded request gives\n"
             "                         the text of generate --seed --spec none whatever the drafter and load\n"
+            "  --cache-mb N           prompt cache in MiB: a prompt that starts like an earlier one skips\n"
+            "                         prefilling its whole 256-token chunks, output unchanged (default 1024;\n"
+            "                         0 = off; a request's \"cache_prompt\": false opts out)\n"
             "  --name NAME            the model id reported by /v1/models (default: the model's name)\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\" on every endpoint but /health (401)\n"
             "                         (default: $DSPARK_API_KEY when set)\n"
@@ -52,7 +55,7 @@ int cmd_serve(int argc, char **argv) {
     long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20, max_conn = 256, per_client = 0,
          header_timeout = 10;
     double drain = 30;
-    ds_spec_params spec = {.schedule = DS_SCHEDULE_AUTO};
+    ds_spec_params spec = {.schedule = DS_SCHEDULE_AUTO, .prompt_cache_bytes = (size_t)1024 << 20};
     ds_cost_table costs;
     unsigned given = 0;
     int no_spec = 0;

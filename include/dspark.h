@@ -149,6 +149,12 @@ int ds_kv_len(const ds_kv *kv);
 // Roll back to an earlier length: afterwards the state is exactly as if the rows past `len` had
 // never been fed.
 ds_status ds_kv_truncate(ds_kv *kv, int len);
+// A copy of a cache's first rows (the engine's prompt cache keeps them): floats per row, the copy
+// of rows [0, n) out (n <= ds_kv_len) and into an empty cache of the same model, which then holds
+// exactly those rows (`src` holds `stride` >= n rows as ds_kv_save wrote them; its first n are taken).
+size_t ds_kv_row_floats(const ds_kv *kv);
+ds_status ds_kv_save(const ds_kv *kv, int n, float *dst);
+ds_status ds_kv_load(ds_kv *kv, const float *src, int stride, int n);
 
 ds_status ds_workspace_init(const ds_model *m, ds_workspace **out);
 void ds_workspace_free(ds_workspace *ws);
@@ -527,6 +533,8 @@ typedef struct {
     int ngram_n;          // ngram match length (0 = 3); shorter matches are tried when it fails
     ds_schedule_kind schedule;   // (ngram and drafters without a confidence head always verify all slots)
     const ds_cost_table *costs;  // DS_SCHEDULE_AUTO: the cost table; NULL = profile quickly at init
+    size_t prompt_cache_bytes;   // the prompt cache (reuse the KV of prompts seen before): its size in
+                                 // bytes, least recently used entries evicted first; 0 = off
 } ds_spec_params;
 
 typedef struct {
@@ -540,6 +548,7 @@ typedef struct {
     double draft_s;          // time spent drafting (including context projection)
     double verify_s;         // time in target forwards and verification
     double prefill_s;
+    int cached_tokens;       // prompt rows taken from the prompt cache instead of prefilled
 } ds_seq_stats;
 
 typedef struct ds_engine ds_engine;
@@ -561,6 +570,7 @@ typedef struct {
                                  // (ds_forward_seq.batch_invariant): its tokens never depend on what
                                  // runs alongside it (prefill chunks are the same rows whatever runs
                                  // and keep the fastest kernels)
+    int no_prompt_cache;         // neither reuse nor keep prompt rows in the engine's prompt cache
 } ds_seq_params;
 
 // Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks of 256, at most
@@ -595,6 +605,18 @@ ds_status ds_engine_remove(ds_engine *e, int id);
 // a confidence head), how many were verified (ell) and how many accepted. Calibration uses it.
 typedef void (*ds_round_observer)(void *ctx, int id, int n_drafted, const float *conf, int ell, int accepted);
 void ds_engine_set_observer(ds_engine *e, ds_round_observer fn, void *ctx);
+// The prompt cache (ds_spec_params.prompt_cache_bytes): a new sequence's prompt starts from the
+// longest cached prefix, in whole prefill chunks of 256 rows (its target KV rows and drafter tap
+// rows copied in), and a sequence that prefilled whole chunks keeps them for later ones. The rows
+// reused are bit for bit the ones its own prefill would compute (the same chunk forwards), so the
+// output is the same with and without the cache. Returns 0 (and zeros) when the cache is off.
+typedef struct {
+    size_t bytes, cap_bytes; // held, allowed
+    int entries;
+    long lookups, hits;      // sequences that looked, and found whole chunks
+    long rows_reused;        // prompt rows not prefilled thanks to it
+} ds_prompt_cache_stats;
+int ds_engine_prompt_cache(const ds_engine *e, ds_prompt_cache_stats *out);
 // The cost table the engine schedules with (profiled at init for DS_SCHEDULE_AUTO without one).
 const ds_cost_table *ds_engine_costs(const ds_engine *e);
 
@@ -621,6 +643,7 @@ typedef struct {
     int n_stops;
     int logprobs, top_logprobs;   // record log-probabilities (ds_engine_set_logprobs) with top_logprobs
                                   // (0..20) alternatives each
+    int no_prompt_cache;          // do not use the engine's prompt cache (ds_seq_params)
 } ds_gen_request;
 
 typedef struct ds_gen ds_gen;

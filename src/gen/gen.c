@@ -20,6 +20,7 @@ struct ds_gen {
     ds_logit_bias *bias; // (sp.n_logit_bias) a copy: sp.logit_bias points here
     uint64_t seed;
     int logprobs, top_logprobs;
+    int no_prompt_cache;
     ds_text_out *tx;
     ds_engine *e;
     int seq;             // in e, -1 when not in it
@@ -70,6 +71,7 @@ static ds_status gen_setup(const ds_tokenizer *tok, const ds_gen_request *r, ds_
     if ((st = ds_gen_set_sampling(g, &r->sp, r->seed))) return st;
     g->logprobs = r->logprobs;
     g->top_logprobs = r->top_logprobs;
+    g->no_prompt_cache = r->no_prompt_cache;
     if ((st = ds_text_out_init(tok, &g->tx))) return st;
     for (int i = 0; i < r->n_stops; i++)
         if ((st = ds_text_out_add_stop(g->tx, r->stops[i]))) return st;
@@ -112,7 +114,7 @@ ds_status ds_gen_init(const ds_tokenizer *tok, const ds_gen_request *r, ds_gen *
 ds_status ds_gen_begin(ds_gen *g, ds_engine *e, int max_new) {
     if (g->seq >= 0) return ds_fail(DS_ERR_INVALID, "generation request: already running");
     const ds_seq_params sp = {.prompt = g->prompt, .n_prompt = g->n_prompt, .max_new = max_new, .sp = &g->sp, .seed = g->seed,
-                              .batch_invariant = 1};
+                              .batch_invariant = 1, .no_prompt_cache = g->no_prompt_cache};
     ds_status st = ds_engine_add(e, &sp, &g->seq);
     if (st) {
         g->seq = -1;

@@ -57,3 +57,29 @@ void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *
         V[(size_t)i * c->cap] = v[i];
     }
 }
+
+size_t ds_kvcache_row_floats(const ds_kvcache *c) {
+    size_t n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += 2 * (size_t)c->lines[l];
+    return n;
+}
+
+void ds_kvcache_save(const ds_kvcache *c, int n, float *dst) {
+    for (int l = 0; l < c->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            const float *src = kv ? c->v[l] : c->k[l];
+            for (int i = 0; i < c->lines[l]; i++, dst += n) memcpy(dst, src + (size_t)i * c->cap, sizeof(float) * (size_t)n);
+        }
+}
+
+ds_status ds_kvcache_load(ds_kvcache *c, const float *src, int stride, int n) {
+    c->len = 0;
+    if (ds_kvcache_reserve(c, n)) return DS_ERR_NOMEM;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            float *dst = kv ? c->v[l] : c->k[l];
+            for (int i = 0; i < c->lines[l]; i++, src += stride) memcpy(dst + (size_t)i * c->cap, src, sizeof(float) * (size_t)n);
+        }
+    c->len = n;
+    return DS_OK;
+}

@@ -31,6 +31,15 @@ ds_status ds_kvcache_reserve(ds_kvcache *c, int need);
 // Write one row's K and V (lines[l] values each, in (head, dim) order) at column `col` of layer l.
 void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *v);
 
+// Floats one row (position) of the cache holds over all layers: K and V.
+size_t ds_kvcache_row_floats(const ds_kvcache *c);
+// Copy columns [0, n) of every line out: dst is (layer, K then V, line, n) laid out densely,
+// n * ds_kvcache_row_floats floats (n <= len).
+void ds_kvcache_save(const ds_kvcache *c, int n, float *dst);
+// The reverse into an empty cache: afterwards it holds n rows, exactly the saved ones. src is a
+// saved copy of `stride` >= n columns (its first n are taken). DS_ERR_NOMEM without a message.
+ds_status ds_kvcache_load(ds_kvcache *c, const float *src, int stride, int n);
+
 // K and V of kv head h of layer l (head_dim lines of cap floats, position j at column j).
 static inline const float *ds_kvcache_k(const ds_kvcache *c, int l, int h, int head_dim) {
     return c->k[l] + (size_t)h * head_dim * c->cap;

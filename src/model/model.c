@@ -350,6 +350,21 @@ ds_status ds_kv_truncate(ds_kv *kv, int len) {
     return DS_OK;
 }
 
+size_t ds_kv_row_floats(const ds_kv *kv) { return ds_kvcache_row_floats(&kv->c); }
+
+ds_status ds_kv_save(const ds_kv *kv, int n, float *dst) {
+    if (n < 0 || n > kv->c.len) return ds_fail(DS_ERR_INVALID, "cannot save %d rows of a KV cache of %d", n, kv->c.len);
+    ds_kvcache_save(&kv->c, n, dst);
+    return DS_OK;
+}
+
+ds_status ds_kv_load(ds_kv *kv, const float *src, int stride, int n) {
+    if (n < 0 || n > stride || n > kv->max_ctx)
+        return ds_fail(DS_ERR_INVALID, "cannot load %d rows (of %d) into a KV cache of at most %d", n, stride, kv->max_ctx);
+    if (ds_kvcache_load(&kv->c, src, stride, n)) return ds_fail(DS_ERR_NOMEM, "out of memory loading %d KV rows", n);
+    return DS_OK;
+}
+
 ds_status ds_kv_reserve(ds_kv *kv, int need) {
     if (need > kv->max_ctx)
         return ds_fail(DS_ERR_INVALID, "context of %d tokens exceeds the KV cache limit of %d", need, kv->max_ctx);

@@ -9,6 +9,7 @@
 
 void ds_metrics_round(ds_metrics *mt, int ell, int accepted) {
     mt->rounds++;
+    mt->drafts += ell > 0;
     mt->drafted += (uint64_t)ell;
     mt->accepted += (uint64_t)accepted;
     mt->ell_count[ell < DS_METRICS_POS ? ell : DS_METRICS_POS]++;
@@ -90,6 +91,17 @@ char *ds_metrics_render(const ds_metrics *mt, const char *model_name) {
     counter(&b, "accepted_tokens_total", "Drafted tokens accepted.", mt->accepted);
     gauge(&b, "tau", "Mean tokens committed per verification round (accepted + 1), since start.",
           mt->rounds ? (double)(mt->accepted + mt->rounds) / (double)mt->rounds : 0.0);
+    // The same counts under vLLM's names (spec_decode_*, prefix_cache_*), and the mean accepted length.
+    counter(&b, "spec_decode_num_drafts_total", "Verification rounds with at least one draft.", mt->drafts);
+    counter(&b, "spec_decode_num_draft_tokens_total", "Drafted tokens sent to verification.", mt->drafted);
+    counter(&b, "spec_decode_num_accepted_tokens_total", "Drafted tokens accepted.", mt->accepted);
+    gauge(&b, "spec_decode_mean_accepted_length", "Tokens committed per round that verified drafts (accepted / drafts + 1).",
+          mt->drafts ? 1.0 + (double)mt->accepted / (double)mt->drafts : 0.0);
+    counter(&b, "prefix_cache_queries_total", "Prompt tokens looked up in the prompt cache.", mt->cache_queries);
+    counter(&b, "prefix_cache_hits_total", "Prompt tokens found in the prompt cache (not prefilled).", mt->cache_hits);
+    gauge(&b, "prefix_cache_bytes", "Bytes the prompt cache holds.", (double)mt->cache_bytes);
+    gauge(&b, "prefix_cache_capacity_bytes", "Bytes the prompt cache may hold (--cache-mb).", (double)mt->cache_cap);
+    gauge(&b, "prefix_cache_entries", "Prompt prefixes the prompt cache holds.", mt->cache_entries);
     int last = 0; // positions ever verified
     for (int k = 0; k < DS_METRICS_POS; k++)
         if (mt->tried_by_pos[k]) last = k + 1;
@@ -99,6 +111,9 @@ char *ds_metrics_render(const ds_metrics *mt, const char *model_name) {
     head(&b, "accepted_by_position_total", "counter", "... and position k was accepted.");
     for (int k = 0; k < last; k++)
         put(&b, "dspark_accepted_by_position_total{position=\"%d\"} %llu\n", k + 1, (unsigned long long)mt->accepted_by_pos[k]);
+    head(&b, "spec_decode_num_accepted_tokens_per_pos_total", "counter", "Drafts accepted at position k (vLLM's name).");
+    for (int k = 0; k < last; k++)
+        put(&b, "dspark_spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %llu\n", k, (unsigned long long)mt->accepted_by_pos[k]);
     head(&b, "acceptance_by_position", "gauge", "accepted_by_position_total / tried_by_position_total.");
     for (int k = 0; k < last; k++)
         put(&b, "dspark_acceptance_by_position{position=\"%d\"} %.6f\n", k + 1,

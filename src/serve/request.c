@@ -36,6 +36,14 @@ static ds_status get_number(const cJSON *o, const char *name, double lo, double 
     return DS_OK;
 }
 
+static ds_status get_bool(const cJSON *o, const char *name, int *v, const char **param) {
+    const cJSON *f = field(o, name);
+    if (!f) return DS_OK;
+    if (!cJSON_IsBool(f)) return bad(param, name, "'%s' must be a boolean", name);
+    *v = cJSON_IsTrue(f);
+    return DS_OK;
+}
+
 static ds_status get_int(const cJSON *o, const char *name, double lo, double hi, double *v, const char **param) {
     const cJSON *f = field(o, name);
     if (!f) return DS_OK;
@@ -413,6 +421,9 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
         r->has_verify = 1;
         r->sp.verify = !strcmp(f->valuestring, "residual") ? DS_VERIFY_RESIDUAL : DS_VERIFY_COUPLED;
     }
+    int cache_prompt = 1; // llama-server's: reuse the prompt cache (the default)
+    if ((st = get_bool(root, "cache_prompt", &cache_prompt, param))) goto out;
+    r->no_prompt_cache = !cache_prompt;
     if ((st = get_int(root, "max_tokens", 1, 1e9, &mt, param))) goto out;
     if (chat && mt < 0 && (st = get_int(root, "max_completion_tokens", 1, 1e9, &mt, param))) goto out;
     if ((st = parse_stops(root, r, param))) goto out;
@@ -461,14 +472,6 @@ void ds_oa_request_free(ds_oa_request *r) {
     r->prompts = NULL;
     r->n_prompt = NULL;
     r->n_prompts = r->n_stops = r->prompt_tokens = 0;
-}
-
-static ds_status get_bool(const cJSON *o, const char *name, int *v, const char **param) {
-    const cJSON *f = field(o, name);
-    if (!f) return DS_OK;
-    if (!cJSON_IsBool(f)) return bad(param, name, "'%s' must be a boolean", name);
-    *v = cJSON_IsTrue(f);
-    return DS_OK;
 }
 
 ds_status ds_oa_parse_tokenize(const char *body, size_t n, char **content, int *add_special, int *with_pieces,

@@ -125,6 +125,7 @@ static void merge_rounds(ds_server *s) { // under mu
     m->rounds += a->rounds;
     m->drafted += a->drafted;
     m->accepted += a->accepted;
+    m->drafts += a->drafts;
     for (int k = 0; k < DS_METRICS_POS; k++) {
         m->tried_by_pos[k] += a->tried_by_pos[k];
         m->accepted_by_pos[k] += a->accepted_by_pos[k];
@@ -142,6 +143,10 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
         srv_choice *c = &r->ch[i];
         ds_gen_end(c->g); // all of it may be sent now
         if (!c->finish) c->finish = "length";
+        if (!r->oa.no_prompt_cache && m->cache_cap) {
+            m->cache_queries += (uint64_t)r->oa.n_prompt[c->prompt];
+            m->cache_hits += (uint64_t)ds_gen_stats(c->g)->cached_tokens;
+        }
         if (r->cancelled || error) continue;
         if (!strcmp(c->finish, "stop")) m->finished_stop++;
         else m->finished_length++;
@@ -282,6 +287,10 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->mt.steps++;
         merge_rounds(s);
+        ds_prompt_cache_stats pc;
+        ds_engine_prompt_cache(s->e, &pc);
+        s->mt.cache_bytes = pc.bytes;
+        s->mt.cache_entries = pc.entries;
         for (int i = s->n_active - 1; i >= 0; i--) {
             srv_req *r = s->active[i];
             if (st) { // the engine failed this round: every request in it fails
@@ -400,6 +409,10 @@ static cJSON *usage_json(const srv_req *r) {
     cJSON_AddNumberToObject(u, "prompt_tokens", r->oa.prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
     cJSON_AddNumberToObject(u, "total_tokens", r->oa.prompt_tokens + completion);
+    int cached = 0; // what each prompt's first choice took from the prompt cache
+    for (int i = 0; i < r->n_ch; i += r->oa.n) cached += ds_gen_stats(r->ch[i].g)->cached_tokens;
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    if (d) cJSON_AddNumberToObject(d, "cached_tokens", cached);
     return u;
 }
 
@@ -682,7 +695,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         const ds_gen_request req = {.ids = r->oa.prompts[p], .n_ids = r->oa.n_prompt[p], .chat = r->oa.chat,
                                     .max_new = r->oa.max_tokens, .sp = r->oa.sp, .stops = (const char *const *)r->oa.stops,
                                     .n_stops = r->oa.n_stops, .logprobs = r->oa.logprobs,
-                                    .top_logprobs = r->oa.top_logprobs};
+                                    .top_logprobs = r->oa.top_logprobs, .no_prompt_cache = r->oa.no_prompt_cache};
         tst = ds_gen_init(s->tok, &req, &r->ch[k].g);
     }
     if (tst) {
@@ -993,6 +1006,7 @@ ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     s->tok = ds_model_tokenizer(p->model);
     s->mt.max_concurrency = s->p.max_concurrency;
     s->mt.queue_max = s->p.queue_max;
+    s->mt.cache_cap = s->p.spec.prompt_cache_bytes;
     s->seed_base = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);

@@ -41,6 +41,7 @@ typedef struct {
     ds_logit_bias *bias;     // (sp.n_logit_bias) logit_bias; sp.logit_bias points here
     char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
     int n_stops;
+    int no_prompt_cache;     // "cache_prompt": false (llama-server's field): bypass the prompt cache
 } ds_oa_request;
 
 // Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for
@@ -71,6 +72,10 @@ typedef struct {
     uint64_t finished_stop, finished_length, finished_cancelled, finished_error;
     uint64_t prompt_tokens, completion_tokens;
     uint64_t rounds, drafted, accepted; // verification rounds over all requests, drafts verified, accepted
+    uint64_t drafts;                    // rounds that verified at least one draft (vLLM's num_drafts)
+    uint64_t cache_queries, cache_hits; // prompt tokens looked up in the prompt cache, and found there
+    size_t cache_bytes, cache_cap;      // the prompt cache now
+    int cache_entries;
     uint64_t tried_by_pos[DS_METRICS_POS], accepted_by_pos[DS_METRICS_POS];
     uint64_t ell_count[DS_METRICS_POS + 1]; // rounds that verified ℓ = 0..64 drafts
     uint64_t steps;                   // engine steps

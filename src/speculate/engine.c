@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "sched/schedule.h"
 #include "speculate/ngram.h"
+#include "speculate/prompt_cache.h"
 #include "speculate/verify.h"
 
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
@@ -32,6 +33,8 @@ typedef struct {
     int n_toks, cap_toks;
     int n_prompt, max_new, n_gen, taken;
     int n_prefilled;     // prompt rows in the target cache (prefill is done at n_prompt - 1)
+    int cache_use;       // the prompt cache: 1 = look it up before the first chunk, 2 = looked (keep
+                         // the prompt's whole chunks when prefill ends); 0 = off for this sequence
     ds_finish_reason reason;
     int32_t stop_token;  // the stop id that ended it (DS_FINISH_STOP), else -1
     ds_sampler_params sp;
@@ -74,6 +77,7 @@ struct ds_engine {
     ds_round_observer observer;
     void *observer_ctx;
     ds_draft_gate gate;  // DS_SCHEDULE_AUTO: whether drafting pays (see schedule.h)
+    ds_prompt_cache *pc; // NULL = off
     // This round's drafter batch (cap_seqs entries each).
     ds_draft_batch *bt;
     int bt_n;
@@ -144,6 +148,12 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
     e->vs.q = malloc(sizeof(float) * V);
     e->vs.sscratch = malloc(ds_sampler_scratch_size(V));
     ds_status st = ds_workspace_init(m, &e->ws);
+    if (!st && sp->prompt_cache_bytes) {
+        ds_kv *probe = NULL; // the floats one KV row holds
+        if (!(st = ds_kv_init(m, 1, &probe)))
+            st = ds_prompt_cache_init(sp->prompt_cache_bytes, ds_kv_row_floats(probe), (size_t)e->tap_w, &e->pc);
+        ds_kv_free(probe);
+    }
     if (!st && (!e->vs.p || !e->vs.q || !e->vs.sscratch)) st = ds_fail(DS_ERR_NOMEM, "out of memory");
     if (st) {
         ds_engine_free(e);
@@ -181,6 +191,7 @@ void ds_engine_free(ds_engine *e) {
     free(e->bt_owner);
     ds_draft_batch_free(e->bt);
     ds_workspace_free(e->ws);
+    ds_prompt_cache_free(e->pc);
     free(e->vs.p);
     free(e->vs.q);
     free(e->vs.sscratch);
@@ -303,6 +314,7 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     s->reason = max_new == 0 ? DS_FINISH_LENGTH : DS_FINISH_NONE;
     s->stop_token = -1;
     s->n_prefilled = 0; // rounds prefill it
+    s->cache_use = e->pc && !p->no_prompt_cache;
     return DS_OK;
 fail:
     seq_release(s);
@@ -474,6 +486,44 @@ static void schedule_auto(ds_engine *e) {
 
 static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 
+// Before s's first chunk: start from the longest cached prefix of whole chunks (its KV rows into
+// the target cache, its tap rows into the drafter's queue).
+static ds_status cache_lookup(ds_engine *e, seq *s) {
+    s->cache_use = 2;
+    const float *kv = NULL, *taps = NULL;
+    int stride = 0;
+    const int rows = ds_prompt_cache_lookup(e->pc, s->toks, s->n_prompt - 1, DS_PREFILL_CHUNK, &kv, &taps, &stride);
+    if (!rows) return DS_OK;
+    ds_status st = ds_kv_load(s->kv, kv, stride, rows);
+    if (!st && e->d && !(st = reserve_pending(e, s, rows))) {
+        for (int r = 0; r < rows; r++)
+            memcpy(s->pending + (size_t)(s->n_pending + r) * e->tap_w, taps + (size_t)r * e->tap_w,
+                   sizeof(float) * (size_t)e->tap_w);
+        s->n_pending += rows;
+    }
+    if (st) return st;
+    s->n_prefilled = rows;
+    s->stats.cached_tokens = rows;
+    return DS_OK;
+}
+
+// When s's prefill ends: keep its whole chunks, if its tap rows are all still queued (a queue that
+// overflowed to the drafter has lost the first ones).
+static ds_status cache_keep(ds_engine *e, seq *s) {
+    const int rows = (s->n_prompt - 1) / DS_PREFILL_CHUNK * DS_PREFILL_CHUNK;
+    if (!rows || (e->d && s->n_pending != s->n_prefilled)) return DS_OK;
+    return ds_prompt_cache_insert(e->pc, s->toks, rows, s->kv, e->d ? s->pending : NULL);
+}
+
+int ds_engine_prompt_cache(const ds_engine *e, ds_prompt_cache_stats *out) {
+    if (!e->pc) {
+        *out = (ds_prompt_cache_stats){0};
+        return 0;
+    }
+    ds_prompt_cache_get_stats(e->pc, out);
+    return 1;
+}
+
 // Prefill the next prompt chunks: sequences in order, each chunk min(DS_PREFILL_CHUNK, what is
 // left) rows in a forward of its own, until DS_PREFILL_CHUNK rows were done this round. A chunk
 // is always the same rows whatever else runs (the numerics of a sequence never depend on the
@@ -486,6 +536,8 @@ static ds_status prefill_chunks(ds_engine *e) {
     for (int i = 0, budget = DS_PREFILL_CHUNK; i < e->n_seqs && budget > 0; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished || !prefilling(s)) continue;
+        if (s->cache_use == 1 && (st = cache_lookup(e, s))) break;
+        if (!prefilling(s)) continue;
         const int left = s->n_prompt - 1 - s->n_prefilled, rows = left < DS_PREFILL_CHUNK ? left : DS_PREFILL_CHUNK;
         ds_forward_seq f = {.kv = s->kv, .tokens = s->toks + s->n_prefilled, .n_tokens = rows};
         if (di) { // tap rows straight into its queue: they reach the drafter when it first drafts
@@ -500,6 +552,7 @@ static ds_status prefill_chunks(ds_engine *e) {
         s->n_prefilled += rows;
         if (di) s->n_pending += rows;
         budget -= rows;
+        if (s->cache_use && !prefilling(s) && (st = cache_keep(e, s))) break;
     }
     return st;
 }

@@ -68,7 +68,8 @@ def check_greedy(srv, prompt, name, stream=False):
     check(text == ref["text"], "%s %r (stream=%s): server %r != generate %r" % (name, prompt, stream, text, ref["text"]))
     check(fin == ["length" if ref["generated_tokens"] == N else "stop"], "%s: finish %s" % (name, fin))
     check(usage == {"prompt_tokens": ref["prompt_tokens"], "completion_tokens": ref["generated_tokens"],
-                    "total_tokens": ref["prompt_tokens"] + ref["generated_tokens"]}, "%s: usage %s" % (name, usage))
+                    "total_tokens": ref["prompt_tokens"] + ref["generated_tokens"],
+                    "prompt_tokens_details": {"cached_tokens": 0}}, "%s: usage %s" % (name, usage))
 
 
 def run_concurrently(fns):
@@ -127,7 +128,8 @@ for body in ({"prompt": two, "n": 2}, {"prompt": [REF[p]["prompt_ids"] for p in 
     if st == 200:
         pt = sum(REF[p]["prompt_tokens"] for p in two)
         ct = 2 * sum(REF[p]["generated_tokens"] for p in two)
-        check(o["usage"] == {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}, "batch usage %s" % o["usage"])
+        check(o["usage"] == {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
+                             "prompt_tokens_details": {"cached_tokens": 0}}, "batch usage %s" % o["usage"])
     ev, done = A.stream("/v1/completions", body)
     got = ["".join(c["text"] for e in ev for c in e["choices"] if c["index"] == i) for i in range(4)]
     fins = [[c["finish_reason"] for e in ev for c in e["choices"] if c["index"] == i and c["finish_reason"]] for i in range(4)]
@@ -367,8 +369,8 @@ except OSError:
     pass  # already closed: also a refusal
 rest = read_until(s3, b"data: [DONE]")
 s3.close()
-usage = re.findall(rb'"usage":(\{[^}]*\})', rest)
-check(usage and json.loads(usage[-1])["completion_tokens"] == 60, "drained stream incomplete: %r" % rest[-300:])
+usage = [json.loads(l[6:])["usage"] for l in rest.split(b"\n") if l.startswith(b"data: {") and b'"usage":{' in l]
+check(usage and usage[-1]["completion_tokens"] == 60, "drained stream incomplete: %r" % rest[-300:])
 try:
     rc = C.p.wait(20)
 except subprocess.TimeoutExpired:
