@@ -599,6 +599,14 @@ ds_status ds_engine_set_logprobs(ds_engine *e, int id, int top);
 // Generated token i's (0-based) log-probability in *logprob and its alternatives, best first (ties:
 // lower id), in top_ids / top_lps (room for `top`); returns how many, or -1 (not recorded).
 int ds_engine_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_t *top_ids, float *top_lps);
+// Log-probabilities of the prompt's tokens (vLLM's prompt_logprobs, the completions API's echo with
+// logprobs): call after ds_engine_add, before its first step. Prompt token i (1..n_prompt-1) gets
+// the log-probability the target's processed distribution (at temperature 1 when greedy, no
+// history) gives it after tokens 0..i-1, with `top` (0..20) alternatives. Such a sequence computes
+// logits for every prompt row and never starts from the prompt cache; its output is unchanged.
+ds_status ds_engine_set_prompt_logprobs(ds_engine *e, int id, int top);
+// Prompt token i's as ds_engine_logprobs; -1 until its row is prefilled (or not recorded, or i = 0).
+int ds_engine_prompt_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_t *top_ids, float *top_lps);
 // Drop a sequence (finished or not) and free its state.
 ds_status ds_engine_remove(ds_engine *e, int id);
 // Called after every verified round of every sequence: its drafted slots' confidences (NULL without
@@ -644,6 +652,8 @@ typedef struct {
     int logprobs, top_logprobs;   // record log-probabilities (ds_engine_set_logprobs) with top_logprobs
                                   // (0..20) alternatives each
     int no_prompt_cache;          // do not use the engine's prompt cache (ds_seq_params)
+    int prompt_logprobs;          // also record the prompt tokens' (ds_engine_set_prompt_logprobs, with
+                                  // top_logprobs alternatives)
 } ds_gen_request;
 
 typedef struct ds_gen ds_gen;

@@ -20,7 +20,7 @@ struct ds_gen {
     ds_logit_bias *bias; // (sp.n_logit_bias) a copy: sp.logit_bias points here
     uint64_t seed;
     int logprobs, top_logprobs;
-    int no_prompt_cache;
+    int no_prompt_cache, prompt_logprobs;
     ds_text_out *tx;
     ds_engine *e;
     int seq;             // in e, -1 when not in it
@@ -72,6 +72,7 @@ static ds_status gen_setup(const ds_tokenizer *tok, const ds_gen_request *r, ds_
     g->logprobs = r->logprobs;
     g->top_logprobs = r->top_logprobs;
     g->no_prompt_cache = r->no_prompt_cache;
+    g->prompt_logprobs = r->prompt_logprobs;
     if ((st = ds_text_out_init(tok, &g->tx))) return st;
     for (int i = 0; i < r->n_stops; i++)
         if ((st = ds_text_out_add_stop(g->tx, r->stops[i]))) return st;
@@ -121,7 +122,8 @@ ds_status ds_gen_begin(ds_gen *g, ds_engine *e, int max_new) {
         return st;
     }
     g->e = e;
-    if (g->logprobs && (st = ds_engine_set_logprobs(e, g->seq, g->top_logprobs))) {
+    if ((g->logprobs && (st = ds_engine_set_logprobs(e, g->seq, g->top_logprobs))) ||
+        (g->prompt_logprobs && (st = ds_engine_set_prompt_logprobs(e, g->seq, g->top_logprobs)))) {
         ds_gen_leave(g);
         return st;
     }

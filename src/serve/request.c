@@ -339,8 +339,6 @@ static ds_status parse_logprobs(const cJSON *root, int chat, ds_oa_request *r, c
         if (!cJSON_IsBool(f)) return bad(param, "echo", "'%s' must be a boolean", "echo");
         r->echo = cJSON_IsTrue(f);
     }
-    if (r->echo && r->logprobs)
-        return bad(param, "echo", "'%s' with 'logprobs' is not supported (no log-probabilities for prompt tokens)", "echo");
     return DS_OK;
 }
 

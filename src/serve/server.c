@@ -41,6 +41,10 @@ typedef struct {
     int32_t *lp_ids;       // (cap_lp, top)
     int n_lp, cap_lp;
     int lp_sent;           // streaming: tokens whose logprobs were sent
+    // echo with logprobs (under mu): the prompt tokens', as lp / lp_ids (token 0 has none)
+    float *plp;            // (n_prompt, 1 + top)
+    int32_t *plp_ids;      // (n_prompt, top)
+    int plp_ready;         // copied out of the engine (once its prompt is prefilled)
 } srv_choice;
 
 typedef struct srv_req {
@@ -107,6 +111,8 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
         ds_gen_free(r->ch[i].g);
         free(r->ch[i].lp);
         free(r->ch[i].lp_ids);
+        free(r->ch[i].plp);
+        free(r->ch[i].plp_ids);
     }
     free(r->ch);
     free(r->out);
@@ -199,8 +205,34 @@ static int take_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
     return 1;
 }
 
+// echo with logprobs: copy the prompt tokens' out of the engine once its prompt is prefilled.
+// Returns 0 when out of memory.
+static int take_prompt_logprobs(ds_server *s, srv_req *r, srv_choice *c) {
+    const int n = r->oa.n_prompt[c->prompt], top = r->oa.top_logprobs, seq = ds_gen_seq(c->g);
+    float lp0;
+    int32_t ids0[20];
+    float lps0[20];
+    if (n > 1 && ds_engine_prompt_logprobs(s->e, seq, n - 1, &lp0, ids0, lps0) < 0) return 1; // not yet
+    c->plp = malloc(sizeof(float) * (size_t)n * (size_t)(1 + top));
+    c->plp_ids = malloc(sizeof(int32_t) * (size_t)n * (size_t)(top ? top : 1));
+    if (!c->plp || !c->plp_ids) return 0;
+    for (int i = 0; i < n; i++) {
+        float *lp = c->plp + (size_t)i * (1 + top);
+        int32_t *ids = c->plp_ids + (size_t)i * top;
+        const int got = i ? ds_engine_prompt_logprobs(s->e, seq, i, lp, ids, lp + 1) : -1;
+        for (int j = got < 0 ? 0 : got; j < top; j++) {
+            ids[j] = -1;
+            lp[1 + j] = 0;
+        }
+        if (got < 0) lp[0] = 0;
+    }
+    c->plp_ready = 1;
+    return 1;
+}
+
 static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
     if (ds_gen_seq(c->g) < 0) return 1;
+    if (r->oa.echo && r->oa.logprobs && !c->plp_ready && !take_prompt_logprobs(s, r, c)) ds_gen_end(c->g);
     int n_new;
     const int oom = ds_gen_update(c->g, &n_new) != DS_OK; // out of memory: it ended there
     if (n_new > 0 && r->t_first == 0) r->t_first = now_s();
@@ -453,8 +485,11 @@ static const char *token_text(const ds_server *s, int32_t id, char *buf, size_t 
 
 // Logprobs of c's output tokens [from, to): OpenAI's completions shape (tokens, token_logprobs,
 // top_logprobs, text_offset, offsets after `echo` bytes) or chat's (content: token, logprob, bytes,
-// top_logprobs).
-static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choice *c, int from, int to, size_t echo) {
+// top_logprobs). with_prompt (echo): the prompt's tokens first, the first with null log-probability
+// and alternatives; a prompt token the sampling parameters filter out (top-k, top-p, min-p: -inf)
+// gets OpenAI's -9999.
+static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choice *c, int from, int to, size_t echo,
+                            int with_prompt) {
     const int top = r->oa.top_logprobs;
     char buf[1024];
     uint8_t raw[256];
@@ -485,6 +520,24 @@ static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choi
     }
     cJSON *toks = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
     cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    if (with_prompt && c->plp_ready) { // echo: the prompt's tokens first (the first has no log-probability)
+        const int32_t *ids = r->oa.prompts[c->prompt];
+        ds_detok d;
+        ds_detok_init(&d, s->tok, 1); // offsets into the echoed text (as decoding the prompt gives it)
+        size_t off = 0;
+        for (int i = 0; i < r->oa.n_prompt[c->prompt]; i++) {
+            const float *lp = c->plp + (size_t)i * (1 + top);
+            cJSON_AddItemToArray(toks, cJSON_CreateString(token_text(s, ids[i], buf, sizeof buf, raw, &n_raw)));
+            cJSON_AddItemToArray(lps, i ? cJSON_CreateNumber(lp[0] < -9999 ? -9999 : lp[0]) : cJSON_CreateNull());
+            cJSON *t = i ? cJSON_CreateObject() : cJSON_CreateNull();
+            for (int j = 0; i && j < top && c->plp_ids[(size_t)i * top + j] >= 0; j++)
+                cJSON_AddNumberToObject(t, token_text(s, c->plp_ids[(size_t)i * top + j], buf, sizeof buf, raw, &n_raw), lp[1 + j]);
+            cJSON_AddItemToArray(tops, t);
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off < echo ? off : echo)));
+            const int w = ds_detok_push(&d, ids[i], buf, sizeof buf);
+            off += w > 0 ? (size_t)w : 0;
+        }
+    }
     for (int i = from; i < to && i < c->n_lp; i++) {
         const float *lp = c->lp + (size_t)i * (1 + top);
         cJSON_AddItemToArray(toks, cJSON_CreateString(token_text(s, ds_text_out_token_id(ds_gen_text(c->g), i), buf, sizeof buf, raw, &n_raw)));
@@ -510,7 +563,8 @@ static cJSON *choice(const ds_server *s, const srv_req *r, const srv_choice *ch,
         t[len] = 0;
     }
     const size_t echo = r->oa.echo ? strlen(r->oa.prompt_text[ch->prompt]) : 0;
-    cJSON *lp = r->oa.logprobs ? logprobs_json(s, r, ch, lp_from, lp_to, echo) : NULL;
+    // (role: the choice's first or only message: chat's role, completions' echoed prompt)
+    cJSON *lp = r->oa.logprobs ? logprobs_json(s, r, ch, lp_from, lp_to, echo, role && r->oa.echo) : NULL;
     if (!r->oa.chat) {
         cJSON_AddStringToObject(c, "text", t ? t : "");
         if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
@@ -639,6 +693,13 @@ static int stream_next(ds_server *s, srv_req *r) {
     return out_put(r, "data: [DONE]\n\n", NULL, NULL);
 }
 
+// The stream's first events (echo with logprobs: the prompt's text with its tokens' logprobs) can go.
+static int prompt_logprobs_ready(const srv_req *r) {
+    for (int i = 0; r->oa.echo && r->oa.logprobs && i < r->n_ch; i++)
+        if (!r->ch[i].plp_ready) return 0;
+    return 1;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_req *r = cls;
     ds_server *s = r->srv;
@@ -652,7 +713,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_len = r->out_off = 0;
         if (r->phase == PH_END) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (r->phase != PH_START && r->state != RQ_DONE && !stream_pending(r)) {
+        while (r->state != RQ_DONE && (r->phase == PH_START ? !prompt_logprobs_ready(r) : !stream_pending(r))) {
             wait_tick(r, &s->mu);
             if (r->state != RQ_DONE && !stream_pending(r) && peer_gone(r->conn)) {
                 cancel(s, r);
@@ -695,7 +756,8 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         const ds_gen_request req = {.ids = r->oa.prompts[p], .n_ids = r->oa.n_prompt[p], .chat = r->oa.chat,
                                     .max_new = r->oa.max_tokens, .sp = r->oa.sp, .stops = (const char *const *)r->oa.stops,
                                     .n_stops = r->oa.n_stops, .logprobs = r->oa.logprobs,
-                                    .top_logprobs = r->oa.top_logprobs, .no_prompt_cache = r->oa.no_prompt_cache};
+                                    .top_logprobs = r->oa.top_logprobs, .no_prompt_cache = r->oa.no_prompt_cache,
+                                    .prompt_logprobs = r->oa.echo && r->oa.logprobs};
         tst = ds_gen_init(s->tok, &req, &r->ch[k].g);
     }
     if (tst) {

@@ -55,6 +55,10 @@ typedef struct {
     int lp_top;          // logprobs: alternatives per token (ds_engine_set_logprobs); lp NULL = off
     float *lp;           // (max_new, 1 + lp_top) per generated token: its log-probability, then the top ones'
     int32_t *lp_ids;     // (max_new, lp_top) their ids
+    int plp_top;         // prompt logprobs (ds_engine_set_prompt_logprobs); plp NULL = off
+    float *plp;          // (n_prompt, 1 + plp_top) prompt token i's, from prefill row i - 1 (row 0 unused)
+    int32_t *plp_ids;    // (n_prompt, plp_top)
+    float *plp_logits;   // (DS_PREFILL_CHUNK, V) one chunk's logits
     ds_seq_stats stats;
 } seq;
 
@@ -164,6 +168,9 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
 }
 
 static void seq_release(seq *s) {
+    free(s->plp);
+    free(s->plp_ids);
+    free(s->plp_logits);
     ds_kv_free(s->kv);
     ds_draft_state_free(s->ds);
     free(s->toks);
@@ -402,21 +409,19 @@ static ds_status reserve_pending(ds_engine *e, seq *s, int n) {
     return st;
 }
 
-// Log-probabilities of the token committed from row k (history: the generated tokens, then the
-// drafts before the row) into generated slot g: the target's processed distribution, at
-// temperature 1 when decoding greedily.
-static ds_status record_logprobs(ds_engine *e, seq *s, int k, int32_t tok, int g) {
-    const int V = e->m->info.vocab_size, N = s->lp_top;
+// Log-probability of `tok` and the N most likely tokens (ties: lower id), best first, into lp
+// (1 + N) and ids (N), from the target's processed distribution of `logits` with the given token
+// history (the generated tokens, then drafts), at temperature 1 when decoding greedily.
+static ds_status logprobs_of(ds_engine *e, const seq *s, const float *logits, const int32_t *hist, int n_hist,
+                             const int32_t *drafts, int n_drafts, int32_t tok, int N, float *lp, int32_t *ids) {
+    const int V = e->m->info.vocab_size;
     ds_sampler_params sp = s->sp;
     if (sp.temperature == 0) sp.temperature = 1;
     float *p = e->vs.p;
-    ds_status st = ds_probs_process_hist(&sp, s->p_logits + (size_t)k * V, V, s->toks + s->n_prompt,
-                                         s->n_toks - s->n_prompt, s->rows + 1, k, p, e->vs.sscratch);
+    ds_status st = ds_probs_process_hist(&sp, logits, V, hist, n_hist, drafts, n_drafts, p, e->vs.sscratch);
     if (st) return st;
-    float *lp = s->lp + (size_t)g * (1 + N);
-    int32_t *ids = s->lp_ids + (size_t)g * N;
     lp[0] = logf(p[tok]);
-    for (int j = 0; j < N; j++) { // the N most likely (ties: lower id), best first
+    for (int j = 0; j < N; j++) {
         int32_t best = -1;
         for (int i = 0; i < V; i++) {
             if (p[i] <= 0 || (best >= 0 && p[i] <= p[best])) continue;
@@ -426,6 +431,27 @@ static ds_status record_logprobs(ds_engine *e, seq *s, int k, int32_t tok, int g
         }
         ids[j] = best;
         lp[1 + j] = best >= 0 ? logf(p[best]) : -INFINITY;
+    }
+    return DS_OK;
+}
+
+// The token committed from row k (history: the generated tokens, then the drafts before the row)
+// into generated slot g.
+static ds_status record_logprobs(ds_engine *e, seq *s, int k, int32_t tok, int g) {
+    const int V = e->m->info.vocab_size, N = s->lp_top;
+    return logprobs_of(e, s, s->p_logits + (size_t)k * V, s->toks + s->n_prompt, s->n_toks - s->n_prompt, s->rows + 1,
+                       k, tok, N, s->lp + (size_t)g * (1 + N), s->lp_ids + (size_t)g * N);
+}
+
+// Prompt tokens from+1 .. from+rows from the logits of prefill rows from .. from+rows-1 (no history:
+// nothing was generated yet).
+static ds_status record_prompt_logprobs(ds_engine *e, seq *s, int from, int rows) {
+    const int V = e->m->info.vocab_size, N = s->plp_top;
+    for (int r = 0; r < rows; r++) {
+        const int i = from + r + 1;
+        ds_status st = logprobs_of(e, s, s->plp_logits + (size_t)r * V, NULL, 0, NULL, 0, s->toks[i], N,
+                                   s->plp + (size_t)i * (1 + N), s->plp_ids + (size_t)i * N);
+        if (st) return st;
     }
     return DS_OK;
 }
@@ -540,6 +566,10 @@ static ds_status prefill_chunks(ds_engine *e) {
         if (!prefilling(s)) continue;
         const int left = s->n_prompt - 1 - s->n_prefilled, rows = left < DS_PREFILL_CHUNK ? left : DS_PREFILL_CHUNK;
         ds_forward_seq f = {.kv = s->kv, .tokens = s->toks + s->n_prefilled, .n_tokens = rows};
+        if (s->plp) {
+            f.n_logits = rows;
+            f.logits = s->plp_logits;
+        }
         if (di) { // tap rows straight into its queue: they reach the drafter when it first drafts
             if ((st = reserve_pending(e, s, rows))) break;
             f.tap_layers = di->tap_layers;
@@ -549,6 +579,7 @@ static ds_status prefill_chunks(ds_engine *e) {
         const double t0 = now_s();
         if ((st = ds_model_forward(e->m, e->ws, &f, 1))) break;
         s->stats.prefill_s += now_s() - t0;
+        if (s->plp && (st = record_prompt_logprobs(e, s, s->n_prefilled, rows))) break;
         s->n_prefilled += rows;
         if (di) s->n_pending += rows;
         budget -= rows;
@@ -667,6 +698,44 @@ int ds_engine_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_
     int n = 0;
     for (; n < s->lp_top && s->lp_ids[(size_t)i * s->lp_top + n] >= 0; n++) {
         top_ids[n] = s->lp_ids[(size_t)i * s->lp_top + n];
+        top_lps[n] = lp[1 + n];
+    }
+    return n;
+}
+
+ds_status ds_engine_set_prompt_logprobs(ds_engine *e, int id, int top) {
+    seq *s = get(e, id);
+    if (!s) return ds_fail(DS_ERR_INVALID, "no sequence %d", id);
+    if (top < 0 || top > 20) return ds_fail(DS_ERR_INVALID, "top log-probabilities %d outside 0..20", top);
+    if (s->n_prefilled) return ds_fail(DS_ERR_INVALID, "prompt log-probabilities asked for after the prefill began");
+    const int V = e->m->info.vocab_size, chunk = s->n_prompt - 1 < DS_PREFILL_CHUNK ? s->n_prompt - 1 : DS_PREFILL_CHUNK;
+    free(s->plp);
+    free(s->plp_ids);
+    free(s->plp_logits);
+    s->plp_top = top;
+    s->plp = malloc(sizeof(float) * (size_t)s->n_prompt * (size_t)(1 + top));
+    s->plp_ids = malloc(sizeof(int32_t) * (size_t)s->n_prompt * (size_t)(top ? top : 1));
+    s->plp_logits = malloc(sizeof(float) * (size_t)(chunk > 0 ? chunk : 1) * (size_t)V);
+    if (!s->plp || !s->plp_ids || !s->plp_logits) {
+        free(s->plp);
+        free(s->plp_ids);
+        free(s->plp_logits);
+        s->plp = s->plp_logits = NULL;
+        s->plp_ids = NULL;
+        return ds_fail(DS_ERR_NOMEM, "out of memory for prompt log-probabilities");
+    }
+    s->cache_use = 0; // every prompt row's logits are needed: nothing comes from the prompt cache
+    return DS_OK;
+}
+
+int ds_engine_prompt_logprobs(const ds_engine *e, int id, int i, float *logprob, int32_t *top_ids, float *top_lps) {
+    const seq *s = get(e, id);
+    if (!s || !s->plp || i < 1 || i >= s->n_prompt || i > s->n_prefilled) return -1;
+    const float *lp = s->plp + (size_t)i * (1 + s->plp_top);
+    *logprob = lp[0];
+    int n = 0;
+    for (; n < s->plp_top && s->plp_ids[(size_t)i * s->plp_top + n] >= 0; n++) {
+        top_ids[n] = s->plp_ids[(size_t)i * s->plp_top + n];
         top_lps[n] = lp[1 + n];
     }
     return n;

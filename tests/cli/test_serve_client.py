@@ -239,7 +239,6 @@ refused = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "audio": {"voice": "a"}}, "audio", "text only"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "modalities": ["text", "audio"]}, "modalities", "not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content"}}, "prediction", "not supported"),
-    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, "echo", "no log-probabilities for prompt tokens"),
     ("/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs", "[0, 20]"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs", "needs 'logprobs': true"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, "logprobs", "must be a boolean"),

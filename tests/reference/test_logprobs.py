@@ -11,6 +11,11 @@ test_spec_sampling.py (written from the contract, not from our C code). With a d
 tokens must be the same and the numbers too (up to float rounding): they come from the target,
 never from the drafter's q.
 
+The server's `echo` with `logprobs` (completions) puts the prompt's tokens first: token 0 with null,
+token i with log p(prompt_i | prompt_<i) under the same processed distribution (no history),
+checked against the reference's logits of every prompt row; the generated tokens follow as without
+echo, and the text is the prompt's then the completion's.
+
     test_logprobs.py
 """
 import json
@@ -80,7 +85,61 @@ def main():
             worst = max([worst, abs(lp - want)] + [abs(v - math.log(p[t])) for t, v in top])
         print(f"   {cfg['name']}: {len(toks)} tokens, largest |logprob - reference| {worst:.2e}")
         chk.equal(f"{cfg['name']}: logprobs within {TOL} of the reference", worst <= TOL, True)
+    check_echo(model_path, model, chk)
     chk.finish()
+
+
+def check_echo(model_path, model, chk):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+    import serve_util  # noqa: E402 (starts servers on free ports, kills them on exit)
+    srv = serve_util.Server("--cache-mb", "64")
+    text = "Tom saw a little dog and the dog ran to the park"
+    for cfg in (dict(name="echo greedy", body={"temperature": 0}, sp=dict(temp=1.0)),
+                dict(name="echo T=0.8 top-k 20", body={"temperature": 0.8, "top_k": 20, "seed": 5},
+                     sp=dict(temp=0.8, top_k=20))):
+        for stream in (False, True):
+            body = dict({"prompt": text, "max_tokens": 6, "echo": True, "logprobs": TOP}, **cfg["body"])
+            plain_body = dict(body, echo=False)
+            if stream:
+                ev, _ = srv.stream("/v1/completions", body)
+                lp = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+                out_text = ""
+                for e in ev:
+                    for c in e["choices"]:
+                        out_text += c.get("text") or ""
+                        for k in lp:
+                            lp[k] += (c.get("logprobs") or {}).get(k, [])
+            else:
+                st, o = srv.post("/v1/completions", body)
+                chk.equal(f"{cfg['name']}: status", st, 200)
+                lp, out_text = o["choices"][0]["logprobs"], o["choices"][0]["text"]
+            st, ref = srv.post("/v1/completions", plain_body)
+            st, tk = srv.post("/tokenize", {"content": text, "add_special": True})
+            ids = tk["tokens"]
+            name = cfg["name"] + (" (stream)" if stream else "")
+            n = len(ids)
+            chk.equal(f"{name}: text = prompt + completion", out_text, text + ref["choices"][0]["text"])
+            chk.equal(f"{name}: the generated tokens' logprobs follow the prompt's",
+                      lp["token_logprobs"][n:], ref["choices"][0]["logprobs"]["token_logprobs"])
+            chk.equal(f"{name}: {n} prompt entries, the first null", (len(lp["tokens"]) - len(ref["choices"][0]["logprobs"]["tokens"]),
+                      lp["token_logprobs"][0], lp["top_logprobs"][0]), (n, None, None))
+            chk.equal(f"{name}: offsets rise within the prompt", all(a <= b for a, b in zip(lp["text_offset"][:n], lp["text_offset"][1:n])) and
+                      lp["text_offset"][n - 1] <= len(text), True)
+            logits = llama_ref.forward(model, ids).logits.numpy()
+            worst = 0.0
+            for i in range(1, n):
+                p, fragile = tss.processed(logits[i - 1], **cfg["sp"])
+                if fragile:
+                    continue
+                want = math.log(p[ids[i]]) if p[ids[i]] > 0 else -9999.0
+                worst = max(worst, abs(lp["token_logprobs"][i] - want))
+                order = sorted(np.nonzero(p > 0)[0], key=lambda t: (-p[t], t))[:TOP]
+                got = lp["top_logprobs"][i]
+                chk.equal(f"{name}: prompt token {i}: {TOP} alternatives", len(got), len(order))
+                worst = max([worst] + [abs(v - math.log(p[t])) for v, t in zip(sorted(got.values(), reverse=True), order)])
+            print(f"   {name}: {n} prompt tokens, largest |logprob - reference| {worst:.2e}")
+            chk.equal(f"{name}: prompt logprobs within {TOL} of the reference", worst <= TOL, True)
+    srv.stop()
 
 
 if __name__ == "__main__":
