@@ -266,10 +266,11 @@ static void drop_active(ds_server *s, int i) { // under mu
 static void *engine_main(void *arg) {
     ds_server *s = arg;
     const int maxc = s->p.max_concurrency;
-    // Every parallel region sizes its team from ds_threads(); this thread's default of 1 is what
-    // OpenBLAS's OpenMP build reads to run sgemm single-threaded inside them (the main thread gets
-    // it from openblas_set_num_threads). Without it a one-thread engine nested OpenBLAS's own team
-    // (and deadlocked in the clang build, whose libomp then serialized that team).
+    // Our thread pool sizes every parallel loop from ds_threads(). OpenBLAS's OpenMP build sizes
+    // its own team from the calling thread's omp_get_max_threads(), which on a new pthread is all
+    // cores: set to 1 here, an sgemm this thread calls outside the pool runs single-threaded (the
+    // main thread gets it from openblas_set_num_threads). Without it a one-thread engine nested
+    // OpenBLAS's own team (and deadlocked in the clang build, whose libomp then serialized that team).
     omp_set_num_threads(1);
     pthread_mutex_lock(&s->mu);
     for (;;) {
