@@ -30,7 +30,21 @@ void ds_cost_observe(ds_cost_table *t, int B, double seconds) {
     if (B < 1 || B > t->bmax || !(seconds > 0 && seconds < INFINITY) || !(t->sps[B] > 0)) return; // (inf would zero the entry)
     seconds -= expert_correction(t, B);
     if (!(seconds > 0)) return;
-    t->sps[B] = 1.0 / (0.8 / t->sps[B] + 0.2 * seconds);
+    // One observation moves the step time by a factor in [0.9, 1.2] at most: a forward the OS
+    // preempted (another process's time slice: 100x a small model's step) must not rewrite the
+    // table at once, or the gate, seeing plain decoding as slow, drafts every round and never
+    // observes a plain step again to correct it. A lasting change still takes only a few rounds.
+    const double step = 1.0 / t->sps[B];
+    if (seconds > 2 * step) seconds = 2 * step;
+    if (seconds < 0.5 * step) seconds = 0.5 * step;
+    t->sps[B] = 1.0 / (0.8 * step + 0.2 * seconds);
+    // A forward of more rows never takes less time than one of fewer: keep SPS non-increasing in B
+    // (a running max down from B, a running min up from it), so what one B's rounds show reaches
+    // the Bs no round runs.
+    for (int b = B - 1; b >= 1; b--)
+        if (t->sps[b] < t->sps[b + 1]) t->sps[b] = t->sps[b + 1];
+    for (int b = B + 1; b <= t->bmax; b++)
+        if (t->sps[b] > t->sps[b - 1]) t->sps[b] = t->sps[b - 1];
 }
 
 typedef struct {

@@ -19,7 +19,9 @@ double ds_cost_sps(const ds_cost_table *t, int B);
 // independently). 0 when unknown (no statistics yet, or a dense target).
 double ds_cost_experts(const ds_cost_table *t, int B);
 // A forward of B rows took `seconds`: move SPS(B) towards it (an average of step times, 1/5 weight
-// for the new one). The engine refines its start-up profile with every round it runs, so the
+// for the new one, the observation first clipped to [0.5, 2] times the current step so that one
+// preempted forward cannot rewrite the table), then keep SPS non-increasing in B (entries below B
+// raised to it, above lowered to it). The engine refines its start-up profile with every round it runs, so the
 // scheduler follows the machine as it is now (other load, longer contexts, a profile that missed a
 // step of the cost curve). Past rounds only: the output distribution is untouched.
 // (MoE: the observation is brought back to the profile's routing with the same correction first, so

@@ -102,6 +102,52 @@ static void test_prior_counts(void **state) {
     assert_float_equal(ds_gate_round_cost(&g, 6), 1e-3 + 6 * 2e-4, 1e-12);
 }
 
+// Replayed from a recorded eval of make demo's drafter on stories260K (one thread, a loaded
+// machine; costs from its start-up profile, the drafter's round and its calibration's acceptance):
+// drafting cannot pay there, and a plain step the OS preempted (5 ms against 0.05) must not make it
+// look as if it could. Before observations were clipped and SPS kept monotone, that one forward
+// took SPS(1) from 19,280 to ~1,000, the gate drafted from then on, and plain steps (the only
+// rounds that could correct SPS(1)) stopped being observed: auto ran at 0.5x plain decoding.
+static void test_one_preempted_step_does_not_start_drafting(void **state) {
+    (void)state;
+    static const double sps[17] = {0,     19280, 13860, 10610, 8409, 6462, 5434, 4568, 3875,
+                                   2986, 3089,  2536,  2383,  2444, 2113, 1842, 1819};
+    ds_cost_table t;
+    memset(&t, 0, sizeof t);
+    t.bmax = 16;
+    for (int b = 1; b <= 16; b++) t.sps[b] = sps[b];
+    const float prior[7] = {0.43f, 0.23f, 0.11f, 0.06f, 0.03f, 0.02f, 0.01f};
+    ds_draft_gate g;
+    ds_gate_init(&g, 1.18e-4, 0, prior, 7);
+    int drafted = 0;
+    for (int round = 0; round < 2000; round++) {
+        const int k = ds_gate_depth(&g, &t, 1, 7);
+        drafted += k > 0;
+        if (k) { // what the engine observes when it drafts: the round, and ~one slot verified
+            ds_gate_observe_draft(&g, 1, 1.2e-4);
+            ds_gate_observe_round(&g, 1, round % 2);
+            ds_cost_observe(&t, 2, 7.2e-5);
+        } else {
+            ds_cost_observe(&t, 1, round == 100 || round == 900 ? 5e-3 : 5.2e-5);
+        }
+    }
+    // Exploration rounds only (back-off from 64 skipped rounds, doubling): a handful, not hundreds.
+    assert_true(drafted <= 8);
+    assert_true(ds_cost_sps(&t, 1) > 15000);
+}
+
+// The table stays monotone: a fast observation at B raises slower entries below it, a slow one
+// lowers faster entries above it.
+static void test_observations_keep_sps_monotone(void **state) {
+    (void)state;
+    ds_cost_table t;
+    table(&t, 1e-4, 1e-5);
+    t.sps[1] = 100; // a profile that caught a preemption at B = 1
+    for (int i = 0; i < 10; i++) ds_cost_observe(&t, 4, 1.4e-4);
+    for (int b = 1; b < 128; b++) assert_true(t.sps[b] >= t.sps[b + 1]);
+    assert_true(t.sps[1] >= t.sps[4]);
+}
+
 static void test_no_depth_no_drafting(void **state) {
     (void)state;
     ds_cost_table t;
@@ -116,6 +162,8 @@ int main(void) {
         cmocka_unit_test(test_keeps_drafting_when_it_pays),
         cmocka_unit_test(test_backs_off_when_it_could_pay_but_does_not),
         cmocka_unit_test(test_no_depth_no_drafting),
+        cmocka_unit_test(test_one_preempted_step_does_not_start_drafting),
+        cmocka_unit_test(test_observations_keep_sps_monotone),
         cmocka_unit_test(test_priors_decide_from_the_first_round),
         cmocka_unit_test(test_prior_counts),
     };

@@ -457,17 +457,19 @@ static void test_moe_expected_experts(void **state) {
 }
 
 // ds_cost_observe on a dense target: the step time 1/SPS(B) moves 1/5 of the way to each observed
-// forward (an average of step times, not of rates), only at B = 1..bmax with a profiled entry, and
-// nonsense observations (0, negative, NaN, infinite) change nothing.
+// forward (an average of step times, not of rates; the observation clipped to [0.5, 2] steps first),
+// only at B = 1..bmax with a profiled entry, and nonsense observations (0, negative, NaN, infinite)
+// change nothing.
 static void test_cost_observe_dense(void **state) {
     (void)state;
     ds_cost_table t = {.bmax = 4};
     for (int B = 1; B <= 4; B++) t.sps[B] = 100.0 / B;
     double step = 0.01; // 1 / sps[1]
-    const double obs[] = {0.02, 0.02, 0.005, 0.011};
-    for (int i = 0; i < 4; i++) {
+    const double obs[] = {0.02, 0.02, 0.005, 0.011, 0.5}; // (0.005 and 0.5: clipped)
+    for (int i = 0; i < 5; i++) {
         ds_cost_observe(&t, 1, obs[i]);
-        step = 0.8 * step + 0.2 * obs[i];
+        const double o = obs[i] > 2 * step ? 2 * step : obs[i] < 0.5 * step ? 0.5 * step : obs[i];
+        step = 0.8 * step + 0.2 * o;
         assert_float_equal(1.0 / t.sps[1], step, 1e-12);
     }
     const ds_cost_table before = t;
