@@ -9,6 +9,7 @@
 #include "kernels/matmul.h"
 #include "model/block.h"
 #include "io/qconfig.h"
+#include "io/gguf.h"
 
 typedef enum { DS_STYLE_QWEN3, DS_STYLE_GEMMA4 } ds_draft_style;
 typedef enum { DS_MARKOV_NONE, DS_MARKOV_VANILLA, DS_MARKOV_GATED, DS_MARKOV_RNN } ds_markov_type;
@@ -56,6 +57,7 @@ struct ds_drafter {
     float *owned;         // every f32 vector, one allocation
     size_t owned_used, owned_cap;
     ds_safetensors *st;
+    ds_gguf *gg;          // a GGUF drafter (load_gguf.c): the open file the weights point into, else NULL
     ds_quant_config quant; // config.json's quantization block (present = 0: full precision)
 };
 
@@ -94,6 +96,24 @@ struct ds_draft_state {
     float *probs;   // (V) processed distribution of one slot
     void *sscratch; // sampler scratch for V
 };
+
+// What config.json (or a GGUF drafter's metadata) says beyond the fields of ds_drafter.
+typedef struct {
+    int layers, target_layers, block, mask, rank, conf, conf_markov, bias, k_eq_v;
+    double theta, partial, softcap, eps;
+    const char *head_type;
+} draft_config;
+
+// f32 vector storage of the drafter (sized by the loader up front), or NULL when it is full.
+float *ds_drafter_own(ds_drafter *d, size_t n);
+// The storage a drafter of this configuration needs (floats).
+size_t ds_drafter_own_size(const ds_drafter *d, const draft_config *c);
+
+// A DSpark / DFlash drafter in the GGUF form llama.cpp's converter writes (load_gguf.c): its
+// metadata into d and c (the target fills in what the file leaves out), then its tensors, the
+// embedding and LM head taken from the target (the file has none).
+ds_status ds_drafter_gguf_config(ds_drafter *d, const char *path, const ds_model *target, draft_config *c);
+ds_status ds_drafter_gguf_tensors(ds_drafter *d, const draft_config *c, const ds_model *target);
 
 // draft_vocab.json in the drafter's directory, if present (vocab.c; called by ds_drafter_load).
 ds_status ds_drafter_load_vocab(ds_drafter *d, const char *dir);

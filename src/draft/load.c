@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/status.h"
 #include "base/utf8.h"
@@ -55,6 +56,10 @@ const char *ds_drafter_warning(const ds_drafter *d) { return d->warning[0] ? d->
 void ds_drafter_free(ds_drafter *d) {
     if (!d) return;
     ds_st_close(d->st);
+    if (d->gg) {
+        ds_gguf_close(d->gg);
+        free(d->gg);
+    }
     ds_quant_config_free(&d->quant);
     ds_drafter_vocab_free(d);
     free(d->layers);
@@ -62,7 +67,7 @@ void ds_drafter_free(ds_drafter *d) {
     free(d);
 }
 
-static float *own(ds_drafter *d, size_t n) {
+float *ds_drafter_own(ds_drafter *d, size_t n) {
     if (d->owned_used + n > d->owned_cap) return NULL;
     float *p = d->owned + d->owned_used;
     d->owned_used += n;
@@ -70,12 +75,6 @@ static float *own(ds_drafter *d, size_t n) {
 }
 
 // ---- config.json ---------------------------------------------------------------------------------
-
-typedef struct {
-    int layers, target_layers, block, mask, rank, conf, conf_markov, bias, k_eq_v;
-    double theta, partial, softcap, eps;
-    const char *head_type;
-} draft_config;
 
 static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
     char path[4096];
@@ -294,7 +293,7 @@ static ds_status W(loader *L, const char *name, int rows, int cols, ds_weight *w
 static ds_status Vec(loader *L, const char *name, int n, float **out) {
     ds_status st = expect(L, name);
     if (st) return st;
-    if (!(*out = own(L->d, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: drafter vector storage too small");
+    if (!(*out = ds_drafter_own(L->d, (size_t)n))) return ds_fail(DS_ERR_NOMEM, "internal: drafter vector storage too small");
     return ds_st_vector(L->d->st, L->dir, name, n, *out);
 }
 
@@ -375,7 +374,7 @@ static ds_status load_tensors_with(loader *L, ds_drafter *d, const draft_config 
         if ((st = W(L, "confidence_head.proj.weight", 1, in, &w)) ||
             (st = Vec(L, "confidence_head.proj.bias", 1, &b)))
             return st;
-        if (!(d->conf_w = own(d, (size_t)in))) return ds_fail(DS_ERR_NOMEM, "internal: drafter vector storage too small");
+        if (!(d->conf_w = ds_drafter_own(d, (size_t)in))) return ds_fail(DS_ERR_NOMEM, "internal: drafter vector storage too small");
         ds_weight_row_f32(&w, 0, d->conf_w);
         d->conf_b = b[0];
     }
@@ -402,29 +401,40 @@ static ds_status load_tensors(ds_drafter *d, const draft_config *c, const char *
 
 // ---- public --------------------------------------------------------------------------------------
 
+static int ds_path_is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+size_t ds_drafter_own_size(const ds_drafter *d, const draft_config *c) {
+    const size_t per_layer = (size_t)6 * d->H + 2 * (size_t)d->hd + (size_t)(d->nq + 2 * d->nkv) * d->hd + 1;
+    return (size_t)c->layers * per_layer + 2 * (size_t)d->H + (size_t)d->hd + 5 * (size_t)c->rank + d->H + 8;
+}
+
 ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **out) {
     *out = NULL;
     ds_drafter *d = ds_calloc(1, sizeof *d);
     if (!d) return DS_ERR_NOMEM;
     draft_config c;
-    ds_status st = read_config(d, dir, &c);
+    // A file is a GGUF drafter (llama.cpp's converter's form), a directory DeepSpec's.
+    const int gguf = ds_path_is_file(dir);
+    ds_status st = gguf ? ds_drafter_gguf_config(d, dir, target, &c) : read_config(d, dir, &c);
     // No target (quantize's load smoke test): the drafter alone, unpaired.
     if (!st && target) st = check_pairing(d, &c, target, dir);
     if (!st && !target && (c.mask < 0 || c.mask >= d->V))
         st = ds_fail(DS_ERR_FORMAT, "%s: mask_token_id %d is outside the vocabulary (0..%d)", dir, c.mask, d->V - 1);
     if (st) goto fail;
-    if ((st = ds_st_open(dir, &d->st))) goto fail;
+    if (!gguf && (st = ds_st_open(dir, &d->st))) goto fail;
     d->r = c.rank;
     d->eps = (float)c.eps;
-    const size_t per_layer = (size_t)6 * d->H + 2 * (size_t)d->hd + (size_t)(d->nq + 2 * d->nkv) * d->hd + 1;
-    d->owned_cap = (size_t)c.layers * per_layer + 2 * (size_t)d->H + (size_t)d->hd + 5 * (size_t)d->r + d->H + 8;
+    d->owned_cap = ds_drafter_own_size(d, &c);
     d->owned = ds_malloc(d->owned_cap * sizeof(float));
     d->layers = ds_calloc((size_t)c.layers, sizeof *d->layers);
     if (!d->owned || !d->layers) {
         st = DS_ERR_NOMEM;
         goto fail;
     }
-    if ((st = load_tensors(d, &c, dir))) goto fail;
+    if ((st = gguf ? ds_drafter_gguf_tensors(d, &c, target) : load_tensors(d, &c, dir))) goto fail;
 
     // Numerics fixed by the format (deepspec-format.md §3-4).
     if (d->style == DS_STYLE_GEMMA4) {
@@ -447,7 +457,7 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
                               .attn_jobs = 2};
     // RoPE, halves pairing: inv_freq[j] = θ^(−2j/hd). Gemma's proportional partial RoPE rotates
     // only the first partial·hd/2 pairs (same divisor, the full head dim); the rest stay put.
-    d->inv_freq = own(d, (size_t)d->hd / 2);
+    d->inv_freq = ds_drafter_own(d, (size_t)d->hd / 2);
     const int rot = (int)(c.partial * d->hd / 2 + 1e-6);
     for (int i = 0; i < d->hd / 2; i++) d->inv_freq[i] = i < rot ? (float)pow(c.theta, -2.0 * i / d->hd) : 0.0f;
 
@@ -466,7 +476,8 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     in->vocab = d->V;
     in->target_id = d->target_id;
     d->n_vocab = d->V;
-    if ((st = load_calibration(d, dir)) || (st = ds_drafter_load_vocab(d, dir))) goto fail;
+    // (a GGUF drafter is one file: no calibration.json or draft_vocab.json beside it)
+    if (!gguf && ((st = load_calibration(d, dir)) || (st = ds_drafter_load_vocab(d, dir)))) goto fail;
     *out = d;
     return DS_OK;
 fail:
