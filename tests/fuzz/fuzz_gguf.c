@@ -1,7 +1,22 @@
 // GGUF files: the reader (every metadata value and tensor info), then the same bytes as a model
-// (ds_model_load: llama / SentencePiece tokenizer) and as a tokenizer alone.
+// (ds_model_load: llama / SentencePiece tokenizer), as a tokenizer alone, and as a drafter in
+// llama.cpp's form (arch dflash) paired with the committed tiny target (fixtures/target).
 #include "fuzz.h"
 #include "io/gguf.h"
+
+static ds_model *g_target;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    const ds_model_params mp = {.n_threads = 1};
+    if (ds_model_load(fuzz_fixture("target"), &mp, &g_target) != DS_OK) {
+        fprintf(stderr, "fuzz_gguf: %s\n", ds_last_error());
+        abort();
+    }
+    ds_set_threads(1);
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_clear();
@@ -36,6 +51,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ds_tokenizer_load(path, &t) == DS_OK) {
         fuzz_use_tokenizer(t, NULL, 0);
         ds_tokenizer_free(t);
+    }
+    ds_drafter *d = NULL;
+    if (ds_drafter_load(path, g_target, &d) == DS_OK) {
+        ds_draft_state *s = NULL;
+        if (ds_draft_state_init(d, 64, &s) == DS_OK) ds_draft_state_free(s);
+        ds_drafter_free(d);
     }
     return 0;
 }

@@ -277,6 +277,30 @@ def build(root):
             p = os.path.join(tmp, name + ".gguf")
             tensor_only_gguf(p, gt)
             seed("gguf", "tensor-" + name, open(p, "rb").read())
+        # A DSpark drafter as llama.cpp's converter writes it (arch dflash) for the fixture target
+        # (hidden 16, vocab 268, 3 layers): 1 layer, 2/1 heads of 8, FFN 32, tap layer 1, Markov
+        # rank 4, confidence head over [h ; W1[prev]].
+        rng = np.random.default_rng(5)
+        def f32(*ne):
+            return rng.standard_normal(int(np.prod(ne))).astype("<f4").tobytes()
+        H, V, R = 16, vocab_size("chatml"), 4
+        kvs = [("general.architecture", STRING, "dflash"), ("dflash.block_count", U32, 1),
+               ("dflash.embedding_length", U32, H), ("dflash.feed_forward_length", U32, 32),
+               ("dflash.attention.head_count", U32, 2), ("dflash.attention.head_count_kv", U32, 1),
+               ("dflash.attention.key_length", U32, 8), ("dflash.attention.layer_norm_rms_epsilon", F32, 1e-6),
+               ("dflash.rope.freq_base", F32, 1e6), ("dflash.block_size", U32, 4),
+               ("dflash.target_layers", ARRAY, (I32, [2])), ("tokenizer.ggml.mask_token_id", U32, 3)]
+        ts = [("fc.weight", (H, H), 0, f32(H, H)), ("enc.output_norm.weight", (H,), 0, f32(H)),
+              ("output_norm.weight", (H,), 0, f32(H))]
+        for n, ne in (("attn_norm", (H,)), ("ffn_norm", (H,)), ("attn_q", (H, 16)), ("attn_k", (H, 8)),
+                      ("attn_v", (H, 8)), ("attn_output", (16, H)), ("attn_q_norm", (8,)), ("attn_k_norm", (8,)),
+                      ("ffn_gate", (H, 32)), ("ffn_up", (H, 32)), ("ffn_down", (32, H))):
+            ts.append(("blk.0.%s.weight" % n, ne, 0, f32(*ne)))
+        ts += [("markov_w1.weight", (R, V), 0, f32(R, V)), ("markov_w2.weight", (R, V), 0, f32(R, V)),
+               ("conf_proj.weight", (H + R, 1), 0, f32(H + R)), ("conf_proj.bias", (1,), 0, f32(1))]
+        p = os.path.join(tmp, "dflash.gguf")
+        write_gguf(p, kvs, ts)
+        seed("gguf", "drafter-dflash", open(p, "rb").read())
         p = os.path.join(tmp, "tok.gguf")
         gguf_tok_writer.write_from_hf(os.path.join(fx, "chat_chatml"), p, "qwen2")
         seed("gguf", "tokenizer-bpe", open(p, "rb").read())
