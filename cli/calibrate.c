@@ -1,5 +1,5 @@
-// dspark calibrate: fit Sequential Temperature Scaling (dspark-method.md, "Confidence head and
-// calibration") for a drafter's confidence head on held-out prompts, and write calibration.json.
+// dspark calibrate: fit Sequential Temperature Scaling (docs/formats/deepspec-checkpoint.md
+// §8) for a drafter's confidence head on held-out prompts, and write calibration.json.
 //
 // The prompts are decoded with the drafter's raw (uncalibrated) confidences and fixed full-block
 // verification, so every round verifies all K slots and its accepted prefix length a is observed.

@@ -60,7 +60,7 @@ typedef enum {
     DS_U32 = 1000, // safetensors only
     DS_I32 = 1001, // safetensors only
     DS_AFFINE4 = 1004, // MLX affine 4-bit: packed U32 words + per-group scales/biases (in memory only)
-    DS_AFFINE8 = 1008, // MLX affine 8-bit (docs: ../shared/docs/mlx-affine-quant.md)
+    DS_AFFINE8 = 1008, // MLX affine 8-bit (docs: docs/formats/mlx-affine.md)
 } ds_dtype;
 
 const char *ds_dtype_name(ds_dtype t);
@@ -367,7 +367,7 @@ int32_t ds_argmax(const float *x, int n);
 
 
 // ---------------------------------------------------------------------------------------------
-// Drafters (DeepSpec format: DSpark, and DFlash = markov_rank 0); ../shared/docs/deepspec-format.md
+// Drafters (DeepSpec format: DSpark, and DFlash = markov_rank 0); docs/formats/deepspec-checkpoint.md
 // is the contract, docs/architecture.md how they fit in.
 
 typedef struct ds_drafter ds_drafter;

@@ -237,7 +237,7 @@ ds_status ds_registry_best(const char *target_id, ds_registry_entry *out, int *f
 
 // ---------------------------------------------------------------------------------------------
 // Quantize (src/quant/quantize.c): a DeepSpec drafter or a target written in MLX's affine format
-// (../shared/docs/mlx-affine-quant.md), atomically, then reloaded as a smoke test.
+// (docs/formats/mlx-affine.md), atomically, then reloaded as a smoke test.
 
 #define DS_QUANT_MAX_PATTERNS 64
 
@@ -396,8 +396,8 @@ typedef struct {
 int ds_eval_compare(const ds_eval_tokens *a, const ds_eval_tokens *b, int *n_diff, int *first, int *at);
 
 // ---------------------------------------------------------------------------------------------
-// Calibrate (src/gen/calibrate.c): fit Sequential Temperature Scaling (dspark-method.md,
-// "Confidence head and calibration") for a drafter's confidence head on held-out prompts and write
+// Calibrate (src/gen/calibrate.c): fit Sequential Temperature Scaling (docs/formats/deepspec-checkpoint.md
+// §8) for a drafter's confidence head on held-out prompts and write
 // calibration.json (src/draft/calibration.c, the one module that writes and reads it). The prompts
 // are decoded with the raw (uncalibrated) confidences and fixed full-block verification, so every
 // round's accepted prefix length a is observed: z_k = logit(c_k) for its slots, labels 1{a >= k}.

@@ -1,4 +1,4 @@
-// The DeepSpec drafter (DSpark / DFlash) as ../shared/docs/deepspec-format.md specifies it: layout
+// The DeepSpec drafter (DSpark / DFlash) as docs/formats/deepspec-checkpoint.md specifies it: layout
 // of a loaded drafter and of one sequence's draft context. Loading is in load.c, the forward pass
 // (context projection, block forward, Markov walk, confidence) in forward.c.
 #ifndef DS_DRAFT_DRAFTER_H

@@ -1,4 +1,4 @@
-// The DeepSpec drafter's forward pass (../shared/docs/deepspec-format.md §4), one function per step:
+// The DeepSpec drafter's forward pass (docs/formats/deepspec-checkpoint.md §4), one function per step:
 //   context projection  c = RMSNorm_hidden_norm(taps · fcᵀ); per layer K_ctx = RoPE(k_norm(c·Wkᵀ)),
 //                       V_ctx = c·Wvᵀ (Gemma: v_norm(c·Wkᵀ)) appended to the draft cache;
 //   block forward       ids [anchor, MASK × (B−1)] at positions s..s+B−1; queries from the block,

@@ -1,5 +1,5 @@
 // A freshly initialized DeepSpec drafter for any target we can run (the starting point of
-// training): config.json per deepspec-format.md §2 and the tensors of §3. Two layer styles:
+// training): config.json per docs/formats/deepspec-checkpoint.md §2 and the tensors of §3. Two layer styles:
 //   qwen3   Qwen3DSparkModel: the target's head_dim / num_key_value_heads / rope_theta.
 //   gemma4  Gemma4DSparkModel (the default for Gemma 3 / 4 targets): the geometry of the target's
 //           GLOBAL (full-attention) layers: their head dim and KV heads, rope_theta and the part of
@@ -37,7 +37,7 @@ typedef struct {
     double theta;      // RoPE base
     double partial;    // partial_rotary_factor (gemma: the fraction of pairs that rotate)
     double softcap;    // final_logit_softcapping (gemma), 0 = none
-    float embed_scale; // what the loader multiplies embed_tokens rows by (deepspec-format.md §3)
+    float embed_scale; // what the loader multiplies embed_tokens rows by (docs/formats/deepspec-checkpoint.md §4)
 } draft_shape;
 
 static ds_status shape_of(const ds_model *t, const char *style, ds_dtype dtype, draft_shape *g) {

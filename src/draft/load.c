@@ -1,4 +1,4 @@
-// Loading a DeepSpec drafter directory (../shared/docs/deepspec-format.md §1-3) and pairing it with
+// Loading a DeepSpec drafter directory (docs/formats/deepspec-checkpoint.md §1-3) and pairing it with
 // a target. Nothing is guessed: every tensor name and shape is checked, extra tensors are rejected
 // (a partially loaded drafter still "runs" with near-zero acceptance), and unsupported options are
 // refused with a message naming them.
@@ -211,7 +211,7 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
                      d->nkv, d->hd);
         goto done;
     }
-    // MLX affine quantization (mlx-affine-quant.md): the block says which modules are quantized and
+    // MLX affine quantization (docs/formats/mlx-affine.md): the block says which modules are quantized and
     // how; ds_st_weight_q checks every quantized tensor against it.
     st = ds_quant_config_parse(j, path, &d->quant);
 done:
@@ -436,7 +436,7 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     }
     if ((st = gguf ? ds_drafter_gguf_tensors(d, &c, target) : load_tensors(d, &c, dir))) goto fail;
 
-    // Numerics fixed by the format (deepspec-format.md §3-4).
+    // Numerics fixed by the format (docs/formats/deepspec-checkpoint.md §3-4).
     if (d->style == DS_STYLE_GEMMA4) {
         // embed scale = sqrt(H) rounded to the weight dtype (bf16(sqrt(3840)) = 62.0)
         const float s = sqrtf((float)d->H);

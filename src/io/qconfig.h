@@ -1,4 +1,4 @@
-// The "quantization" block of a quantized checkpoint's config.json (mlx-affine-quant.md):
+// The "quantization" block of a quantized checkpoint's config.json (docs/formats/mlx-affine.md §4):
 // {"group_size": 64, "bits": 4, "mode": "affine", "<module>": false | {"bits": b, "group_size": g}}.
 #ifndef DS_IO_QCONFIG_H
 #define DS_IO_QCONFIG_H

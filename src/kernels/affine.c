@@ -1,5 +1,5 @@
 // MLX affine quantization: quantize, pack, dequantize. Numerics follow
-// ../shared/docs/mlx-affine-quant.md to the letter (fp32 throughout, rint = round half to even, the
+// docs/formats/mlx-affine.md §5 to the letter (fp32 throughout, rint = round half to even, the
 // "edge trick"), so our files are bit-identical to what the contract's formulas give
 // (tests/reference/test_quant_bits.py checks words, scales and biases against a numpy version).
 #include "kernels/affine.h"

@@ -1,4 +1,4 @@
-// MLX "affine" quantization (../shared/docs/mlx-affine-quant.md, a contract followed exactly):
+// MLX "affine" quantization (docs/formats/mlx-affine.md, a contract followed exactly):
 // per group of `group_size` consecutive elements of a row, w ≈ scale·q + bias with q in
 // 0 .. 2^bits − 1, q packed least significant first into little-endian uint32 words.
 #ifndef DS_KERNELS_AFFINE_H

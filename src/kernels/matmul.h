@@ -15,7 +15,7 @@ typedef struct {
     int rows, cols;
     const void *data; // (rows, cols) elements of `type` (Q8_0: rows * cols/32 blocks;
                       //  AFFINE4/8: (rows, cols * bits/32) packed uint32 words, see kernels/affine.h)
-    // MLX affine quantization only (../shared/docs/mlx-affine-quant.md):
+    // MLX affine quantization only (docs/formats/mlx-affine.md):
     int group_size;       // 32 or 64 elements per (scale, bias)
     ds_dtype scale_type;  // F32, F16 or BF16: the stored type of scales and biases
     const void *scales;   // (rows, cols / group_size)

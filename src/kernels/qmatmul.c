@@ -1,5 +1,5 @@
 // Affine (MLX 4/8-bit) matrix products for few rows, one instantiation per instruction set.
-// See qmatmul.h and ../shared/docs/mlx-affine-quant.md (the packing read here: element j of a row
+// See qmatmul.h and docs/formats/mlx-affine.md §3 (the packing read here: element j of a row
 // at byte j·bits/8, low nibble first for 4 bits, because words are little-endian).
 #include "kernels/qmatmul.h"
 

@@ -13,7 +13,7 @@ static void shape_text(const ds_st_tensor *t, char *got, size_t cap) {
         snprintf(got + strlen(got), cap - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
 }
 
-// An MLX affine weight (../shared/docs/mlx-affine-quant.md, "Tensor layout"): `t` = X.weight (U32,
+// An MLX affine weight (docs/formats/mlx-affine.md §2): `t` = X.weight (U32,
 // [out, in·bits/32]) with X.scales / X.biases ([out, in/group_size], one float dtype). The logical
 // shape, bits and group size follow from the packed width and the scales' width, checked against
 // what config.json's quantization block says of X.

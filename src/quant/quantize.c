@@ -1,5 +1,5 @@
 // dspark quantize: a DeepSpec drafter or a target (any architecture model/load_hf.c runs) written in MLX's affine format
-// (../shared/docs/mlx-affine-quant.md): packed U32 weights with per-group scales/biases, both
+// (docs/formats/mlx-affine.md): packed U32 weights with per-group scales/biases, both
 // config blocks, safetensors metadata {"format": "mlx"}, sharded above a size limit, written
 // atomically (a temporary directory renamed into place), then reloaded as a smoke test.
 //
@@ -8,7 +8,7 @@
 // stack (module) whether and how it is quantized; every output tensor is declared up front (shapes
 // only) and then streamed, a chunk of rows at a time, into the safetensors shards of a temporary
 // directory (io/safetensors.h ds_st_writer_stream_dir), packed with kernels/affine.c (the contract's
-// formulas, ../shared/docs/mlx-affine-quant.md). Memory is bounded by one chunk, not the model: the
+// formulas, docs/formats/mlx-affine.md §5). Memory is bounded by one chunk, not the model: the
 // source pages of each chunk are dropped once read (ds_mapfile_drop; a GGUF tensor's at its end) and
 // the output goes through the page cache.
 // The directory is reloaded (smoke test) and then renamed into place.
@@ -550,7 +550,7 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
         st = ds_st_writer_stream_dir(w, tmp, p->max_shard_bytes ? p->max_shard_bytes : DS_QUANT_DEFAULT_SHARD, fill, &ctx);
     if (!st && p->progress) p->progress(p->progress_ctx, "write", s->n, s->n, tmp);
     if (!st) st = interrupted(p);
-    if (!st) { // config.json: the source's, with both blocks (mlx-affine-quant.md, "config.json block")
+    if (!st) { // config.json: the source's, with both blocks (docs/formats/mlx-affine.md §4)
         cJSON_AddItemToObject(s->config, "quantization", q);
         cJSON_AddItemToObject(s->config, "quantization_config", cJSON_Duplicate(q, 1));
         q = NULL;

@@ -1,5 +1,5 @@
-// Confidence calibration by Sequential Temperature Scaling (dspark-method.md, "Confidence head and
-// calibration"), and the measures that judge it: expected calibration error and ROC-AUC.
+// Confidence calibration by Sequential Temperature Scaling (docs/formats/deepspec-checkpoint.md
+// §8), and the measures that judge it: expected calibration error and ROC-AUC.
 //
 // Data: verification rounds of a drafter with a confidence head, each with the raw per-slot
 // confidence logits z_1..z_m (m = the slots the round verified, at most K) and the accepted prefix

@@ -1,5 +1,5 @@
-// Confidence-scheduled verification (dspark-method.md, "Hardware-aware prefix scheduler",
-// Algorithm 1): how many drafted tokens each request verifies this round.
+// Confidence-scheduled verification (the DSpark paper's Algorithm 1,
+// docs/formats/deepspec-checkpoint.md §8): how many drafted tokens each request verifies this round.
 #ifndef DS_SCHED_SCHEDULE_H
 #define DS_SCHED_SCHEDULE_H
 

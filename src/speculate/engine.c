@@ -1,4 +1,4 @@
-// The round-based decoding engine over a set of sequences (deepspec-format.md §5, for R >= 1):
+// The round-based decoding engine over a set of sequences (docs/formats/deepspec-checkpoint.md §5, for R >= 1):
 //
 //   add:    queue the prompt; rounds first prefill prompt[0..N-2] in chunks of 256 rows (taps to
 //           the drafter; at most 256 prompt rows per round over all sequences, so a long prompt

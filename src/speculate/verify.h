@@ -1,4 +1,4 @@
-// Verification of one drafted block against the target (deepspec-format.md §5): the one place
+// Verification of one drafted block against the target (docs/formats/deepspec-checkpoint.md §5): the one place
 // where the acceptance rule lives.
 #ifndef DS_SPECULATE_VERIFY_H
 #define DS_SPECULATE_VERIFY_H

@@ -1,5 +1,5 @@
 // Forward and hand-written backward of the drafter's training loss over the anchor blocks of one
-// sequence (deepspec-format.md §6). Notation: H hidden, V vocab, F MLP width, nq/nkv heads, hd head
+// sequence (docs/formats/deepspec-checkpoint.md §6). Notation: H hidden, V vocab, F MLP width, nq/nkv heads, hd head
 // dim, T taps, r Markov rank, B block size, A anchors, M = A·B block rows, Nc context rows (the
 // largest anchor position). Activations needed by the backward pass are kept per layer.
 //

@@ -1,4 +1,4 @@
-// Training DSpark drafters (deepspec-format.md §6): trainable parameters in f32, the training
+// Training DSpark drafters (docs/formats/deepspec-checkpoint.md §6): trainable parameters in f32, the training
 // forward over anchor blocks of one sequence with hand-written backward passes, AdamW.
 #ifndef DS_TRAIN_TRAIN_H
 #define DS_TRAIN_TRAIN_H

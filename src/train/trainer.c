@@ -1,4 +1,4 @@
-// The training loop (deepspec-format.md §6 recipe): per step, `batch` sequences (split over MPI
+// The training loop (docs/formats/deepspec-checkpoint.md §6 recipe): per step, `batch` sequences (split over MPI
 // ranks), each run through the frozen target for its tap rows and final hidden states, up to
 // `anchors` anchor blocks sampled per sequence, forward + backward (step.c), gradients summed over
 // sequences and ranks and normalized by the total slot weight, clipped, AdamW on f32 master weights

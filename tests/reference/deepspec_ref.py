@@ -1,6 +1,6 @@
 """An independent PyTorch reference of DeepSpec DSpark / DFlash drafters (float64).
 
-Written from ../shared/docs/deepspec-format.md (sections 1-4) and dspark-method.md, not from our C
+Written from the DeepSpec contract (docs/formats/deepspec-checkpoint.md sections 1-4 and 8), not from our C
 code. Loads a DeepSpec directory (config.json + model.safetensors, or shards listed in
 model.safetensors.index.json; tensors F32 / BF16 / F16, widened exactly and computed in float64)
 and runs one draft round:

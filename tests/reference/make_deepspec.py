@@ -12,7 +12,7 @@ config.json is a target-style text config (Qwen3: architectures ["Qwen3DSparkMod
 qwen3; Gemma 4: ["Gemma4DSparkModel"], model_type gemma4_text with global_head_dim,
 num_global_key_value_heads, attention_k_eq_v true, final_logit_softcapping,
 rope_parameters.full_attention {rope_theta, partial_rotary_factor, rope_type "proportional"},
-hidden_activation gelu_pytorch_tanh) plus the draft fields of deepspec-format.md section 2.
+hidden_activation gelu_pytorch_tanh) plus the draft fields of docs/formats/deepspec-checkpoint.md section 2.
 Tensors are named and shaped as section 3 (no key prefix): model.safetensors, or with --shards N > 1
 model-0000i-of-0000N.safetensors + model.safetensors.index.json.
 

@@ -1,5 +1,5 @@
 """Independent numpy implementation of MLX affine quantization, written from the contract
-(../shared/docs/mlx-affine-quant.md) alone: quantize (fp32, rint = round half to even, the edge
+(docs/formats/mlx-affine.md) alone: quantize (fp32, rint = round half to even, the edge
 trick), pack (LSB first, little-endian uint32 words), dequantize, bf16/f16 rounding, and a minimal
 safetensors reader. Vectorized over rows and groups; no code shared with the C implementation."""
 

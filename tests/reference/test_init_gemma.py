@@ -15,7 +15,7 @@ For every drafter:
     sliding one), rope_theta and partial_rotary_factor of rope_parameters.full_attention,
     final_logit_softcapping, attention_k_eq_v; taps and mask token equal to what the Qwen3 style
     picks for the same target;
-  - embeddings: embed_tokens · (the drafter's embed scale, deepspec-format.md §3) equals the target's
+  - embeddings: embed_tokens · (the drafter's embed scale, docs/formats/deepspec-checkpoint.md §4) equals the target's
     scaled embedding (f32: bit for bit where a stored f32 can reproduce it, else within one ulp;
     bf16 drafter of a bf16 target: the verbatim table); lm_head is the target's output matrix
     verbatim;

@@ -1,4 +1,4 @@
-"""Bit-compatibility of `dspark quantize` with the contract (mlx-affine-quant.md): for drafters in
+"""Bit-compatibility of `dspark quantize` with the contract (docs/formats/mlx-affine.md): for drafters in
 F32 and BF16 and every (bits, group size), each quantized tensor's packed words, scales and biases
 equal what the independent numpy implementation (mlx_quant_ref.py) computes from the source, bit
 for bit; the policy (which tensors, config blocks, metadata) is as specified."""

@@ -1,6 +1,6 @@
 """An independent PyTorch autograd reference of the DeepSpec drafter training loss (float64).
 
-Written from ../shared/docs/deepspec-format.md section 6 (and sections 3-4 for the forward), not
+Written from the DeepSpec contract, docs/formats/deepspec-checkpoint.md section 6 (and sections 3-4 for the forward), not
 from our C trainer. It reuses deepspec_ref's loader and building blocks (the drafter forward) and
 llama_ref's target forward (taps and final hidden); the gradients come from torch autograd.
 

@@ -1,4 +1,4 @@
-// MLX affine quantization (../shared/docs/mlx-affine-quant.md): hand-computed groups (the edge
+// MLX affine quantization (docs/formats/mlx-affine.md): hand-computed groups (the edge
 // trick, the negative-scale case, constant groups), packing, round-trip error, the quantized
 // kernels against dequantize-then-dot on every instruction set, and ds_st_weight_q on good and
 // hostile files.

@@ -1,7 +1,7 @@
-// Confidence-scheduled verification (src/sched/schedule.c, dspark-method.md Algorithm 1):
+// Confidence-scheduled verification (src/sched/schedule.c, docs/formats/deepspec-checkpoint.md §8, Algorithm 1):
 // hand-worked cases of ds_schedule_auto (flat and steep cost tables, the early stop, two requests
 // interleaved by a_{r,j}, prefixes, requests without drafts), an independent reference
-// implementation on random cases, and the counterexample of dspark-method.md as a statistical
+// implementation on random cases, and the DSpark paper's counterexample (same §8) as a statistical
 // test: with the early stop the first emitted token is exactly target-distributed; the
 // retrospective search (no early stop) emits (0.85, 0.15) instead of (0.7, 0.3). The MoE cost
 // model: expected distinct experts from decoding windows, the step-time correction, observations
@@ -99,7 +99,7 @@ static void test_steep_table_admits_nothing(void **state) {
     assert_int_equal(ell[0], 0);
 }
 
-// dspark-method.md's counterexample: a_1 = 0.8, a_2 = 0.72, SPS(1, 2, 3) = (1.0, 0.5, 0.45).
+// The DSpark paper's counterexample: a_1 = 0.8, a_2 = 0.72, SPS(1, 2, 3) = (1.0, 0.5, 0.45).
 // Θ: ℓ=0 -> 1.0; ℓ=1 -> 1.8·0.5 = 0.9 (a drop); ℓ=2 -> 2.52·0.45 = 1.134 (better than 1.0).
 // The early stop ends at the drop (ℓ = 0); the retrospective search finds ℓ = 2.
 static void test_early_stop_at_first_non_improvement(void **state) {
