@@ -135,11 +135,25 @@ static void clean_stale(const char *path) {
     if (*base) clean_stale_in(dir, base);
 }
 
+// `path` with its first "<dir>.tmp.<our pid>/" component shown as "<dir>/" (malloc'ed).
+static char *display_name(const char *path) {
+    char mark[48];
+    snprintf(mark, sizeof mark, ".tmp.%ld/", (long)getpid());
+    char *out = strdup(path);
+    char *at = out ? strstr(out, mark) : NULL;
+    if (at) memmove(at, at + strlen(mark) - 1, strlen(at + strlen(mark) - 1) + 1);
+    return out;
+}
+
 ds_status ds_atomic_open(ds_atomic_file *af, const char *path) {
     memset(af, 0, sizeof *af);
     int mode;
     ds_status st = resolve(path, &af->path, &mode);
     if (st) return st;
+    if (!(af->name = display_name(af->path))) {
+        ds_atomic_abort(af);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
     const size_t n = strlen(af->path) + 32;
     af->tmp_path = malloc(n);
     if (!af->tmp_path) {
@@ -161,9 +175,9 @@ ds_status ds_atomic_open(ds_atomic_file *af, const char *path) {
 ds_status ds_atomic_commit(ds_atomic_file *af) {
     ds_status st = DS_OK;
     if (fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0)
-        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->path, strerror(errno ? errno : EIO));
+        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->name, strerror(errno ? errno : EIO));
     if (fclose(af->f) != 0 && st == DS_OK)
-        st = ds_fail(DS_ERR_IO, "%s: close failed: %s", af->path, strerror(errno));
+        st = ds_fail(DS_ERR_IO, "%s: close failed: %s", af->name, strerror(errno));
     af->f = NULL;
     // What stands at the path may have changed while we wrote: never rename over a non-file.
     if (st == DS_OK) {
@@ -177,6 +191,7 @@ ds_status ds_atomic_commit(ds_atomic_file *af) {
         st = ds_fail(DS_ERR_IO, "%s: rename failed: %s", af->path, strerror(errno));
     if (st != DS_OK) unlink(af->tmp_path);
     free(af->path);
+    free(af->name);
     free(af->tmp_path);
     memset(af, 0, sizeof *af);
     return st;
@@ -186,6 +201,7 @@ void ds_atomic_abort(ds_atomic_file *af) {
     if (af->f) fclose(af->f);
     if (af->tmp_path) unlink(af->tmp_path);
     free(af->path);
+    free(af->name);
     free(af->tmp_path);
     memset(af, 0, sizeof *af);
 }
@@ -195,7 +211,7 @@ ds_status ds_atomic_write_text(const char *path, const char *text) {
     ds_status st = ds_atomic_open(&af, path);
     if (st) return st;
     if (fputs(text, af.f) == EOF) {
-        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af.path, strerror(errno ? errno : EIO));
+        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af.name, strerror(errno ? errno : EIO));
         ds_atomic_abort(&af);
         return st;
     }
@@ -274,10 +290,7 @@ static int is_dspark_output(const char *dir) {
     return lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replace_any) {
-    char dir[4096];
-    tmp[0] = 0;
-    if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+static ds_status dir_check(const char *dir, int replace_any) {
     struct stat sb;
     if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return ds_fail(DS_ERR_IO, "%s: already exists and is %s, not a directory (refusing to replace it)", dir,
@@ -286,6 +299,21 @@ static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replac
         return ds_fail(DS_ERR_IO,
                        "%s: already exists and is not a dspark output (no %s in it): refusing to replace it; "
                        "remove it or choose another path", dir, DS_OUTPUT_MARKER);
+    return DS_OK;
+}
+
+ds_status ds_atomic_dir_check(const char *dir_arg) {
+    char dir[4096];
+    if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+    return dir_check(dir, 0);
+}
+
+static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replace_any) {
+    char dir[4096];
+    tmp[0] = 0;
+    if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+    ds_status st0 = dir_check(dir, replace_any);
+    if (st0) return st0;
     clean_stale(dir);
     if ((size_t)snprintf(tmp, cap, "%s.tmp.%ld", dir, (long)getpid()) >= cap) {
         tmp[0] = 0;

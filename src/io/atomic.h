@@ -21,6 +21,8 @@ typedef struct {
     FILE *f;         // write here
     char *path;      // final path (a symlink's target when <path> was a link to a regular file)
     char *tmp_path;  // temporary path in the same directory
+    char *name;      // the path errors name: `path`, with a temporary directory of this process
+                     // ("<dir>.tmp.<pid>/", ds_atomic_dir_open) shown as the <dir> it becomes
 } ds_atomic_file;
 
 ds_status ds_atomic_open(ds_atomic_file *af, const char *path);
@@ -43,6 +45,8 @@ void ds_atomic_abort(ds_atomic_file *af);
 // `tmp` (cap bytes) receives the temporary directory's path.
 #define DS_OUTPUT_MARKER ".dspark-output"
 ds_status ds_atomic_dir_open(const char *dir, char *tmp, size_t cap);
+// Whether ds_atomic_dir_open(dir) would accept what stands at `dir` (before a long job starts).
+ds_status ds_atomic_dir_check(const char *dir);
 // Publish `tmp` as `dir`; on failure `tmp` is removed and `dir` is untouched.
 ds_status ds_atomic_dir_commit(const char *tmp, const char *dir);
 // The same for a directory of the trainer's own (OUT/best, a checkpoint of an older layout) that is

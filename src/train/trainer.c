@@ -501,6 +501,7 @@ static ds_status open_metrics(const ds_train_opts *o, int keep_steps, FILE **out
         *out = fopen(path, "a");
     }
     if (!*out) return ds_fail(DS_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fseek(*out, 0, SEEK_END); // (ftell reports the length from here on)
     return DS_OK;
 }
 
@@ -687,6 +688,7 @@ ds_status ds_train_run(const ds_train_opts *o) {
     if ((st = ds_kv_init(target, max_n, &kv)) || (st = ds_workspace_init(target, &tws)) || (st = ds_tws_init(&S.tm, &ws)))
         goto done;
     if (rank == 0 && (st = open_metrics(o, o->resume ? S.step : 0, &metrics))) goto done;
+    long metrics_at = rank == 0 ? ftell(metrics) : -1; // its length at the current checkpoint
     const int save_every = o->save_every > 0 ? o->save_every : (o->steps >= 10 ? o->steps / 10 : 1);
     const int eval_every = o->eval_every > 0 ? o->eval_every : save_every;
     long perm_epoch = -1;
@@ -778,7 +780,12 @@ ds_status ds_train_run(const ds_train_opts *o) {
                 st = ds_fail(DS_ERR_IO, "%s/metrics.jsonl: fsync failed: %s", o->out, strerror(errno));
                 goto done;
             }
-            if ((st = save(&S))) goto done;
+            if ((st = save(&S))) {
+                // (a full disk): metrics.jsonl back to the lines of the checkpoint still current
+                if (metrics_at >= 0 && ftruncate(fileno(metrics), (off_t)metrics_at) == 0) fsync(fileno(metrics));
+                goto done;
+            }
+            metrics_at = ftell(metrics);
             last_saved = S.step;
         }
         if (stop) {
