@@ -24,10 +24,12 @@ static void usage(FILE *f) {
 }
 
 static double g_t0;
+static int g_open; // a "\r[i/n] name" line is open on stderr
 
 static void progress(void *ctx, const char *stage, int i, int n, const char *name) {
     (void)ctx;
-    if (!strcmp(stage, "quantize")) fprintf(stderr, "\r[%3d/%3d] %-60.60s", i + 1, n, name);
+    g_open = !strcmp(stage, "quantize");
+    if (g_open) fprintf(stderr, "\r[%3d/%3d] %-60.60s", i + 1, n, name);
     else if (!strcmp(stage, "write")) fprintf(stderr, "\nwriting %s\n", name);
     else if (!strcmp(stage, "smoke")) fprintf(stderr, "load smoke test\n");
     else fprintf(stderr, "done in %.1f s: %s\n", cli_now() - g_t0, name);
@@ -90,13 +92,14 @@ int cmd_quantize(int argc, char **argv) {
     char out[4096];
     snprintf(out, sizeof out, "%s", pos[1]);
     for (size_t k = strlen(out); k > 1 && out[k - 1] == '/'; k--) out[k - 1] = 0;
-    pos[1] = out; // (ds_quantize refuses an existing OUT and creates OUT.tmp.PID before any work)
+    pos[1] = out; // (ds_quantize refuses an OUT that is not a dspark output and creates OUT.tmp.PID before any work)
     cli_catch_interrupt();
     p.interrupted = &cli_interrupted;
     p.progress = progress;
     g_t0 = cli_now();
     ds_quantize_stats s;
     ds_status st = ds_quantize(pos[0], pos[1], &p, &s);
+    if (st && g_open) fputc('\n', stderr); // the error on a line of its own
     if (st) return cli_fail(st);
     printf("{\"out\": \"%s\", \"bits\": %d, \"group_size\": %d, \"tensors\": %d, \"quantized\": %d, "
            "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d, \"dropped\": %d}\n",

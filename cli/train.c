@@ -27,7 +27,9 @@ static void usage(FILE *f) {
             "  --kl W           weight of KL(target || drafter), the target's distribution as a soft label (default 0)\n"
             "  --seed S         data order, anchors and fresh init (default 0)\n"
             "  --save-every N   checkpoint period (default steps/10); also at the end and on Ctrl-C\n"
-            "  --resume         continue the run in OUT exactly where it stopped\n"
+            "  --keep N         complete checkpoints kept in OUT/checkpoints (default 2; older ones are\n"
+            "                   removed once a newer one is current)\n"
+            "  --resume         continue the run in OUT from its newest complete checkpoint, exactly\n"
             "  --stop-after N   save and stop after N steps of this run (resume later)\n"
             "  --plot FILE.png  draw the loss curve (and held-out tau) with gnuplot at the end\n"
             "  --eval-prompts FILE   held-out prompts: decode them with the current weights (full blocks)\n"
@@ -241,6 +243,7 @@ int cmd_train(int argc, char **argv) {
         INT("--batch", 1, 1000000, o.batch)
         INT("--anchors", 1, 1000000, o.anchors)
         INT("--save-every", 1, 100000000, o.save_every)
+        INT("--keep", 1, 100000000, o.keep)
         INT("--stop-after", 1, 100000000, o.stop_after)
         INT("-t", 1, 1024, threads)
         INT("--eval-every", 1, 100000000, o.eval_every)

@@ -165,6 +165,7 @@ typedef struct {
     uint64_t seed;
     int resume;           // continue from OUT's checkpoint
     int save_every;       // checkpoint period in steps (0 = steps / 10)
+    int keep;             // complete checkpoints kept (0 = 2); older ones are pruned after a save
     volatile int *interrupted; // set asynchronously (Ctrl-C): save and stop after the current step
     int stop_after;       // save and return after this many steps of this run (0 = run to the end)
     // Held-out evaluation every eval_every steps and at the last step: τ and acceptance by
@@ -186,13 +187,18 @@ ds_train_opts ds_train_defaults(void);
 // Run training. With MPI (mpirun -np N), every rank calls this; rank 0 writes checkpoints and logs.
 // Returns DS_ERR_INTERRUPTED after saving when interrupted.
 //
-// OUT's layout: checkpoint/ (model.safetensors, config.json, optimizer.safetensors,
-// trainer_state.json) is replaced as one directory at every save, so a kill at any moment leaves
-// the previous checkpoint or the new one, never a mix; model.safetensors, config.json,
-// optimizer.safetensors and trainer_state.json at OUT's top are symbolic links into it, so OUT
-// itself is the drafter directory. best/ (keep_best) is the drafter of the best held-out τ with
-// heldout.json (step, temperature, τ, acceptance by position), replaced the same way. init/ is the
-// fresh drafter a run without --init started from; metrics.jsonl one JSON line per step.
+// OUT's layout: checkpoints/step-NNNNNNNN/ (model.safetensors, config.json, optimizer.safetensors,
+// trainer_state.json, .dspark-output), one directory per save, written into
+// checkpoints/step-NNNNNNNN.tmp.<pid> (every file and the directory fsynced) and renamed into place
+// when complete; checkpoint is a symbolic link to the current one, switched by one rename after the
+// new directory is in place; only then are the older ones beyond `keep` pruned. model.safetensors,
+// config.json, optimizer.safetensors and trainer_state.json at OUT's top are symbolic links through
+// checkpoint/, so OUT itself is the drafter directory. A kill at any moment leaves complete
+// checkpoints and leftovers named *.tmp.<pid>; resume takes the newest complete one (the highest
+// step whose trainer_state.json says so), says which through a MESSAGE event, ignores and later
+// removes the leftovers. best/ (keep_best) is the drafter of the best held-out τ with heldout.json
+// (step, temperature, τ, acceptance by position), replaced in one step. init/ is the fresh drafter
+// a run without --init started from; metrics.jsonl one JSON line per step.
 ds_status ds_train_run(const ds_train_opts *o);
 
 // MPI (single-process fallbacks when built without it): ds_mpi_init once before anything else in a

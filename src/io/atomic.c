@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "base/testpoint.h"
 
 static const char *kind_of(mode_t m) {
     if (S_ISDIR(m)) return "a directory";
@@ -91,44 +92,21 @@ ds_status ds_atomic_check(const char *path) {
     return st;
 }
 
-// Remove a temporary directory of ours: the files at its top, then the directory (which stays when
-// it holds anything else).
-static void remove_shallow(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            const size_t n = strlen(dir) + strlen(e->d_name) + 2;
-            char *p = malloc(n);
-            if (!p) continue;
-            snprintf(p, n, "%s/%s", dir, e->d_name);
-            struct stat sb;
-            if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
+static void remove_tree(const char *dir);
 
-// Temporaries "<base>.tmp.<pid>" next to `path` left by processes that no longer exist (killed
-// runs): removed (regular files, and directories of regular files). A live process's, ours
-// included, are left alone.
-static void clean_stale(const char *path) {
-    char dir[4096];
-    dir_of(path, dir, sizeof dir);
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
+// Temporaries "<base>.tmp.<pid>" in `dir` left by processes that no longer exist (killed runs):
+// removed (files, and directory trees). A live process's, ours included, are left alone. An empty
+// base matches every "<name>.tmp.<pid>" (a non-empty name).
+static void clean_stale_in(const char *dir, const char *base) {
     const size_t nb = strlen(base);
-    if (!nb) return;
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *s = e->d_name;
-        if (strncmp(s, base, nb) || strncmp(s + nb, ".tmp.", 5)) continue;
-        const char *digits = s + nb + 5;
+        const char *t = nb ? s + nb : strstr(s, ".tmp.");
+        if (strncmp(s, base, nb) || !t || t == s || strncmp(t, ".tmp.", 5)) continue;
+        const char *digits = t + 5;
         size_t k = 0;
         while (digits[k] >= '0' && digits[k] <= '9') k++;
         if (k == 0 || k > 9 || digits[k]) continue;
@@ -141,11 +119,30 @@ static void clean_stale(const char *path) {
         struct stat sb;
         if (lstat(p, &sb) == 0) {
             if (S_ISREG(sb.st_mode)) unlink(p);
-            else if (S_ISDIR(sb.st_mode)) remove_shallow(p);
+            else if (S_ISDIR(sb.st_mode)) remove_tree(p);
         }
         free(p);
     }
     closedir(d);
+}
+
+// The temporaries of `path` (next to it).
+static void clean_stale(const char *path) {
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (*base) clean_stale_in(dir, base);
+}
+
+// `path` with its first "<dir>.tmp.<our pid>/" component shown as "<dir>/" (malloc'ed).
+static char *display_name(const char *path) {
+    char mark[48];
+    snprintf(mark, sizeof mark, ".tmp.%ld/", (long)getpid());
+    char *out = strdup(path);
+    char *at = out ? strstr(out, mark) : NULL;
+    if (at) memmove(at, at + strlen(mark) - 1, strlen(at + strlen(mark) - 1) + 1);
+    return out;
 }
 
 ds_status ds_atomic_open(ds_atomic_file *af, const char *path) {
@@ -153,6 +150,10 @@ ds_status ds_atomic_open(ds_atomic_file *af, const char *path) {
     int mode;
     ds_status st = resolve(path, &af->path, &mode);
     if (st) return st;
+    if (!(af->name = display_name(af->path))) {
+        ds_atomic_abort(af);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
     const size_t n = strlen(af->path) + 32;
     af->tmp_path = malloc(n);
     if (!af->tmp_path) {
@@ -174,9 +175,9 @@ ds_status ds_atomic_open(ds_atomic_file *af, const char *path) {
 ds_status ds_atomic_commit(ds_atomic_file *af) {
     ds_status st = DS_OK;
     if (fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0)
-        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->name, strerror(errno ? errno : EIO));
     if (fclose(af->f) != 0 && st == DS_OK)
-        st = ds_fail(DS_ERR_IO, "%s: close failed: %s", af->tmp_path, strerror(errno));
+        st = ds_fail(DS_ERR_IO, "%s: close failed: %s", af->name, strerror(errno));
     af->f = NULL;
     // What stands at the path may have changed while we wrote: never rename over a non-file.
     if (st == DS_OK) {
@@ -185,10 +186,12 @@ ds_status ds_atomic_commit(ds_atomic_file *af) {
             st = ds_fail(DS_ERR_IO, "%s: became %s while it was written; not replaced", af->path,
                          S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
     }
+    if (st == DS_OK) ds_test_point();
     if (st == DS_OK && rename(af->tmp_path, af->path) != 0)
         st = ds_fail(DS_ERR_IO, "%s: rename failed: %s", af->path, strerror(errno));
     if (st != DS_OK) unlink(af->tmp_path);
     free(af->path);
+    free(af->name);
     free(af->tmp_path);
     memset(af, 0, sizeof *af);
     return st;
@@ -198,6 +201,7 @@ void ds_atomic_abort(ds_atomic_file *af) {
     if (af->f) fclose(af->f);
     if (af->tmp_path) unlink(af->tmp_path);
     free(af->path);
+    free(af->name);
     free(af->tmp_path);
     memset(af, 0, sizeof *af);
 }
@@ -206,7 +210,11 @@ ds_status ds_atomic_write_text(const char *path, const char *text) {
     ds_atomic_file af;
     ds_status st = ds_atomic_open(&af, path);
     if (st) return st;
-    fputs(text, af.f);
+    if (fputs(text, af.f) == EOF) {
+        st = ds_fail(DS_ERR_IO, "%s: write failed: %s", af.name, strerror(errno ? errno : EIO));
+        ds_atomic_abort(&af);
+        return st;
+    }
     return ds_atomic_commit(&af);
 }
 
@@ -230,6 +238,43 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
+void ds_atomic_clean_stale_in(const char *dir) { clean_stale_in(dir, ""); }
+
+ds_status ds_fsync_dir(const char *dir) {
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return ds_fail(DS_ERR_IO, "%s: cannot open to sync: %s", dir, strerror(errno));
+    ds_status st = DS_OK;
+    if (fsync(fd) != 0 && errno != EINVAL) st = ds_fail(DS_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno));
+    close(fd);
+    return st;
+}
+
+// fsync every regular file and directory under `dir` (the directory last), so that what a rename
+// publishes is on disk before the rename is.
+static ds_status fsync_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return ds_fail(DS_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+    ds_status st = DS_OK;
+    struct dirent *e;
+    char p[4400];
+    while (!st && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode)) {
+            st = fsync_tree(p);
+        } else if (S_ISREG(sb.st_mode)) {
+            const int fd = open(p, O_RDONLY);
+            if (fd < 0) st = ds_fail(DS_ERR_IO, "%s: cannot open to sync: %s", p, strerror(errno));
+            else if (fsync(fd) != 0) st = ds_fail(DS_ERR_IO, "%s: fsync failed: %s", p, strerror(errno));
+            if (fd >= 0) close(fd);
+        }
+    }
+    closedir(d);
+    return st ? st : ds_fsync_dir(dir);
+}
+
 // `dir` without trailing slashes into out.
 static int strip_slashes(const char *dir, char *out, size_t cap) {
     if ((size_t)snprintf(out, cap, "%s", dir) >= cap) return 0;
@@ -237,16 +282,38 @@ static int strip_slashes(const char *dir, char *out, size_t cap) {
     return 1;
 }
 
-static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replace) {
+// Whether the directory `dir` is one a dspark writer committed (holds the marker as a regular file).
+static int is_dspark_output(const char *dir) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, DS_OUTPUT_MARKER);
+    struct stat sb;
+    return lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static ds_status dir_check(const char *dir, int replace_any) {
+    struct stat sb;
+    if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ds_fail(DS_ERR_IO, "%s: already exists and is %s, not a directory (refusing to replace it)", dir,
+                       S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
+    if (lstat(dir, &sb) == 0 && !replace_any && !is_dspark_output(dir))
+        return ds_fail(DS_ERR_IO,
+                       "%s: already exists and is not a dspark output (no %s in it): refusing to replace it; "
+                       "remove it or choose another path", dir, DS_OUTPUT_MARKER);
+    return DS_OK;
+}
+
+ds_status ds_atomic_dir_check(const char *dir_arg) {
+    char dir[4096];
+    if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
+    return dir_check(dir, 0);
+}
+
+static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replace_any) {
     char dir[4096];
     tmp[0] = 0;
     if (!strip_slashes(dir_arg, dir, sizeof dir)) return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
-    struct stat sb;
-    if (lstat(dir, &sb) == 0 && !replace)
-        return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", dir);
-    if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return ds_fail(DS_ERR_IO, "%s: is %s, not a directory (refusing to replace it)", dir,
-                       S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
+    ds_status st0 = dir_check(dir, replace_any);
+    if (st0) return st0;
     clean_stale(dir);
     if ((size_t)snprintf(tmp, cap, "%s.tmp.%ld", dir, (long)getpid()) >= cap) {
         tmp[0] = 0;
@@ -257,49 +324,58 @@ static ds_status dir_open(const char *dir_arg, char *tmp, size_t cap, int replac
         tmp[0] = 0;
         return st;
     }
+    ds_test_point();
     return DS_OK;
 }
 
-ds_status ds_atomic_dir_commit(const char *tmp, const char *dir_arg) {
-    char dir[4096];
+// Publish `tmp` as `dir`: the marker, everything synced, then one rename (nothing at `dir`) or one
+// exchange (a directory at `dir` that may be replaced: a dspark output, or any with replace_any), the
+// old tree removed afterwards, the parent synced. On failure `tmp` is removed and `dir` untouched.
+static ds_status dir_commit(const char *tmp, const char *dir_arg, int replace_any) {
+    char dir[4096], parent[4096];
     ds_status st = DS_OK;
     struct stat sb;
     if (!strip_slashes(dir_arg, dir, sizeof dir)) st = ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
-    else if (lstat(dir, &sb) == 0) st = ds_fail(DS_ERR_IO, "%s: appeared while it was written; not replaced", dir);
-    else if (rename(tmp, dir) != 0) st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
-    if (st) remove_tree(tmp);
+    char marker[4400];
+    snprintf(marker, sizeof marker, "%s/%s", tmp, DS_OUTPUT_MARKER);
+    if (!st) st = ds_atomic_write_text(marker, "written by dspark as a whole; dspark may replace this directory\n");
+    if (!st) st = fsync_tree(tmp);
+    if (!st) ds_test_point();
+    int exchange = 0;
+    if (!st && lstat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            st = ds_fail(DS_ERR_IO, "%s: became %s while it was written; not replaced", dir,
+                         S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
+        else if (!replace_any && !is_dspark_output(dir))
+            st = ds_fail(DS_ERR_IO, "%s: appeared while it was written (not a dspark output); not replaced", dir);
+        else
+            exchange = 1;
+    }
+    // One step: with an exchange the two names swap, so `dir` names the old tree or the new one at
+    // every moment; the old one (now at `tmp`, a stale temporary if we die here) is removed after.
+    if (!st && exchange && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
+        st = ds_fail(DS_ERR_IO, "%s: cannot replace it atomically: %s", dir, strerror(errno));
+    else if (!st && !exchange && rename(tmp, dir) != 0)
+        st = ds_fail(DS_ERR_IO, "%s: cannot rename into place: %s", dir, strerror(errno));
+    if (st) {
+        remove_tree(tmp);
+        return st;
+    }
+    ds_test_point();
+    dir_of(dir, parent, sizeof parent);
+    st = ds_fsync_dir(parent); // the rename itself on disk
+    if (exchange) {
+        ds_test_point();
+        remove_tree(tmp);
+    }
     return st;
 }
 
 ds_status ds_atomic_dir_open(const char *dir, char *tmp, size_t cap) { return dir_open(dir, tmp, cap, 0); }
-
+ds_status ds_atomic_dir_commit(const char *tmp, const char *dir) { return dir_commit(tmp, dir, 0); }
 ds_status ds_atomic_dir_open_replace(const char *dir, char *tmp, size_t cap) { return dir_open(dir, tmp, cap, 1); }
-
-ds_status ds_atomic_dir_replace(const char *tmp, const char *dir_arg) {
-    char dir[4096];
-    struct stat sb;
-    if (!strip_slashes(dir_arg, dir, sizeof dir)) {
-        remove_tree(tmp);
-        return ds_fail(DS_ERR_INVALID, "%s: path too long", dir_arg);
-    }
-    if (lstat(dir, &sb) != 0) return ds_atomic_dir_commit(tmp, dir);
-    if (!S_ISDIR(sb.st_mode)) {
-        remove_tree(tmp);
-        return ds_fail(DS_ERR_IO, "%s: became %s while it was written; not replaced", dir,
-                       S_ISLNK(sb.st_mode) ? "a symbolic link" : kind_of(sb.st_mode));
-    }
-    // One step: the two names swap, so `dir` names the old tree or the new one at every moment;
-    // the old one (now at `tmp`, a stale temporary if we die here) is removed afterwards.
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-        ds_status st = ds_fail(DS_ERR_IO, "%s: cannot replace it atomically: %s", dir, strerror(errno));
-        remove_tree(tmp);
-        return st;
-    }
-    remove_tree(tmp);
-    return DS_OK;
-}
+ds_status ds_atomic_dir_replace(const char *tmp, const char *dir) { return dir_commit(tmp, dir, 1); }
 
 void ds_atomic_dir_abort(const char *tmp) {
     if (tmp && tmp[0]) remove_tree(tmp);
 }
-

@@ -510,6 +510,8 @@ ds_status ds_gguf_write_metadata(const ds_gguf *g, const char *const *keep, cons
     const long pos = ftell(f); // pad the (empty) data section to the default alignment
     static const char zeros[32];
     if (pos % 32) fwrite(zeros, 1, (size_t)(32 - pos % 32), f);
-    if (ferror(f) | (fclose(f) != 0)) return ds_fail(DS_ERR_IO, "%s: write failed", path);
+    const int bad = ferror(f) | (fflush(f) != 0);
+    const int err = errno;
+    if (bad | (fclose(f) != 0)) return ds_fail(DS_ERR_IO, "%s: write failed: %s", path, strerror(bad ? err : errno));
     return DS_OK;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "base/testpoint.h"
 #include "io/atomic.h"
 #include "io/mapfile.h"
 
@@ -955,9 +956,10 @@ static ds_status write_tensors(const ds_st_writer *w, const ds_st_tensor *const 
         int ok = write_prefix(&hdr, af->f);
         for (int i = 0; ok && i < n; i++) {
             const ds_st_tensor *t = layout[i]->t;
+            if (i == n / 2) ds_test_point(); // a test may stop the process halfway through the file
             ok = t->nbytes == 0 || fwrite(t->data, 1, t->nbytes, af->f) == t->nbytes;
         }
-        if (!ok) s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        if (!ok) s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->name, strerror(errno));
     }
     free(hdr.p);
     free(slots);
@@ -1032,7 +1034,7 @@ static ds_status write_index(const char *dir, const ds_st_tensor *const *v, cons
     if (s == DS_OK) s = ds_atomic_open(&af, path);
     if (s == DS_OK) {
         if (fwrite(b.p, 1, b.n, af.f) != b.n) {
-            s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af.tmp_path, strerror(errno));
+            s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af.name, strerror(errno));
             ds_atomic_abort(&af);
         } else {
             s = ds_atomic_commit(&af);
@@ -1174,18 +1176,18 @@ static ds_status open_stream_file(const ds_st_writer *w, const ds_st_tensor *con
     sbuf hdr = {0};
     ds_status s = !slots || !layout ? DS_ERR_NOMEM : lay_out(w, v, n, slots, layout, &hdr);
     if (s == DS_OK && (!write_prefix(&hdr, af->f) || fflush(af->f) != 0))
-        s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        s = ds_fail(DS_ERR_IO, "%s: write failed: %s", af->name, strerror(errno));
     const uint64_t data0 = 8 + (uint64_t)hdr.n;
     uint64_t size = data0;
     for (int i = 0; s == DS_OK && i < n; i++) {
         const int id = (int)(slots[i].t - w->t);
         sink->fd[id] = fileno(af->f);
-        sink->path[id] = af->tmp_path;
+        sink->path[id] = af->name;
         sink->at[id] = data0 + slots[i].begin;
         sink->end[id] = sink->at[id] + slots[i].t->nbytes;
         if (sink->end[id] > size) size = sink->end[id];
         if (slots[i].t->data != STREAMED && slots[i].t->nbytes) {
-            s = put_at(sink->fd[id], af->tmp_path, sink->at[id], slots[i].t->data, slots[i].t->nbytes);
+            s = put_at(sink->fd[id], af->name, sink->at[id], slots[i].t->data, slots[i].t->nbytes);
             sink->at[id] = sink->end[id];
         }
     }

@@ -290,9 +290,10 @@ static ds_status copy_file(const char *from, const char *to) {
     char buf[1 << 16];
     size_t k;
     while (!st && (k = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, k, out) != k) st = ds_fail(DS_ERR_IO, "%s: write failed", to);
+        if (fwrite(buf, 1, k, out) != k) st = ds_fail(DS_ERR_IO, "%s: write failed: %s", to, strerror(errno));
+    if (!st && in && ferror(in)) st = ds_fail(DS_ERR_IO, "%s: read failed", from);
     if (in) fclose(in);
-    if (out && fclose(out) != 0 && !st) st = ds_fail(DS_ERR_IO, "%s: write failed", to);
+    if (out && fclose(out) != 0 && !st) st = ds_fail(DS_ERR_IO, "%s: write failed: %s", to, strerror(errno));
     return st;
 }
 
@@ -592,8 +593,8 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
         if (!ds_affine_supported(p->override_bits[i], p->override_group[i]))
             return ds_fail(DS_ERR_INVALID, "override '%s': bits %d, group size %d are not supported", p->override[i],
                            p->override_bits[i], p->override_group[i]);
-    struct stat sb;
-    if (lstat(out, &sb) == 0) return ds_fail(DS_ERR_IO, "%s: already exists (refusing to overwrite)", out);
+    ds_status st0 = ds_atomic_dir_check(out); // nothing there, or a dspark output (replaced at the end)
+    if (st0) return st0;
     source s;
     memset(&s, 0, sizeof s);
     ds_status st;

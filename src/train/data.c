@@ -191,7 +191,7 @@ struct ds_data_writer {
 
 static ds_status write_failed(ds_data_writer *w) {
     w->failed = 1;
-    return ds_fail(DS_ERR_IO, "%s: write failed: %s", w->af.tmp_path, strerror(errno));
+    return ds_fail(DS_ERR_IO, "%s: write failed: %s", w->af.name, strerror(errno));
 }
 
 static void put_header(uint8_t *h, uint64_t vocab, uint64_t n) {
@@ -255,7 +255,7 @@ ds_status ds_data_writer_open(const char *path, uint64_t vocab_size, int append,
 }
 
 ds_status ds_data_writer_add(ds_data_writer *w, const int32_t *tokens, int n_tokens, int n_prompt) {
-    if (w->failed) return ds_fail(DS_ERR_IO, "%s: an earlier write failed", w->af.tmp_path);
+    if (w->failed) return ds_fail(DS_ERR_IO, "%s: an earlier write failed", w->af.name);
     if (n_tokens < 1) return ds_fail(DS_ERR_INVALID, "%s: a sequence needs at least one token", w->af.path);
     if (n_prompt < 0 || n_prompt > n_tokens)
         return ds_fail(DS_ERR_INVALID, "%s: n_prompt %d outside 0..%d", w->af.path, n_prompt, n_tokens);

@@ -7,7 +7,10 @@
 // Determinism: the sequence order and the anchors of step s come from counter-based streams keyed
 // by (seed, s), never from history, so a resumed run repeats exactly what the uninterrupted run
 // would have done (same thread count: every kernel's reduction order is fixed by it).
+#define _GNU_SOURCE // renameat2 (RENAME_EXCHANGE)
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 
 #include "base/threads.h"
 #include "base/status.h"
+#include "base/testpoint.h"
 #include "io/atomic.h"
 #include "io/json.h"
 #include "io/safetensors.h"
@@ -176,6 +180,100 @@ static char *read_text(const char *path) {
     return s;
 }
 
+// ---- checkpoint directories: OUT/checkpoints/step-NNNNNNNN, OUT/checkpoint -> the current one ----
+
+#define CKPT_DIR "checkpoints"
+#define CKPT_NAME "step-%08d"
+
+// The step of a checkpoint directory's name ("step-" and 8 digits), or -1.
+static int ckpt_step_of(const char *name) {
+    if (strncmp(name, "step-", 5)) return -1;
+    size_t k = 0;
+    while (name[5 + k] >= '0' && name[5 + k] <= '9') k++;
+    return k == 8 && !name[5 + k] ? atoi(name + 5) : -1;
+}
+
+// The steps of OUT/checkpoints/step-* (directories), newest first, into *out (malloc'ed); the count.
+static int ckpt_list(const char *out, int **steps) {
+    char root[4200];
+    snprintf(root, sizeof root, "%s/" CKPT_DIR, out);
+    *steps = NULL;
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const int k = ckpt_step_of(e->d_name);
+        if (k < 0) continue;
+        if (n == cap) {
+            int *g = realloc(*steps, sizeof(int) * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!g) break;
+            *steps = g;
+        }
+        (*steps)[n++] = k;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) // insertion sort, descending (a handful of entries)
+        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+            const int t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1];
+            (*steps)[j - 1] = t;
+        }
+    return n;
+}
+
+// The step recorded in DIR/trainer_state.json, or -1 when there is none to read.
+static int state_step(const char *dir) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    cJSON *j;
+    if (ds_json_load(path, 1 << 20, &j)) return -1;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const int step = ds_json_is_int(s, 0, 1e9) ? s->valueint : -1;
+    cJSON_Delete(j);
+    return step;
+}
+
+// The newest complete checkpoint of OUT: the highest N whose checkpoints/step-N holds the marker of
+// a committed directory and a trainer_state.json of step N; else one of an older layout (OUT/checkpoint
+// a directory, or the files at OUT's top). Its path into dir (cap bytes); returns its step, or -1.
+// *legacy: it is of an older layout. *skipped: newer directories passed over (never complete).
+static int ckpt_newest(const char *out, char *dir, size_t cap, int *legacy, int *skipped) {
+    int *steps;
+    const int n = ckpt_list(out, &steps);
+    *legacy = 0;
+    *skipped = 0;
+    for (int i = 0; i < n; i++) {
+        char marker[4400];
+        snprintf(dir, cap, "%s/" CKPT_DIR "/" CKPT_NAME, out, steps[i]);
+        snprintf(marker, sizeof marker, "%s/%s", dir, DS_OUTPUT_MARKER);
+        struct stat sb;
+        if (lstat(marker, &sb) == 0 && S_ISREG(sb.st_mode) && state_step(dir) == steps[i]) {
+            const int k = steps[i];
+            free(steps);
+            return k;
+        }
+        (*skipped)++;
+    }
+    free(steps);
+    struct stat sb;
+    snprintf(dir, cap, "%s/checkpoint", out);
+    int k;
+    if (lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && (k = state_step(dir)) >= 0) {
+        *legacy = 1;
+        return k;
+    }
+    snprintf(dir, cap, "%s/trainer_state.json", out);
+    if (lstat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        snprintf(dir, cap, "%s", out);
+        if ((k = state_step(dir)) >= 0) {
+            *legacy = 1;
+            return k;
+        }
+    }
+    return -1;
+}
+
 // OUT/<name> as a symbolic link to checkpoint/<name> (created once; replaced atomically when a
 // regular file of an older layout stands there).
 static ds_status link_into_checkpoint(const char *out, const char *name) {
@@ -194,25 +292,89 @@ static ds_status link_into_checkpoint(const char *out, const char *name) {
     return DS_OK;
 }
 
+// Remove the checkpoints older than the newest `keep` up to `current` (never `current`): each is
+// first renamed to a temporary name (one rename: a kill then leaves a stale temporary, never a
+// half-removed checkpoint under a checkpoint's name), then removed.
+static void ckpt_prune(const char *out, int current, int keep) {
+    int *steps;
+    const int n = ckpt_list(out, &steps);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > current) continue; // newer ones were never complete (resume passed over them)
+        if (steps[i] == current || kept < keep) {
+            kept++;
+            continue;
+        }
+        char dir[4200], tmp[4300];
+        snprintf(dir, sizeof dir, "%s/" CKPT_DIR "/" CKPT_NAME, out, steps[i]);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid());
+        if (rename(dir, tmp) == 0) {
+            ds_test_point();
+            ds_atomic_dir_abort(tmp);
+        }
+    }
+    free(steps);
+    char root[4200];
+    snprintf(root, sizeof root, "%s/" CKPT_DIR, out);
+    ds_atomic_clean_stale_in(root); // leftovers of killed saves
+    ds_atomic_clean_stale_in(out);
+}
+
+// Make checkpoints/step-<step> current: OUT/checkpoint switched to it by one rename (one exchange
+// over a directory of the older layout), OUT's top-level links through it, then the pruning.
+static ds_status ckpt_make_current(const ds_train_opts *o, int step) {
+    char link[4200], tmp[4300], target[64], cur[64];
+    snprintf(link, sizeof link, "%s/checkpoint", o->out);
+    snprintf(target, sizeof target, CKPT_DIR "/" CKPT_NAME, step);
+    const ssize_t n = readlink(link, cur, sizeof cur - 1);
+    ds_status st = DS_OK;
+    if (!(n > 0 && (size_t)n == strlen(target) && !memcmp(cur, target, (size_t)n))) {
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", link, (long)getpid());
+        unlink(tmp);
+        struct stat sb;
+        const int old_dir = lstat(link, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (symlink(target, tmp) != 0)
+            st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        else if (old_dir ? renameat2(AT_FDCWD, tmp, AT_FDCWD, link, RENAME_EXCHANGE) != 0 : rename(tmp, link) != 0)
+            st = ds_fail(DS_ERR_IO, "%s: cannot point it at %s: %s", link, target, strerror(errno));
+        if (st) unlink(tmp);
+        else if (old_dir) ds_atomic_dir_abort(tmp); // the older layout's checkpoint directory
+        if (!st) ds_test_point();
+        if (!st) st = ds_fsync_dir(o->out);
+    }
+    static const char *const names[] = {"model.safetensors", "config.json", "optimizer.safetensors", "trainer_state.json"};
+    for (int i = 0; i < 4 && !st; i++) st = link_into_checkpoint(o->out, names[i]);
+    if (!st) st = ds_fsync_dir(o->out);
+    if (!st) ckpt_prune(o->out, step, o->keep > 0 ? o->keep : 2);
+    return st;
+}
+
 // The drafter (model.safetensors + config.json) of the current parameters into `dir`.
 static ds_status write_drafter(const state *S, const char *dir) {
     char path[4200];
     ds_status st = ds_tmodel_write(&S->tm, S->tm.params, DS_F32, dir);
+    ds_test_point();
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!st) st = ds_atomic_write_text(path, S->config_text);
     return st;
 }
 
 // A checkpoint: model, config, optimizer and trainer_state.json written into a fresh temporary
-// directory that then replaces OUT/checkpoint in one step (ds_atomic_dir_replace): a kill at any
-// moment leaves the previous checkpoint or this one, never files of two steps.
+// directory, committed as OUT/checkpoints/step-<step> (every file and the directory fsynced, one
+// rename), then made current (ckpt_make_current). A kill at any moment leaves the previous
+// checkpoint current or this one, never files of two steps.
 static ds_status save(state *S) {
     const ds_train_opts *o = S->o;
-    char path[4200], dir[4200], tmp[4300];
-    snprintf(dir, sizeof dir, "%s/checkpoint", o->out);
-    ds_status st = ds_atomic_dir_open_replace(dir, tmp, sizeof tmp);
+    char path[4200], root[4200], dir[4300], tmp[4400];
+    snprintf(root, sizeof root, "%s/" CKPT_DIR, o->out);
+    snprintf(dir, sizeof dir, "%s/" CKPT_NAME, root, S->step);
+    ds_status st = DS_OK;
+    if (mkdir(root, 0755) == 0) st = ds_fsync_dir(o->out);
+    else if (errno != EEXIST) st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
+    if (!st) st = ds_atomic_dir_open_replace(dir, tmp, sizeof tmp); // (a step-N never made current)
     if (st) return ds_fail_prefix(st, "saving a checkpoint to %s", o->out);
     st = write_drafter(S, tmp);
+    ds_test_point();
     if (!st) {
         ds_st_writer *w = ds_st_writer_new();
         const int64_t n = (int64_t)S->tm.n_params;
@@ -224,6 +386,7 @@ static ds_status save(state *S) {
         if (!st) st = ds_st_writer_set_metadata(w, "step", step);
         if (!st) st = ds_st_writer_write_file(w, path);
         ds_st_writer_free(w);
+        ds_test_point();
     }
     if (!st) {
         cJSON *j = cJSON_CreateObject();
@@ -250,18 +413,18 @@ static ds_status save(state *S) {
         st = ds_json_save(j, path);
         cJSON_Delete(j);
     }
+    if (!st) ds_test_point();
     if (st) ds_atomic_dir_abort(tmp);
     else st = ds_atomic_dir_replace(tmp, dir);
-    static const char *const names[] = {"model.safetensors", "config.json", "optimizer.safetensors", "trainer_state.json"};
-    for (int i = 0; i < 4 && !st; i++) st = link_into_checkpoint(o->out, names[i]);
+    if (!st) st = ckpt_make_current(o, S->step);
     return st ? ds_fail_prefix(st, "saving a checkpoint to %s", o->out) : DS_OK;
 }
 
 // Resume: the options that shape the run must be the ones it started with.
-static ds_status load_resume(state *S) {
+static ds_status load_resume(state *S, const char *dir) {
     const ds_train_opts *o = S->o;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     cJSON *j;
     ds_status st = ds_json_load(path, 1 << 20, &j);
     if (st) return ds_fail_prefix(st, "--resume");
@@ -291,7 +454,7 @@ static ds_status load_resume(state *S) {
                        "lr %g, warmup %g)",
                        path, steps, batch, anchors, seed, lr, warmup);
     S->step = (int)step;
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", o->out);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     ds_safetensors *sf;
     if ((st = ds_st_open(path, &sf))) return st;
     const ds_st_tensor *m = ds_st_find(sf, "adam_m"), *v = ds_st_find(sf, "adam_v");
@@ -338,7 +501,19 @@ static ds_status open_metrics(const ds_train_opts *o, int keep_steps, FILE **out
         *out = fopen(path, "a");
     }
     if (!*out) return ds_fail(DS_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fseek(*out, 0, SEEK_END); // (ftell reports the length from here on)
     return DS_OK;
+}
+
+// One line appended to metrics.jsonl; on a failed write (a full disk) the file is cut back to its
+// previous length, so it never ends in half a line.
+static ds_status append_metrics(const ds_train_opts *o, FILE *f, const char *line) {
+    const long at = ftell(f);
+    if (fprintf(f, "%s}\n", line) >= 0 && fflush(f) == 0) return DS_OK;
+    const int err = errno ? errno : EIO;
+    clearerr(f);
+    if (at >= 0 && ftruncate(fileno(f), (off_t)at) == 0) fseek(f, at, SEEK_SET);
+    return ds_fail(DS_ERR_IO, "%s/metrics.jsonl: write failed: %s", o->out, strerror(err));
 }
 
 // ---- held-out evaluation -------------------------------------------------------------------------
@@ -443,22 +618,28 @@ ds_status ds_train_run(const ds_train_opts *o) {
                      (unsigned long long)ds_data_vocab(data), ds_model_get_info(target)->vocab_size);
         goto done;
     }
-    // Where the drafter comes from: OUT (resume), --init, or a fresh one written to OUT/init.
-    snprintf(path, sizeof path, "%s/trainer_state.json", o->out);
+    // Where the drafter comes from: OUT's newest complete checkpoint (resume), --init, or a fresh one
+    // written to OUT/init.
+    char ckpt[4300];
+    int legacy = 0, skipped = 0;
+    const int ckpt_step = ckpt_newest(o->out, ckpt, sizeof ckpt, &legacy, &skipped);
     struct stat sb;
-    if (!o->resume && stat(path, &sb) == 0) {
+    if (!o->resume && ckpt_step >= 0) {
         st = ds_fail(DS_ERR_IO, "%s already holds a training run: use --resume, or another -o", o->out);
         goto done;
     }
-    if (o->resume && stat(path, &sb) != 0) {
-        st = ds_fail(DS_ERR_IO, "%s: nothing to resume (no trainer_state.json there): start without --resume", o->out);
+    if (o->resume && ckpt_step < 0) {
+        st = ds_fail(DS_ERR_IO, "%s: nothing to resume (no complete checkpoint there): start without --resume", o->out);
         goto done;
     }
     if (rank == 0 && mkdir(o->out, 0755) != 0 && errno != EEXIST) {
         st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
         goto done;
     }
-    const char *src = o->resume ? o->out : o->init;
+    if (o->resume && rank == 0)
+        message(o, ckpt_step, "resuming from %s (step %d)%s", ckpt, ckpt_step,
+                skipped ? " (newer incomplete checkpoints ignored)" : "");
+    const char *src = o->resume ? ckpt : o->init;
     char init_dir[4200];
     if (!src) {
         snprintf(init_dir, sizeof init_dir, "%s/init", o->out);
@@ -476,7 +657,10 @@ ds_status ds_train_run(const ds_train_opts *o) {
         st = ds_fail(DS_ERR_NOMEM, "out of memory for training state");
         goto done;
     }
-    if (o->resume && (st = load_resume(&S))) goto done;
+    if (o->resume && (st = load_resume(&S, ckpt))) goto done;
+    // The checkpoint resumed from is the current one (a kill may have come between its rename and
+    // the switch of OUT/checkpoint); leftovers of killed saves are removed.
+    if (o->resume && rank == 0 && !legacy && (st = ckpt_make_current(o, S.step))) goto done;
     if (S.step >= o->steps) {
         if (rank == 0) message(o, S.step, "%s already finished %d steps", o->out, S.step);
         goto done;
@@ -504,6 +688,7 @@ ds_status ds_train_run(const ds_train_opts *o) {
     if ((st = ds_kv_init(target, max_n, &kv)) || (st = ds_workspace_init(target, &tws)) || (st = ds_tws_init(&S.tm, &ws)))
         goto done;
     if (rank == 0 && (st = open_metrics(o, o->resume ? S.step : 0, &metrics))) goto done;
+    long metrics_at = rank == 0 ? ftell(metrics) : -1; // its length at the current checkpoint
     const int save_every = o->save_every > 0 ? o->save_every : (o->steps >= 10 ? o->steps / 10 : 1);
     const int eval_every = o->eval_every > 0 ? o->eval_every : save_every;
     long perm_epoch = -1;
@@ -582,8 +767,7 @@ ds_status ds_train_run(const ds_train_opts *o) {
                                  .eta_s = per * (o->steps - S.step), .best_tau = S.best_tau, .best_step = S.best_step};
             emit(o, &ev);
             if (do_eval && (st = heldout_eval(&S, target, heldout, t_start, line, sizeof line))) goto done;
-            fprintf(metrics, "%s}\n", line);
-            fflush(metrics);
+            if ((st = append_metrics(o, metrics, line))) goto done;
         }
         // Early stop: rank 0 decides, every rank follows.
         double early = rank == 0 && do_eval && o->patience > 0 && S.stale_evals >= o->patience;
@@ -591,7 +775,17 @@ ds_status ds_train_run(const ds_train_opts *o) {
         const int stop = sums[9] > 0;
         const int pause = o->stop_after > 0 && S.step - first_step >= o->stop_after;
         if (rank == 0 && (S.step % save_every == 0 || S.step == o->steps || stop || pause || early > 0)) {
-            if ((st = save(&S))) goto done;
+            // metrics.jsonl's lines up to this step on disk before the checkpoint that counts them
+            if (fsync(fileno(metrics)) != 0) {
+                st = ds_fail(DS_ERR_IO, "%s/metrics.jsonl: fsync failed: %s", o->out, strerror(errno));
+                goto done;
+            }
+            if ((st = save(&S))) {
+                // (a full disk): metrics.jsonl back to the lines of the checkpoint still current
+                if (metrics_at >= 0 && ftruncate(fileno(metrics), (off_t)metrics_at) == 0) fsync(fileno(metrics));
+                goto done;
+            }
+            metrics_at = ftell(metrics);
             last_saved = S.step;
         }
         if (stop) {

@@ -130,8 +130,11 @@ ls "$TMP/tr" | grep -q '\.tmp\.' && fail "temporaries left in the run: $(ls "$TM
 step=$(py "import json; print(json.load(open('$TMP/tr/trainer_state.json'))['step'])")
 cp "$TMP/tr/trainer_state.json" "$TMP/state.before"
 poke "$TMP/tr/model.safetensors" "$(st_offset "$TMP/tr/model.safetensors" fc.weight)" 0000c07f
-"$BIN" train "${tr[@]}" --save-every 1 --resume -o "$TMP/tr" 2>"$TMP/err"
+"$BIN" train "${tr[@]}" --save-every 1 --resume -o "$TMP/tr" 2>"$TMP/err.all"
 [ $? -eq 1 ] || fail "a diverging run did not fail"
+grep -q "^dspark: resuming from $TMP/tr/checkpoints/step-0*$step (step $step)" "$TMP/err.all" ||
+  fail "--resume did not say which checkpoint: $(cat "$TMP/err.all")"
+grep -v "^dspark: resuming from" "$TMP/err.all" >"$TMP/err"
 one_line "$TMP/err" "training diverged at step $((step + 1))"
 grep -qF "the checkpoint of step $step in $TMP/tr is kept" "$TMP/err" || fail "divergence message: $(cat "$TMP/err")"
 cmp -s "$TMP/state.before" "$TMP/tr/trainer_state.json" || fail "the diverging run replaced the checkpoint"

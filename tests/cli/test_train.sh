@@ -116,7 +116,10 @@ if [ "$os" -gt $((ms + 8192)) ]; then
   cmp -s "$TMP/k1/model.safetensors" "$TMP/k2/model.safetensors" || fail "weights after a killed save differ"
   cmp -s "$TMP/k1/optimizer.safetensors" "$TMP/k2/optimizer.safetensors" || fail "optimizer after a killed save differs"
   cmp -s "$TMP/k1/metrics.jsonl" "$TMP/k2/metrics.jsonl" || fail "metrics after a killed save differ"
-  ls -d "$TMP"/k2/checkpoint.tmp.* >/dev/null 2>&1 && fail "the killed save's temporary directory was not cleaned"
+  ls -d "$TMP"/k2/checkpoint.tmp.* "$TMP"/k2/checkpoints/*.tmp.* >/dev/null 2>&1 &&
+    fail "the killed save's temporary directory was not cleaned"
+  [ "$(ls "$TMP/k2/checkpoints")" = "$(printf 'step-00000008\nstep-00000012')" ] ||
+    fail "checkpoints kept (default --keep 2): $(ls "$TMP/k2/checkpoints")"
 else
   fail "the kill check needs optimizer.safetensors ($os) larger than model.safetensors ($ms)"
 fi

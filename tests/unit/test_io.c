@@ -220,6 +220,40 @@ static void test_dir_writes(void **state) {
     assert_int_equal(count_tmp(), 0);
 }
 
+// A dspark output (it holds the marker) is replaced as a whole once the new one is complete; the
+// old tree is gone, the new one holds the marker; a directory without the marker stays refused.
+static void test_dir_replaces_own_output(void **state) {
+    (void)state;
+    char d[600], tmp[4200], f[4300];
+    path_of(d, sizeof d, "own_dir");
+    assert_int_equal(ds_atomic_dir_open(d, tmp, sizeof tmp), DS_OK);
+    snprintf(f, sizeof f, "%s/old.json", tmp);
+    assert_int_equal(ds_atomic_write_text(f, "old\n"), DS_OK);
+    assert_int_equal(ds_atomic_dir_commit(tmp, d), DS_OK);
+    snprintf(f, sizeof f, "%s/" DS_OUTPUT_MARKER, d);
+    assert_int_equal(access(f, F_OK), 0);
+    assert_int_equal(ds_atomic_dir_open(d, tmp, sizeof tmp), DS_OK); // ours: may be replaced
+    snprintf(f, sizeof f, "%s/new.json", tmp);
+    assert_int_equal(ds_atomic_write_text(f, "new\n"), DS_OK);
+    snprintf(f, sizeof f, "%s/old.json", d);
+    assert_string_equal(slurp(f), "old\n"); // the old one stands until the commit
+    assert_int_equal(ds_atomic_dir_commit(tmp, d), DS_OK);
+    assert_int_equal(access(f, F_OK), -1);
+    snprintf(f, sizeof f, "%s/new.json", d);
+    assert_string_equal(slurp(f), "new\n");
+    assert_int_equal(count_tmp(), 0);
+    // An aborted replacement leaves the previous output as it was.
+    assert_int_equal(ds_atomic_dir_open(d, tmp, sizeof tmp), DS_OK);
+    ds_atomic_dir_abort(tmp);
+    assert_string_equal(slurp(f), "new\n");
+    // Without the marker: refused, naming the path.
+    snprintf(f, sizeof f, "%s/" DS_OUTPUT_MARKER, d);
+    assert_int_equal(unlink(f), 0);
+    assert_int_equal(ds_atomic_dir_open(d, tmp, sizeof tmp), DS_ERR_IO);
+    assert_non_null(strstr(ds_last_error(), "is not a dspark output"));
+    assert_non_null(strstr(ds_last_error(), d));
+}
+
 static void write_file(const char *p, const char *text, size_t n) {
     FILE *f = fopen(p, "wb");
     assert_non_null(f);
@@ -340,6 +374,7 @@ int main(void) {
         cmocka_unit_test(test_special_files_refused),
         cmocka_unit_test(test_stale_temporaries_cleaned),
         cmocka_unit_test(test_dir_writes),
+        cmocka_unit_test(test_dir_replaces_own_output),
         cmocka_unit_test(test_json_load),
         cmocka_unit_test(test_json_int_range),
         cmocka_unit_test(test_json_nul_escape),
