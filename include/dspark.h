@@ -465,6 +465,13 @@ typedef struct {
     int32_t *tokens;             // (n_slots) drafted tokens
     float *logits;               // (n_slots, vocab) raw per-slot logits
     float *conf;                 // (n_slots) confidences, or NULL
+    // Optional constraint (a grammar): called for slot k after its logits are final and before it
+    // is drawn, with the tokens drafted before it; it may set logits to -inf (the mask, the same
+    // the verifier applies to the target's row k). Returns 1 to draft the slot, 0 to stop drafting
+    // there, < 0 on failure (its message set).
+    int (*constrain)(void *ctx, int k, const int32_t *tokens, float *logits);
+    void *constrain_ctx;
+    int *n_drafted;              // out (optional): slots drafted (n_slots unless constrain stopped)
 } ds_draft_seq;
 ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, const ds_draft_seq *seqs, int R);
 
@@ -641,8 +648,8 @@ typedef struct {
     int n_stops;
     int logprobs, top_logprobs;   // record log-probabilities (ds_engine_set_logprobs) with top_logprobs
                                   // (0..20) alternatives each
-    const char *grammar;          // GBNF text the output must match (ds_seq_params.grammar; must
-                                  // outlive ds_gen_begin); NULL = unconstrained
+    const char *grammar;          // GBNF text the output must match (ds_seq_params.grammar, copied;
+                                  // the end of turn and stop_ids are its end tokens); NULL = unconstrained
 } ds_gen_request;
 
 typedef struct ds_gen ds_gen;

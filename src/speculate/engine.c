@@ -10,6 +10,13 @@
 //           max_new); crop the target KV cache to s + a + 1; pending taps = rows 0..a; s += a + 1;
 //           anchor = next.
 // Plain decoding is the same loop with ℓ = 0: every generated token goes through ds_verify.
+//
+// A grammar (ds_seq_params.grammar) masks every distribution: the state before row k is the
+// committed state advanced over d_0..d_{k-1} (g_rows[k]); the drafter masks slot k with it (the
+// constrain callback of its walk; ngram proposals are cut at the first token it disallows), and
+// the target's row k logits are masked with it before ds_verify, so p and q are the masked
+// processed distributions. After verification the committed state becomes g_rows[a] advanced by
+// the next token; the other rows' states are dropped with the rejected drafts' KV rows.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,7 @@
 #include "base/status.h"
 #include "model/model.h"
 #include "sched/schedule.h"
+#include "sample/grammar.h"
 #include "speculate/ngram.h"
 #include "speculate/verify.h"
 
@@ -53,6 +61,11 @@ typedef struct {
     float *lp;           // (max_new, 1 + lp_top) per generated token: its log-probability, then the top ones'
     int32_t *lp_ids;     // (max_new, lp_top) their ids
     ds_seq_stats stats;
+    ds_grammar *gram;            // NULL = unconstrained
+    ds_grammar_matcher *gm;
+    ds_grammar_state g_state;    // after the committed tokens
+    ds_grammar_state g_rows[DS_MAX_DRAFT + 1]; // before row k: g_state advanced by d_0..d_{k-1}
+    int V;
 } seq;
 
 struct ds_engine {
@@ -80,6 +93,8 @@ struct ds_engine {
     double bt_append_s;  // seconds this round spent feeding queued context rows to the drafter
     ds_draft_seq *bt_seqs; // (cap_seqs) the sequences drafted this round
     int *bt_owner;         // (cap_seqs) their index in seqs
+    int *bt_ndrafted;      // (cap_seqs) slots each drafted (a grammar may stop it early)
+    ds_grammar_vocab *gvoc; // the target's token bytes and trie, built for the first grammar
 };
 
 static double now_s(void) {
@@ -163,6 +178,8 @@ static void seq_release(seq *s) {
     free(s->taps);
     free(s->lp);
     free(s->lp_ids);
+    ds_grammar_matcher_free(s->gm);
+    ds_grammar_free(s->gram);
     memset(s, 0, sizeof *s);
 }
 
@@ -179,6 +196,8 @@ void ds_engine_free(ds_engine *e) {
     free(e->sched_scratch);
     free(e->bt_seqs);
     free(e->bt_owner);
+    free(e->bt_ndrafted);
+    ds_grammar_vocab_free(e->gvoc);
     ds_draft_batch_free(e->bt);
     ds_workspace_free(e->ws);
     free(e->vs.p);
@@ -245,11 +264,67 @@ static ds_status slot_for(ds_engine *e, int *id) {
         if (bs) e->bt_seqs = bs;
         int *bo = bs ? realloc(e->bt_owner, sizeof *bo * cap) : NULL;
         if (bo) e->bt_owner = bo;
-        if (!bo) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        int *bn = bo ? realloc(e->bt_ndrafted, sizeof *bn * cap) : NULL;
+        if (bn) e->bt_ndrafted = bn;
+        if (!bn) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->cap_seqs = cap;
     }
     memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
     *id = e->n_seqs++;
+    return DS_OK;
+}
+
+// Compile s's grammar against the target's tokenizer (whose token bytes the engine keeps for every
+// grammar sequence); its end tokens are the model's stop ids and the sequence's own.
+static ds_status grammar_init(ds_engine *e, seq *s, const char *text) {
+    ds_status st = ds_grammar_parse(text, &s->gram);
+    if (st) return st;
+    if (!e->gvoc) {
+        const ds_tokenizer *t = ds_model_tokenizer(e->m);
+        if (!t) return ds_fail(DS_ERR_UNSUPPORTED, "a grammar needs the model's tokenizer, and this model has none");
+        if ((st = ds_grammar_vocab_init(t, e->m->info.vocab_size, &e->gvoc))) return st;
+    }
+    int32_t ends[DS_MAX_STOP + DS_SEQ_MAX_STOP_IDS];
+    int n = 0;
+    for (int i = 0; i < e->m->n_stop; i++) ends[n++] = e->m->stop_ids[i];
+    for (int i = 0; i < s->n_stop_ids; i++) ends[n++] = s->stop_ids[i];
+    if ((st = ds_grammar_matcher_init(s->gram, e->gvoc, ends, n, &s->gm))) return st;
+    s->g_state = ds_grammar_start(s->gm);
+    return DS_OK;
+}
+
+// The drafter's slot k under s's grammar: the state after the drafts before it masks its logits.
+// Stops drafting after an end token, or where no token the grammar allows has a finite logit.
+static int grammar_constrain(void *ctx, int k, const int32_t *tokens, float *logits) {
+    seq *s = ctx;
+    if (k > 0) {
+        if (s->g_rows[k - 1].ended) return 0;
+        s->g_rows[k] = s->g_rows[k - 1];
+        const int r = ds_grammar_accept(s->gm, &s->g_rows[k], tokens[k - 1]);
+        if (r <= 0) return r < 0 ? -1 : 0;
+        if (s->g_rows[k].ended) return 0;
+    } else {
+        s->g_rows[0] = s->g_state;
+    }
+    const uint32_t *mask = ds_grammar_mask(s->gm, &s->g_rows[k]);
+    if (!mask) return -1;
+    ds_logits_mask(logits, mask, s->V);
+    return ds_logits_mask_any(logits, mask, s->V);
+}
+
+// This round's row states for the drafts s->rows[1..ell], cutting ℓ at the first draft the grammar
+// disallows (ngram) and after an end token.
+static ds_status grammar_rows(seq *s) {
+    s->g_rows[0] = s->g_state;
+    for (int k = 0; k < s->ell; k++) {
+        s->g_rows[k + 1] = s->g_rows[k];
+        const int r = s->g_rows[k].ended ? 0 : ds_grammar_accept(s->gm, &s->g_rows[k + 1], s->rows[1 + k]);
+        if (r < 0) return DS_ERR_NOMEM;
+        if (!r) {
+            s->ell = k;
+            break;
+        }
+    }
     return DS_OK;
 }
 
@@ -303,6 +378,8 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     s->reason = max_new == 0 ? DS_FINISH_LENGTH : DS_FINISH_NONE;
     s->stop_token = -1;
     s->n_prefilled = 0; // rounds prefill it
+    s->V = V;
+    if (p->grammar && (st = grammar_init(e, s, p->grammar))) goto fail;
     return DS_OK;
 fail:
     seq_release(s);
@@ -337,7 +414,10 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
     ds_draft_state_set_history(s->ds, s->toks + s->n_prompt, s->n_toks - s->n_prompt); // penalties count these
     const int j = e->bt_n++;
     e->bt_seqs[j] = (ds_draft_seq){.state = s->ds, .anchor = s->toks[s->n_toks - 1], .n_slots = K, .sp = &s->sp,
-                                   .rng = &s->rng, .tokens = s->rows + 1, .logits = s->q_logits, .conf = s->conf};
+                                   .rng = &s->rng, .tokens = s->rows + 1, .logits = s->q_logits, .conf = s->conf,
+                                   .constrain = s->gm ? grammar_constrain : NULL, .constrain_ctx = s,
+                                   .n_drafted = &e->bt_ndrafted[e->bt_n - 1]};
+    e->bt_ndrafted[j] = K;
     e->bt_owner[j] = (int)(s - e->seqs);
     s->stats.draft_s += now_s() - t0;
     return DS_OK;
@@ -353,7 +433,7 @@ static ds_status draft_batch(ds_engine *e) {
     const double per = (now_s() - t0) / e->bt_n; // drafting time per sequence-round
     for (int j = 0; j < e->bt_n; j++) {
         seq *s = &e->seqs[e->bt_owner[j]];
-        const int K = e->bt_seqs[j].n_slots;
+        const int K = e->bt_ndrafted[j];
         s->stats.draft_s += per;
         s->ell = s->n_drafted = K;
         // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
@@ -424,6 +504,12 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     const int base = s->n_toks - 1; // position of the anchor
     int a;
     int32_t next;
+    if (s->gm) // row k's logits masked with the state before it (the drafter masked slot k alike)
+        for (int k = 0; k <= s->ell; k++) {
+            const uint32_t *mask = ds_grammar_mask(s->gm, &s->g_rows[k]);
+            if (!mask) return DS_ERR_NOMEM;
+            ds_logits_mask(s->p_logits + (size_t)k * V, mask, V);
+        }
     ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
                              e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, s->toks + s->n_prompt,
                              s->n_toks - s->n_prompt, &s->rng, s->n_toks, &e->vs, &a, &next);
@@ -442,6 +528,10 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     }
     for (int k = 0; k <= a && s->lp && s->n_gen + k < s->max_new; k++)
         if ((st = record_logprobs(e, s, k, k < a ? s->rows[1 + k] : next, s->n_gen + k))) return st;
+    if (s->gm) { // the state after the accepted drafts, then the next token; other rows are dropped
+        s->g_state = s->g_rows[a];
+        if (ds_grammar_accept(s->gm, &s->g_state, next) < 0) return ds_fail(DS_ERR_NOMEM, "out of memory in a grammar");
+    }
     int more = 1;
     for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
     if (more) commit(e, s, next);
@@ -522,6 +612,11 @@ ds_status ds_engine_step(ds_engine *e) {
     }
     if ((st = draft_batch(e))) return st;
     if (auto_sched) schedule_auto(e);
+    for (int i = 0; i < e->n_seqs; i++) { // grammar: the rows' states, ngram drafts cut where disallowed
+        seq *s = &e->seqs[i];
+        if (s->used && !s->finished && !prefilling(s) && s->gm && (st = grammar_rows(s)))
+            return ds_fail(st, "out of memory in a grammar");
+    }
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
