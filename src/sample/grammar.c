@@ -239,7 +239,7 @@ struct ds_grammar_matcher {
     // DFS scratch per depth (max_depth + 1)
     int32_t *ds_set;
     uint32_t *ds_cp;
-    uint8_t *ds_need;
+    uint8_t *ds_need, *ds_len;
     // Mask cache.
     uint64_t cache_key[DS_MASK_CACHE];
     uint64_t cache_use[DS_MASK_CACHE];
@@ -374,22 +374,37 @@ static int class_meets(const ds_grammar *g, int c, uint32_t lo, uint32_t hi) {
     }
 }
 
-// Can set continue with a code point whose leading bits are cp with `need` bytes to come?
-static int partial_ok(ds_grammar_matcher *m, int32_t set, uint32_t cp, int need) {
-    const uint64_t key = ((uint64_t)(uint32_t)set << 32 | 0x80000000u | (uint32_t)need << 24 | cp) + 1;
+static const uint32_t k_min_cp[5] = {0, 0, 0x80, 0x800, 0x10000}; // smallest code point per UTF-8 length
+
+// Can set continue with a code point of UTF-8 length len whose leading bits are cp, `need` bytes
+// to come? (Overlong forms, surrogates and code points above U+10FFFF are never completed.)
+static int partial_ok(ds_grammar_matcher *m, int32_t set, uint32_t cp, int need, int len) {
+    const uint64_t key = ((uint64_t)(uint32_t)set << 32 | 0x80000000u | (uint32_t)len << 27 | (uint32_t)need << 24 | cp) + 1;
     int32_t r;
     if (hmap_get(&m->trans, key, &r)) return r;
-    const uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
+    if (lo < k_min_cp[len]) lo = k_min_cp[len];
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    // the range without the surrogates D800..DFFF: [lo, hi] as up to two pieces
+    uint32_t pl[2] = {lo, 0xE000}, ph[2] = {hi, hi};
+    int np = lo <= hi;
+    if (np && lo <= 0xDFFF && hi >= 0xD800) {
+        ph[0] = 0xD7FF;
+        np = 2;
+        if (lo >= 0xD800) pl[0] = 1, ph[0] = 0; // (empty)
+        if (hi <= 0xDFFF) pl[1] = 1, ph[1] = 0;
+    }
     r = 0;
     const int32_t *ids = m->set_data.v + m->set_off.v[set];
     for (int i = 0; i < m->set_len.v[set] && !r; i++)
-        if (ids[i]) r = class_meets(m->g, m->g->el[m->npos.v[ids[i]]] >> 2, lo, hi > 0x10FFFF ? 0x10FFFF : hi);
+        for (int j = 0; j < np && !r; j++)
+            if (ids[i] && pl[j] <= ph[j]) r = class_meets(m->g, m->g->el[m->npos.v[ids[i]]] >> 2, pl[j], ph[j]);
     if (hmap_put(&m->trans, key, r)) return -1;
     return r;
 }
 
 // One byte: 1 alive (state updated), 0 dead, -1 out of memory.
-static int step(ds_grammar_matcher *m, int32_t *set, uint32_t *cp, uint8_t *need, uint8_t b) {
+static int step(ds_grammar_matcher *m, int32_t *set, uint32_t *cp, uint8_t *need, uint8_t *len, uint8_t b) {
     if (!*need) {
         if (b < 0x80) {
             const int32_t s = advance(m, *set, b);
@@ -401,12 +416,13 @@ static int step(ds_grammar_matcher *m, int32_t *set, uint32_t *cp, uint8_t *need
         else if (b >= 0xE0 && b <= 0xEF) *need = 2, *cp = b & 0x0F;
         else if (b >= 0xF0 && b <= 0xF4) *need = 3, *cp = b & 0x07;
         else return 0;
-        return partial_ok(m, *set, *cp, *need);
+        *len = (uint8_t)(*need + 1);
+        return partial_ok(m, *set, *cp, *need, *len);
     }
     if ((b & 0xC0) != 0x80) return 0;
     *cp = *cp << 6 | (b & 0x3F);
-    if (--*need) return partial_ok(m, *set, *cp, *need);
-    if (*cp > 0x10FFFF) return 0;
+    if (--*need) return partial_ok(m, *set, *cp, *need, *len);
+    if (*cp > 0x10FFFF || *cp < k_min_cp[*len] || (*cp >= 0xD800 && *cp <= 0xDFFF)) return 0;
     const int32_t s = advance(m, *set, *cp);
     if (s <= 0) return s;
     *set = s;
@@ -433,6 +449,7 @@ void ds_grammar_matcher_free(ds_grammar_matcher *m) {
     free(m->ds_set);
     free(m->ds_cp);
     free(m->ds_need);
+    free(m->ds_len);
     free(m->cache);
     free(m);
 }
@@ -453,7 +470,8 @@ ds_status ds_grammar_matcher_init(const ds_grammar *g, const ds_grammar_vocab *v
     m->ds_set = malloc(sizeof(int32_t) * D);
     m->ds_cp = malloc(sizeof(uint32_t) * D);
     m->ds_need = malloc(D);
-    int bad = !m->end_ids || !m->end_mask || !m->cache || !m->ds_set || !m->ds_cp || !m->ds_need;
+    m->ds_len = malloc(D);
+    int bad = !m->end_ids || !m->end_mask || !m->cache || !m->ds_set || !m->ds_cp || !m->ds_need || !m->ds_len;
     for (int i = 0; i < n_end && !bad; i++)
         if (end_ids[i] >= 0 && end_ids[i] < m->V) {
             m->end_ids[m->n_end++] = end_ids[i];
@@ -504,12 +522,13 @@ static int compute_mask(ds_grammar_matcher *m, const ds_grammar_state *s, uint32
         m->ds_set[0] = s->set;
         m->ds_cp[0] = s->cp;
         m->ds_need[0] = s->need;
+        m->ds_len[0] = s->len;
         for (int i = 0; i < v->n_nodes;) {
             const int d = v->td[i];
             int32_t set = m->ds_set[d - 1];
             uint32_t cp = m->ds_cp[d - 1];
-            uint8_t need = m->ds_need[d - 1];
-            const int r = step(m, &set, &cp, &need, v->tb[i]);
+            uint8_t need = m->ds_need[d - 1], len = m->ds_len[d - 1];
+            const int r = step(m, &set, &cp, &need, &len, v->tb[i]);
             if (r < 0) return -1;
             if (!r) {
                 i = v->tskip[i];
@@ -518,6 +537,7 @@ static int compute_mask(ds_grammar_matcher *m, const ds_grammar_state *s, uint32
             m->ds_set[d] = set;
             m->ds_cp[d] = cp;
             m->ds_need[d] = need;
+            m->ds_len[d] = len;
             for (int j = 0; j < v->tn[i]; j++) {
                 const int32_t t = v->sorted[v->tt[i] + j];
                 out[t >> 5] |= 1u << (t & 31);
@@ -536,7 +556,8 @@ static int compute_mask(ds_grammar_matcher *m, const ds_grammar_state *s, uint32
 }
 
 const uint32_t *ds_grammar_mask(ds_grammar_matcher *m, const ds_grammar_state *s) {
-    const uint64_t key = s->ended ? ~0ULL : ((uint64_t)(uint32_t)s->set << 32 | (uint32_t)s->need << 24 | s->cp);
+    const uint64_t key =
+        s->ended ? ~0ULL : ((uint64_t)(uint32_t)s->set << 32 | (uint32_t)s->len << 27 | (uint32_t)s->need << 24 | s->cp);
     m->clock++;
     int slot = -1;
     for (int i = 0; i < m->n_cache; i++)
@@ -568,7 +589,7 @@ int ds_grammar_accept_text(ds_grammar_matcher *m, ds_grammar_state *s, const cha
     if (s->ended) return 0;
     ds_grammar_state t = *s;
     for (size_t i = 0; i < n; i++) {
-        const int r = step(m, &t.set, &t.cp, &t.need, (uint8_t)text[i]);
+        const int r = step(m, &t.set, &t.cp, &t.need, &t.len, (uint8_t)text[i]);
         if (r <= 0) return r;
     }
     *s = t;

@@ -58,6 +58,7 @@ typedef struct {
     uint32_t cp;    // bits of a code point begun by the last token (need > 0)
     uint8_t need;   // continuation bytes still expected
     uint8_t ended;  // an end token was accepted: only end tokens remain
+    uint8_t len;    // the UTF-8 length of that code point (need > 0)
 } ds_grammar_state;
 
 typedef struct ds_grammar_matcher ds_grammar_matcher;

@@ -682,7 +682,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         const ds_gen_request req = {.ids = r->oa.prompts[p], .n_ids = r->oa.n_prompt[p], .chat = r->oa.chat,
                                     .max_new = r->oa.max_tokens, .sp = r->oa.sp, .stops = (const char *const *)r->oa.stops,
                                     .n_stops = r->oa.n_stops, .logprobs = r->oa.logprobs,
-                                    .top_logprobs = r->oa.top_logprobs};
+                                    .top_logprobs = r->oa.top_logprobs, .grammar = r->oa.grammar};
         tst = ds_gen_init(s->tok, &req, &r->ch[k].g);
     }
     if (tst) {

@@ -41,6 +41,8 @@ typedef struct {
     ds_logit_bias *bias;     // (sp.n_logit_bias) logit_bias; sp.logit_bias points here
     char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
     int n_stops;
+    char *grammar;           // GBNF the output must match (grammar, json_schema, response_format), or NULL;
+                             // ds_gen_request.grammar (anything that constrains a request sets it here)
 } ds_oa_request;
 
 // Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for

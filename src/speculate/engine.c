@@ -284,8 +284,9 @@ static ds_status grammar_init(ds_engine *e, seq *s, const char *text) {
         if (!t) return ds_fail(DS_ERR_UNSUPPORTED, "a grammar needs the model's tokenizer, and this model has none");
         if ((st = ds_grammar_vocab_init(t, e->m->info.vocab_size, &e->gvoc))) return st;
     }
-    int32_t ends[DS_MAX_STOP + DS_SEQ_MAX_STOP_IDS];
+    int32_t ends[DS_MAX_STOP + DS_SEQ_MAX_STOP_IDS + 1];
     int n = 0;
+    if (e->m->info.eos_id >= 0) ends[n++] = e->m->info.eos_id; // (ds_model_is_stop's set)
     for (int i = 0; i < e->m->n_stop; i++) ends[n++] = e->m->stop_ids[i];
     for (int i = 0; i < s->n_stop_ids; i++) ends[n++] = s->stop_ids[i];
     if ((st = ds_grammar_matcher_init(s->gram, e->gvoc, ends, n, &s->gm))) return st;

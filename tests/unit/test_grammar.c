@@ -76,6 +76,14 @@ static void test_match(void **st) {
     assert_int_equal(match(esc, "\n\t\\\"A\xc3\xa9\xe4\xb8\xad" "2"), 1);
     assert_int_equal(match(esc, "\n\t\\\"A\xc3\xa9z3"), 1);
     assert_int_equal(match(esc, "\n\t\\\"Ae z3"), 0);
+    // a lead byte whose code points the grammar cannot hold; overlong forms; surrogates
+    assert_int_equal(match("root ::= [ -~]*", "a\xe0"), 0);
+    assert_int_equal(match("root ::= [ -~]*", "a\xc2"), 0);
+    assert_int_equal(match("root ::= .*", "\xe0\x80"), 0);
+    assert_int_equal(match("root ::= .*", "\xc0\x80"), 0);
+    assert_int_equal(match("root ::= .*", "\xed\xa0"), 0);
+    assert_int_equal(match("root ::= .*", "\xf4\x90"), 0);
+    assert_int_equal(match("root ::= .*", "\xe4\xb8"), 2);
     // recursion (nested parentheses), a right-recursive list
     const char *par = "root ::= p\np ::= \"(\" p* \")\"";
     assert_int_equal(match(par, "(()(()))"), 1);
