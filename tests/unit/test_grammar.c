@@ -198,12 +198,67 @@ static void test_split_utf8(void **st) {
     ds_grammar_free(g);
 }
 
+// The JSON Schema converter: strings in and out of the language of the grammar it writes.
+static int schema_match(const char *schema, const char *s) {
+    char *gbnf = NULL;
+    const char *kw = NULL;
+    if (ds_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &kw)) fail_msg("%s: %s", schema, ds_last_error());
+    const int r = match(gbnf, s);
+    free(gbnf);
+    return r;
+}
+
+static void test_json_schema(void **st) {
+    (void)st;
+    const char *obj = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\","
+                      "\"maxLength\":2},\"c\":{\"type\":[\"boolean\",\"null\"]}},\"required\":[\"b\"]}";
+    assert_int_equal(schema_match(obj, "{\"b\":\"\"}"), 1);
+    assert_int_equal(schema_match(obj, "{\"a\":-12,\"b\":\"xy\",\"c\":null}"), 1);
+    assert_int_equal(schema_match(obj, "{\"a\":0,\"b\":\"x\"}"), 1);
+    assert_int_equal(schema_match(obj, "{\"b\":\"x\",\"c\":true}"), 1);
+    assert_int_equal(schema_match(obj, "{\"a\":1}"), 0);                 // b is required
+    assert_int_equal(schema_match(obj, "{\"b\":\"xyz\"}"), 0);           // maxLength
+    assert_int_equal(schema_match(obj, "{\"b\":\"x\",\"a\":1}"), 0);     // the order given
+    assert_int_equal(schema_match(obj, "{\"a\":01,\"b\":\"x\"}"), 0);    // no leading zero
+    assert_int_equal(schema_match(obj, "{ \"b\":\"x\"}"), 0);            // no whitespace
+    assert_int_equal(schema_match(obj, "{\"b\":\"x\",\"d\":1}"), 0);     // no additional properties
+    const char *arr = "{\"type\":\"array\",\"items\":{\"enum\":[\"x\",1.5,null]},\"minItems\":1,\"maxItems\":2}";
+    assert_int_equal(schema_match(arr, "[\"x\"]"), 1);
+    assert_int_equal(schema_match(arr, "[null,1.5]"), 1);
+    assert_int_equal(schema_match(arr, "[]"), 0);
+    assert_int_equal(schema_match(arr, "[1.5,1.5,1.5]"), 0);
+    const char *rec = "{\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"k\":{\"anyOf\":[{\"$ref\":\"#/$defs/t\"},"
+                      "{\"type\":\"string\",\"format\":\"date\"}]}},\"required\":[\"k\"]}},\"$ref\":\"#/$defs/t\"}";
+    assert_int_equal(schema_match(rec, "{\"k\":{\"k\":\"2024-02-28\"}}"), 1);
+    assert_int_equal(schema_match(rec, "{\"k\":{\"k\":\"2024-02-30\"}}"), 0);
+    assert_int_equal(schema_match("{\"type\":\"object\"}", "{\"any\":[1,{\"x\":\"\\u00e9\"}],\"b\":true}"), 1);
+    // refused keywords are named; other problems are plain errors
+    const char *refused[][2] = {{"{\"type\":\"string\",\"pattern\":\"a\"}", "pattern"},
+                                {"{\"type\":\"integer\",\"minimum\":3}", "minimum"},
+                                {"{\"type\":\"string\",\"format\":\"email\"}", "format"},
+                                {"{\"allOf\":[{}]}", "allOf"}};
+    for (int i = 0; i < 4; i++) {
+        char *g = NULL;
+        const char *kw = NULL;
+        assert_int_equal(ds_json_schema_to_gbnf(refused[i][0], strlen(refused[i][0]), &g, &kw), DS_ERR_UNSUPPORTED);
+        assert_non_null(kw);
+        assert_string_equal(kw, refused[i][1]);
+        assert_non_null(strstr(ds_last_error(), refused[i][1]));
+    }
+    char *g = NULL;
+    const char *kw = "x";
+    assert_int_equal(ds_json_schema_to_gbnf("{\"$ref\":\"#/$defs/none\"}", 21, &g, &kw), DS_ERR_INVALID);
+    assert_null(kw);
+    assert_int_equal(ds_json_schema_to_gbnf("{nope", 5, &g, &kw), DS_ERR_INVALID);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_mask),
         cmocka_unit_test(test_split_utf8),
+        cmocka_unit_test(test_json_schema),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
