@@ -17,7 +17,7 @@
 #include "base/status.h"
 #include "sample/grammar.h"
 
-#define DS_MASK_CACHE 64
+#define DS_MASK_CACHE 1024 // masks kept per matcher (allocated as used: V / 8 bytes each)
 #define DS_TOKEN_MAX 1024 // longer tokens are never allowed
 
 // ---- vocabulary ----------------------------------------------------------------------------------
@@ -234,6 +234,10 @@ struct ds_grammar_matcher {
     hmap sets;          // hash -> first set with it (probing on in set_next for collisions)
     vec set_next;       // (sets) next set with the same hash, or -1
     hmap trans;         // (set, code point or partial key) -> set, or compat flag
+    int32_t **ascii;    // (cap_ascii sets) per set, its transitions on code points 0..127 (-2 unknown), or
+                        // NULL; entry 128: the set after any code point >= 128 when its top classes
+                        // do not tell those apart (-3 unknown, -2 they do)
+    int cap_ascii;
     int32_t start_set;
     vec work, tmp, vis; // scratch of advance
     // DFS scratch per depth (max_depth + 1)
@@ -243,8 +247,8 @@ struct ds_grammar_matcher {
     // Mask cache.
     uint64_t cache_key[DS_MASK_CACHE];
     uint64_t cache_use[DS_MASK_CACHE];
-    uint32_t *cache;    // (DS_MASK_CACHE, W)
-    int n_cache;
+    uint32_t *cache;    // (cap_cache, W)
+    int n_cache, cap_cache;
     uint64_t clock;
     long computed, hits;
 };
@@ -332,12 +336,67 @@ static int32_t close_set(ds_grammar_matcher *m) {
     return s;
 }
 
-// The set after code point cp (0 = dead; -1 = out of memory), memoized.
+static int32_t advance(ds_grammar_matcher *m, int32_t set, uint32_t cp);
+
+// How class c sees the code points 0x80..0x10FFFF: 0 none of them, 1 all, 2 some.
+static int class_upper(const ds_grammar *g, int c) {
+    const uint32_t *r = g->rng + 2 * (size_t)g->cs_off[c];
+    int any = 0, all = 0;
+    for (int i = 0; i < g->cs_n[c]; i++) {
+        if (r[2 * i + 1] >= 0x80) any = 1;
+        if (r[2 * i] <= 0x80 && r[2 * i + 1] >= 0x10FFFF) all = 1;
+    }
+    const int v = all ? 1 : any ? 2 : 0;
+    return v == 2 ? 2 : v ^ g->cs_neg[c];
+}
+
+// The set after any code point >= 128 if set's top classes treat them all alike, else -2 (-1: out
+// of memory). Memoized in the set's table (entry 128).
+static int32_t upper_uniform(ds_grammar_matcher *m, int32_t set) {
+    int32_t *tab = m->ascii[set];
+    if (tab[128] != -3) return tab[128];
+    const int32_t *ids = m->set_data.v + m->set_off.v[set];
+    int uniform = 1;
+    for (int i = 0; i < m->set_len.v[set] && uniform; i++)
+        if (ids[i]) uniform = class_upper(m->g, m->g->el[m->npos.v[ids[i]]] >> 2) != 2;
+    int32_t r = -2;
+    if (uniform) {
+        tab[128] = -2; // (advance below must not take the shortcut)
+        if ((r = advance(m, set, 0xA0)) < 0) return -1;
+    }
+    m->ascii[set][128] = r;
+    return r;
+}
+
+// The set after code point cp (0 = dead; -1 = out of memory), memoized (ASCII in a table per set:
+// the mask walk's most common step; other code points in one entry when the set cannot tell them
+// apart, else in the hash map).
 static int32_t advance(ds_grammar_matcher *m, int32_t set, uint32_t cp) {
     if (!set) return 0;
+    int32_t *tab = NULL;
+    if (set < m->cap_ascii && m->ascii[set] && cp >= 128 && m->ascii[set][128] >= 0 && cp != 0xA0)
+        return m->ascii[set][128];
+    if (cp < 128) {
+        if (set >= m->cap_ascii) {
+            int cap = m->cap_ascii ? m->cap_ascii : 256;
+            while (cap <= set) cap *= 2;
+            int32_t **a = realloc(m->ascii, sizeof *a * (size_t)cap);
+            if (!a) return -1;
+            memset(a + m->cap_ascii, 0, sizeof *a * (size_t)(cap - m->cap_ascii));
+            m->ascii = a;
+            m->cap_ascii = cap;
+        }
+        if (!m->ascii[set]) {
+            if (!(m->ascii[set] = malloc(sizeof(int32_t) * 129))) return -1;
+            for (int i = 0; i < 128; i++) m->ascii[set][i] = -2;
+            m->ascii[set][128] = -3;
+        }
+        tab = m->ascii[set];
+        if (tab[cp] != -2) return tab[cp];
+    }
     const uint64_t key = ((uint64_t)(uint32_t)set << 32 | cp) + 1;
     int32_t r;
-    if (hmap_get(&m->trans, key, &r)) return r;
+    if (!tab && hmap_get(&m->trans, key, &r)) return r;
     const int32_t *ids = m->set_data.v + m->set_off.v[set];
     const int n = m->set_len.v[set];
     m->work.n = 0;
@@ -349,7 +408,9 @@ static int32_t advance(ds_grammar_matcher *m, int32_t set, uint32_t cp) {
         if (vec_push(&m->work, pos + 1) || vec_push(&m->work, m->npar.v[id])) return -1;
     }
     r = m->work.n ? close_set(m) : 0;
-    if (r < 0 || hmap_put(&m->trans, key, r)) return -1;
+    if (r < 0) return -1;
+    if (tab) m->ascii[set][cp] = r; // (m->ascii may have moved: close_set interns sets, not tables)
+    else if (hmap_put(&m->trans, key, r)) return -1;
     return r;
 }
 
@@ -385,6 +446,11 @@ static int partial_ok(ds_grammar_matcher *m, int32_t set, uint32_t cp, int need,
     uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
     if (lo < k_min_cp[len]) lo = k_min_cp[len];
     if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo <= hi && !(lo >= 0xD800 && hi <= 0xDFFF) && set < m->cap_ascii && m->ascii[set]) {
+        const int32_t u = upper_uniform(m, set); // every code point >= 128 alike: no need to look closer
+        if (u == -1) return -1;
+        if (u >= 0) return u > 0;
+    }
     // the range without the surrogates D800..DFFF: [lo, hi] as up to two pieces
     uint32_t pl[2] = {lo, 0xE000}, ph[2] = {hi, hi};
     int np = lo <= hi;
@@ -443,6 +509,8 @@ void ds_grammar_matcher_free(ds_grammar_matcher *m) {
     free(m->set_next.v);
     hmap_free(&m->sets);
     hmap_free(&m->trans);
+    for (int i = 0; i < m->cap_ascii; i++) free(m->ascii[i]);
+    free(m->ascii);
     free(m->work.v);
     free(m->tmp.v);
     free(m->vis.v);
@@ -465,7 +533,8 @@ ds_status ds_grammar_matcher_init(const ds_grammar *g, const ds_grammar_vocab *v
     m->W = (v->V + 31) / 32;
     m->end_ids = malloc(sizeof(int32_t) * (size_t)(n_end > 0 ? n_end : 1));
     m->end_mask = calloc((size_t)m->W, sizeof(uint32_t));
-    m->cache = malloc(sizeof(uint32_t) * (size_t)m->W * DS_MASK_CACHE);
+    m->cap_cache = 16;
+    m->cache = malloc(sizeof(uint32_t) * (size_t)m->W * (size_t)m->cap_cache);
     const size_t D = (size_t)v->max_depth + 2;
     m->ds_set = malloc(sizeof(int32_t) * D);
     m->ds_cp = malloc(sizeof(uint32_t) * D);
@@ -566,11 +635,19 @@ const uint32_t *ds_grammar_mask(ds_grammar_matcher *m, const ds_grammar_state *s
             m->hits++;
             return m->cache + (size_t)i * m->W;
         }
-    if (m->n_cache < DS_MASK_CACHE) {
+    if (m->n_cache == m->cap_cache && m->cap_cache < DS_MASK_CACHE) { // grow (a pointer handed out earlier is stale by now)
+        const int cap = 2 * m->cap_cache < DS_MASK_CACHE ? 2 * m->cap_cache : DS_MASK_CACHE;
+        uint32_t *c = realloc(m->cache, sizeof(uint32_t) * (size_t)m->W * (size_t)cap);
+        if (c) {
+            m->cache = c;
+            m->cap_cache = cap;
+        }
+    }
+    if (m->n_cache < m->cap_cache) {
         slot = m->n_cache++;
     } else {
         slot = 0;
-        for (int i = 1; i < DS_MASK_CACHE; i++)
+        for (int i = 1; i < m->n_cache; i++)
             if (m->cache_use[i] < m->cache_use[slot]) slot = i;
     }
     uint32_t *mask = m->cache + (size_t)slot * m->W;

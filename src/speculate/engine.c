@@ -31,6 +31,7 @@
 
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
+#define DS_GRAMMAR_CACHE 8 // compiled grammars kept per engine
 
 typedef struct {
     int used, finished;
@@ -61,8 +62,8 @@ typedef struct {
     float *lp;           // (max_new, 1 + lp_top) per generated token: its log-probability, then the top ones'
     int32_t *lp_ids;     // (max_new, lp_top) their ids
     ds_seq_stats stats;
-    ds_grammar *gram;            // NULL = unconstrained
-    ds_grammar_matcher *gm;
+    int gslot;                   // its entry in the engine's grammar cache, -1 = unconstrained
+    ds_grammar_matcher *gm;      // that entry's matcher (shared by the sequences with the same grammar)
     ds_grammar_state g_state;    // after the committed tokens
     ds_grammar_state g_rows[DS_MAX_DRAFT + 1]; // before row k: g_state advanced by d_0..d_{k-1}
     int V;
@@ -95,6 +96,19 @@ struct ds_engine {
     int *bt_owner;         // (cap_seqs) their index in seqs
     int *bt_ndrafted;      // (cap_seqs) slots each drafted (a grammar may stop it early)
     ds_grammar_vocab *gvoc; // the target's token bytes and trie, built for the first grammar
+    // Compiled grammars with their matchers, by (GBNF text, end tokens): sequences with the same
+    // grammar share the memo of transitions and the mask cache (states are values; the engine is
+    // single-threaded and applies every mask before asking for the next). Kept after their last
+    // sequence until DS_GRAMMAR_CACHE others need room.
+    struct {
+        char *text;
+        int32_t ends[DS_MAX_STOP + DS_SEQ_MAX_STOP_IDS + 1];
+        int n_ends, refs;
+        uint64_t used;
+        ds_grammar *g;
+        ds_grammar_matcher *m;
+    } gc[DS_GRAMMAR_CACHE];
+    uint64_t gc_clock;
 };
 
 static double now_s(void) {
@@ -168,7 +182,8 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
     return DS_OK;
 }
 
-static void seq_release(seq *s) {
+static void seq_release(ds_engine *e, seq *s) {
+    if (s->gm) e->gc[s->gslot].refs--;
     ds_kv_free(s->kv);
     ds_draft_state_free(s->ds);
     free(s->toks);
@@ -178,14 +193,17 @@ static void seq_release(seq *s) {
     free(s->taps);
     free(s->lp);
     free(s->lp_ids);
-    ds_grammar_matcher_free(s->gm);
-    ds_grammar_free(s->gram);
     memset(s, 0, sizeof *s);
 }
 
 void ds_engine_free(ds_engine *e) {
     if (!e) return;
-    for (int i = 0; i < e->n_seqs; i++) seq_release(&e->seqs[i]);
+    for (int i = 0; i < e->n_seqs; i++) seq_release(e, &e->seqs[i]);
+    for (int i = 0; i < DS_GRAMMAR_CACHE; i++) {
+        ds_grammar_matcher_free(e->gc[i].m);
+        ds_grammar_free(e->gc[i].g);
+        free(e->gc[i].text);
+    }
     free(e->seqs);
     free(e->fwd);
     free(e->fwd_owner);
@@ -277,8 +295,7 @@ static ds_status slot_for(ds_engine *e, int *id) {
 // Compile s's grammar against the target's tokenizer (whose token bytes the engine keeps for every
 // grammar sequence); its end tokens are the model's stop ids and the sequence's own.
 static ds_status grammar_init(ds_engine *e, seq *s, const char *text) {
-    ds_status st = ds_grammar_parse(text, &s->gram);
-    if (st) return st;
+    ds_status st;
     if (!e->gvoc) {
         const ds_tokenizer *t = ds_model_tokenizer(e->m);
         if (!t) return ds_fail(DS_ERR_UNSUPPORTED, "a grammar needs the model's tokenizer, and this model has none");
@@ -289,7 +306,36 @@ static ds_status grammar_init(ds_engine *e, seq *s, const char *text) {
     if (e->m->info.eos_id >= 0) ends[n++] = e->m->info.eos_id; // (ds_model_is_stop's set)
     for (int i = 0; i < e->m->n_stop; i++) ends[n++] = e->m->stop_ids[i];
     for (int i = 0; i < s->n_stop_ids; i++) ends[n++] = s->stop_ids[i];
-    if ((st = ds_grammar_matcher_init(s->gram, e->gvoc, ends, n, &s->gm))) return st;
+    int slot = -1, free_slot = -1;
+    for (int i = 0; i < DS_GRAMMAR_CACHE && slot < 0; i++) {
+        if (e->gc[i].text && e->gc[i].n_ends == n && !memcmp(e->gc[i].ends, ends, sizeof(int32_t) * (size_t)n) &&
+            !strcmp(e->gc[i].text, text))
+            slot = i;
+        else if (!e->gc[i].refs && (free_slot < 0 || e->gc[i].used < e->gc[free_slot].used))
+            free_slot = i; // (empty entries have used 0: taken first)
+    }
+    if (slot < 0) {
+        if (free_slot < 0) return ds_fail(DS_ERR_INVALID, "more than %d different grammars at once", DS_GRAMMAR_CACHE);
+        slot = free_slot;
+        ds_grammar_matcher_free(e->gc[slot].m);
+        ds_grammar_free(e->gc[slot].g);
+        free(e->gc[slot].text);
+        memset(&e->gc[slot], 0, sizeof e->gc[slot]);
+        if ((st = ds_grammar_parse(text, &e->gc[slot].g))) return st;
+        if ((st = ds_grammar_matcher_init(e->gc[slot].g, e->gvoc, ends, n, &e->gc[slot].m)) ||
+            !(e->gc[slot].text = strdup(text))) {
+            ds_grammar_matcher_free(e->gc[slot].m);
+            ds_grammar_free(e->gc[slot].g);
+            memset(&e->gc[slot], 0, sizeof e->gc[slot]);
+            return st ? st : ds_fail(DS_ERR_NOMEM, "out of memory");
+        }
+        memcpy(e->gc[slot].ends, ends, sizeof(int32_t) * (size_t)n);
+        e->gc[slot].n_ends = n;
+    }
+    e->gc[slot].refs++;
+    e->gc[slot].used = ++e->gc_clock;
+    s->gslot = slot;
+    s->gm = e->gc[slot].m;
     s->g_state = ds_grammar_start(s->gm);
     return DS_OK;
 }
@@ -383,7 +429,7 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     if (p->grammar && (st = grammar_init(e, s, p->grammar))) goto fail;
     return DS_OK;
 fail:
-    seq_release(s);
+    seq_release(e, s);
     return st;
 }
 
@@ -723,6 +769,6 @@ const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id) {
 ds_status ds_engine_remove(ds_engine *e, int id) {
     seq *s = get(e, id);
     if (!s) return ds_fail(DS_ERR_INVALID, "no sequence %d", id);
-    seq_release(s);
+    seq_release(e, s);
     return DS_OK;
 }
