@@ -16,6 +16,7 @@ typedef struct {
     unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
     int json, stats, chat;
     long logprobs; // --logprobs N: -1 = off
+    const char *grammar_file, *schema_file; // --grammar-file, --json-schema
 } gen_args;
 
 static void gen_usage(FILE *f) {
@@ -46,6 +47,8 @@ static void gen_usage(FILE *f) {
             "                     generation stops at the format's end-of-turn token\n"
             "  --logprobs N       with --json: each generated token's log-probability and the N most\n"
             "                     likely alternatives (0..20), from the target's processed distribution\n"
+            "  --grammar-file F   the output must match the GBNF grammar in F (llama.cpp's dialect)\n"
+            "  --json-schema F    the output must be JSON valid against the JSON Schema in F\n"
             "  --stats            print speculation statistics to stderr\n"
             "  --json             print one JSON object instead of streaming text\n");
 }
@@ -79,6 +82,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         if (r < 0) return -r;
         if (r) continue;
         if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--grammar-file")) a->grammar_file = v;
+        else if (!strcmp(o, "--json-schema")) a->schema_file = v;
         else if (!strcmp(o, "--logprobs")) {
             if (!cli_parse_int(v, 0, 20, &a->logprobs)) return cli_usage_error("--logprobs expects 0..20, got '%s'", v);
         }
@@ -89,6 +94,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         }
     }
     if (!a->prompt) return cli_usage_error("generate needs a prompt (-p TEXT)");
+    if (a->grammar_file && a->schema_file) return cli_usage_error("give --grammar-file or --json-schema, not both");
     return cli_spec_finish(&a->spec, a->given, a->drafter);
 }
 
@@ -99,6 +105,49 @@ typedef struct {
     ds_engine *engine;
     ds_gen *gen;       // the request: its prompt ids, its text (the continuation) and its tokens
 } gen_state;
+
+// A whole file as a NUL-terminated string (NULL after printing why).
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "dspark: cannot open %s\n", path);
+        return NULL;
+    }
+    size_t n = 0, cap = 4096;
+    char *s = malloc(cap);
+    for (size_t r; s && (r = fread(s + n, 1, cap - n - 1, f)) > 0;) {
+        n += r;
+        if (n + 1 == cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t) free(s);
+            s = t;
+        }
+    }
+    fclose(f);
+    if (s) s[n] = 0;
+    return s;
+}
+
+// The GBNF text of --grammar-file / --json-schema (NULL: none; *bad: failed, after printing why).
+static char *load_grammar(const gen_args *a, int *bad) {
+    *bad = 0;
+    if (!a->grammar_file && !a->schema_file) return NULL;
+    char *text = slurp(a->grammar_file ? a->grammar_file : a->schema_file);
+    if (!text || a->grammar_file) {
+        *bad = !text;
+        return text;
+    }
+    char *gbnf = NULL;
+    const char *kw = NULL;
+    ds_status st = ds_json_schema_to_gbnf(text, strlen(text), &gbnf, &kw);
+    free(text);
+    if (st) {
+        fprintf(stderr, "dspark: %s: %s\n", a->schema_file, ds_last_error());
+        *bad = 1;
+        return NULL;
+    }
+    return gbnf;
+}
 
 static void gen_free(gen_state *g) {
     ds_gen_free(g->gen);
@@ -119,6 +168,8 @@ static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats
     cJSON *ti = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < n_gen; i++) cJSON_AddItemToArray(ti, cJSON_CreateNumber(ds_text_out_token_id(tx, i)));
     const double t_gen = t->draft_s + t->verify_s;
+    const ds_finish_reason fr = ds_gen_finish_reason(g->gen);
+    cJSON_AddStringToObject(o, "finish_reason", fr == DS_FINISH_STOP ? "stop" : fr == DS_FINISH_LENGTH ? "length" : "none");
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(o, "generated_tokens", n_gen);
     cJSON_AddNumberToObject(o, "prompt_tok_per_s", t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0);
@@ -193,10 +244,18 @@ int cmd_generate(int argc, char **argv) {
     // --chat: the prompt is one user turn (the rendered text holds BOS where the format puts it) and
     // the output ends at the format's end-of-turn token (not shown).
     const ds_chat_message msg = {"user", a.prompt};
-    const ds_gen_request req = {.text = a.chat ? NULL : a.prompt, .msgs = a.chat ? &msg : NULL, .n_msgs = 1,
+    int bad_grammar;
+    char *gbnf = load_grammar(&a, &bad_grammar);
+    if (bad_grammar) {
+        gen_free(&g);
+        return 1;
+    }
+    const ds_gen_request req = {.grammar = gbnf, .text = a.chat ? NULL : a.prompt, .msgs = a.chat ? &msg : NULL, .n_msgs = 1,
                                 .max_new = (int)a.n_predict, .sp = a.sp, .seed = (uint64_t)a.seed,
                                 .logprobs = a.logprobs >= 0, .top_logprobs = a.logprobs >= 0 ? (int)a.logprobs : 0};
-    if ((st = ds_gen_init(tok, &req, &g.gen))) {
+    st = ds_gen_init(tok, &req, &g.gen);
+    free(gbnf); // (copied by the request)
+    if (st) {
         if (a.chat) goto fail;
         fprintf(stderr, "dspark: prompt: %s\n", ds_last_error());
         gen_free(&g);

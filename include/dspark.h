@@ -365,6 +365,24 @@ int32_t ds_sample_probs(const float *probs, int n, ds_rng *rng);
 int32_t ds_sample_coupled(const float *probs, int n, const ds_rng *rng, int64_t pos);
 int32_t ds_argmax(const float *x, int n);
 
+// Grammars (src/sample/grammar*.c, json_schema.c): GBNF in llama-server's dialect (rules
+// `name ::= ...`, the root rule `root`, "literals" with escapes, [classes] and [^negated], `.`,
+// ( ), |, * + ? {m} {m,} {m,n}, # comments). A sequence with a grammar (ds_seq_params.grammar)
+// samples from the processed distribution of logits masked to the tokens the grammar allows
+// (-inf elsewhere, before step 0), in drafting and verification alike; its end tokens are allowed
+// exactly when the grammar is complete (or when nothing else is). ds_grammar_parse checks and
+// compiles the text (an error is one line, "grammar L:C: problem", left recursion named).
+typedef struct ds_grammar ds_grammar;
+ds_status ds_grammar_parse(const char *gbnf, ds_grammar **out);
+void ds_grammar_free(ds_grammar *g);
+// JSON Schema (a subset: docs/architecture.md) to GBNF. *gbnf is malloc'ed. A keyword outside the
+// subset fails with DS_ERR_UNSUPPORTED and *bad_keyword (static storage) naming it; other problems
+// (not JSON, a bad $ref, ...) fail with DS_ERR_INVALID and *bad_keyword NULL. schema_json NULL or
+// "{}"-like `{"type":"object"}` gives any JSON object (response_format json_object).
+ds_status ds_json_schema_to_gbnf(const char *schema_json, size_t len, char **gbnf, const char **bad_keyword);
+// Any JSON object (response_format {"type": "json_object"}): GBNF text in static storage.
+const char *ds_json_object_gbnf(void);
+
 
 // ---------------------------------------------------------------------------------------------
 // Drafters (DeepSpec format: DSpark, and DFlash = markov_rank 0); docs/formats/deepspec-checkpoint.md
@@ -453,6 +471,13 @@ typedef struct {
     int32_t *tokens;             // (n_slots) drafted tokens
     float *logits;               // (n_slots, vocab) raw per-slot logits
     float *conf;                 // (n_slots) confidences, or NULL
+    // Optional constraint (a grammar): called for slot k after its logits are final and before it
+    // is drawn, with the tokens drafted before it; it may set logits to -inf (the mask, the same
+    // the verifier applies to the target's row k). Returns 1 to draft the slot, 0 to stop drafting
+    // there, < 0 on failure (its message set).
+    int (*constrain)(void *ctx, int k, const int32_t *tokens, float *logits);
+    void *constrain_ctx;
+    int *n_drafted;              // out (optional): slots drafted (n_slots unless constrain stopped)
 } ds_draft_seq;
 ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, const ds_draft_seq *seqs, int R);
 
@@ -571,6 +596,8 @@ typedef struct {
                                  // runs alongside it (prefill chunks are the same rows whatever runs
                                  // and keep the fastest kernels)
     int no_prompt_cache;         // neither reuse nor keep prompt rows in the engine's prompt cache
+    const char *grammar;         // GBNF text the output must match (compiled by ds_engine_add
+                                 // against the model's tokenizer); NULL = unconstrained
 } ds_seq_params;
 
 // Start a sequence. Rounds prefill all its prompt tokens but the last (in chunks of 256, at most
@@ -654,6 +681,8 @@ typedef struct {
     int no_prompt_cache;          // do not use the engine's prompt cache (ds_seq_params)
     int prompt_logprobs;          // also record the prompt tokens' (ds_engine_set_prompt_logprobs, with
                                   // top_logprobs alternatives)
+    const char *grammar;          // GBNF text the output must match (ds_seq_params.grammar, copied;
+                                  // the end of turn and stop_ids are its end tokens); NULL = unconstrained
 } ds_gen_request;
 
 typedef struct ds_gen ds_gen;

@@ -233,7 +233,8 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
 // The Markov walk and confidences of one sequence over its slots' hidden states h (n_slots, H)
 // and base logits U in `logits` (n_slots, V), which become the Markov-corrected logits.
 static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots, const float *h_rows,
-                      const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf) {
+                      const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf,
+                      const ds_draft_seq *cq) {
     const int H = d->H, V = d->V, r = d->r;
     float *w1 = s->mv + 6 * (size_t)r + H; // (r) W1[prev]
     float *state = w1 + r;                 // (r) the rnn head's s_k, s_0 = 0
@@ -256,6 +257,14 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
                 conf[k] = NAN;
             }
         }
+        if (cq && cq->constrain) { // the grammar's mask on slot k, given the drafts before it
+            const int c = cq->constrain(cq->constrain_ctx, k, tokens, lk);
+            if (c < 0) return DS_ERR_INVALID;
+            if (!c) {
+                n_slots = k;
+                break;
+            }
+        }
         if (sp->temperature == 0 && !ds_sampler_adjusts(sp)) {
             tokens[k] = ds_argmax(lk, V);
         } else { // the processed distribution, with the history and the drafts before slot k
@@ -267,6 +276,7 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
         }
         prev = tokens[k];
     }
+    if (cq && cq->n_drafted) *cq->n_drafted = n_slots;
     return DS_OK;
 }
 
@@ -327,7 +337,7 @@ ds_status ds_drafter_draft(const ds_drafter *d, ds_draft_state *s, int32_t ancho
     ds_status st = block_forward(d, &s->b, &s, &anchor, 1);
     if (st) return st;
     if ((st = output_logits(d, &s->b, s->b.xn, n_slots, logits))) return st;
-    return walk(d, s, anchor, n_slots, s->b.xn, sp, rng, tokens, logits, conf);
+    return walk(d, s, anchor, n_slots, s->b.xn, sp, rng, tokens, logits, conf, NULL);
 }
 
 // ---- batches of sequences ------------------------------------------------------------------------
@@ -401,7 +411,7 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const 
         const ds_draft_seq *q = &seqs[r];
         memcpy(q->logits, bt->U + (size_t)n * V, sizeof(float) * (size_t)q->n_slots * V);
         if ((st = walk(d, q->state, q->anchor, q->n_slots, bt->h + (size_t)n * H, q->sp, q->rng, q->tokens, q->logits,
-                       q->conf)))
+                       q->conf, q)))
             return st;
         n += q->n_slots;
     }

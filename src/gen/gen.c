@@ -30,6 +30,9 @@ struct ds_gen {
     ds_seq_stats stats;  // a copy, kept when it leaves the engine
     double t_begin, t_first, t_done;
     int32_t take[TAKE_CHUNK];
+    char *grammar;       // a copy of the request's GBNF, or NULL
+    int32_t ends[DS_SEQ_MAX_STOP_IDS]; // with a grammar: the ids that end the output (stop ids, end of turn),
+    int n_ends;                        // which the grammar allows exactly when it is complete
 };
 
 static double now_s(void) {
@@ -79,6 +82,12 @@ static ds_status gen_setup(const ds_tokenizer *tok, const ds_gen_request *r, ds_
     for (int i = 0; i < r->n_stop_ids; i++)
         if ((st = ds_text_out_add_stop_id(g->tx, r->stop_ids[i]))) return st;
     if ((r->chat || r->msgs) && (st = ds_text_out_add_stop_id(g->tx, ds_chat_eot(tok)))) return st; // the end of the turn
+    if (r->grammar) {
+        if (!(g->grammar = ds_malloc(strlen(r->grammar) + 1))) return DS_ERR_NOMEM;
+        strcpy(g->grammar, r->grammar);
+        if ((r->chat || r->msgs) && ds_chat_eot(tok) >= 0) g->ends[g->n_ends++] = ds_chat_eot(tok);
+        for (int i = 0; i < r->n_stop_ids && g->n_ends < DS_SEQ_MAX_STOP_IDS; i++) g->ends[g->n_ends++] = r->stop_ids[i];
+    }
     return DS_OK;
 }
 
@@ -115,7 +124,8 @@ ds_status ds_gen_init(const ds_tokenizer *tok, const ds_gen_request *r, ds_gen *
 ds_status ds_gen_begin(ds_gen *g, ds_engine *e, int max_new) {
     if (g->seq >= 0) return ds_fail(DS_ERR_INVALID, "generation request: already running");
     const ds_seq_params sp = {.prompt = g->prompt, .n_prompt = g->n_prompt, .max_new = max_new, .sp = &g->sp, .seed = g->seed,
-                              .batch_invariant = 1, .no_prompt_cache = g->no_prompt_cache};
+                              .batch_invariant = 1, .no_prompt_cache = g->no_prompt_cache, .grammar = g->grammar,
+                              .stop_ids = g->ends, .n_stop_ids = g->n_ends};
     ds_status st = ds_engine_add(e, &sp, &g->seq);
     if (st) {
         g->seq = -1;
@@ -192,6 +202,7 @@ void ds_gen_free(ds_gen *g) {
     ds_text_out_free(g->tx);
     free(g->prompt);
     free(g->bias);
+    free(g->grammar);
     free(g);
 }
 

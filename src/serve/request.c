@@ -272,9 +272,9 @@ static ds_status refuse_unsupported(const cJSON *root, int chat, const char **pa
     if ((f = field(root, "response_format"))) {
         const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
         if (!cJSON_IsString(t)) return bad(param, "response_format", "'%s' must be an object with a string 'type'", "response_format");
-        if (strcmp(t->valuestring, "text")) {
+        if (strcmp(t->valuestring, "text") && strcmp(t->valuestring, "json_object") && strcmp(t->valuestring, "json_schema")) {
             *param = "response_format";
-            return ds_fail(DS_ERR_INVALID, "'response_format' type '%.40s' is not supported (only 'text': no constrained decoding)",
+            return ds_fail(DS_ERR_INVALID, "'response_format' type '%.40s' is not supported (text, json_object, json_schema are)",
                            t->valuestring);
         }
     }
@@ -289,6 +289,56 @@ static ds_status refuse_unsupported(const cJSON *root, int chat, const char **pa
         if (!only || !cJSON_IsString(only) || strcmp(only->valuestring, "text"))
             return bad(param, "modalities", "'%s' other than [\"text\"] is not supported", "modalities");
     }
+    return DS_OK;
+}
+
+// A JSON schema (a cJSON value) to GBNF in r->grammar; errors name `name`.
+static ds_status schema_grammar(const cJSON *schema, ds_oa_request *r, const char *name, const char **param) {
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    const char *kw = NULL;
+    ds_status st = ds_json_schema_to_gbnf(text, strlen(text), &r->grammar, &kw);
+    free(text);
+    if (st == DS_ERR_NOMEM) return st;
+    if (st) {
+        *param = name;
+        return ds_fail_prefix(DS_ERR_INVALID, "'%s'", name);
+    }
+    return DS_OK;
+}
+
+// Constrained output: llama-server's "grammar" (GBNF) and "json_schema" (a schema), OpenAI's
+// response_format json_object / json_schema {name, schema, strict}; at most one of them. The result
+// is GBNF text in r->grammar, checked here (a syntax error is a 400 with its line:column).
+static ds_status parse_grammar(const cJSON *root, ds_oa_request *r, const char **param) {
+    const cJSON *g = field(root, "grammar"), *js = field(root, "json_schema"), *rf = field(root, "response_format");
+    if (cJSON_IsNull(g)) g = NULL;
+    if (cJSON_IsNull(js)) js = NULL;
+    const cJSON *rt = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+    const int rf_json = cJSON_IsString(rt) && strcmp(rt->valuestring, "text");
+    if ((g != NULL) + (js != NULL) + rf_json > 1)
+        return bad(param, g ? "grammar" : "json_schema", "give one of grammar, json_schema and a JSON %s", "response_format");
+    ds_status st = DS_OK;
+    if (g) {
+        if (!cJSON_IsString(g)) return bad(param, "grammar", "'%s' must be a string (GBNF)", "grammar");
+        if (!(r->grammar = strdup(g->valuestring))) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    } else if (js) {
+        if ((st = schema_grammar(js, r, "json_schema", param))) return st;
+    } else if (rf_json && !strcmp(rt->valuestring, "json_object")) {
+        if (!(r->grammar = strdup(ds_json_object_gbnf()))) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    } else if (rf_json) {
+        const cJSON *w = field(rf, "json_schema"), *sc = cJSON_IsObject(w) ? field(w, "schema") : NULL;
+        if (!sc) return bad(param, "response_format", "'%s' json_schema needs {\"json_schema\": {\"schema\": ...}}", "response_format");
+        if ((st = schema_grammar(sc, r, "response_format", param))) return st;
+    } else {
+        return DS_OK;
+    }
+    ds_grammar *cg = NULL;
+    if ((st = ds_grammar_parse(r->grammar, &cg))) {
+        *param = g ? "grammar" : js ? "json_schema" : "response_format";
+        return st;
+    }
+    ds_grammar_free(cg);
     return DS_OK;
 }
 
@@ -425,6 +475,7 @@ ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, d
     if ((st = get_int(root, "max_tokens", 1, 1e9, &mt, param))) goto out;
     if (chat && mt < 0 && (st = get_int(root, "max_completion_tokens", 1, 1e9, &mt, param))) goto out;
     if ((st = parse_stops(root, r, param))) goto out;
+    if ((st = parse_grammar(root, r, param))) goto out;
     if ((st = chat ? parse_messages(root, m, r, param) : parse_prompt(root, m, r, param))) goto out;
     if (r->n_prompts * r->n > DS_OA_MAX_CHOICES) {
         *param = "n";
@@ -467,6 +518,8 @@ void ds_oa_request_free(ds_oa_request *r) {
     r->bias = NULL;
     free(r->n_prompt);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->grammar);
+    r->grammar = NULL;
     r->prompts = NULL;
     r->n_prompt = NULL;
     r->n_prompts = r->n_stops = r->prompt_tokens = 0;

@@ -758,7 +758,7 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
                                     .max_new = r->oa.max_tokens, .sp = r->oa.sp, .stops = (const char *const *)r->oa.stops,
                                     .n_stops = r->oa.n_stops, .logprobs = r->oa.logprobs,
                                     .top_logprobs = r->oa.top_logprobs, .no_prompt_cache = r->oa.no_prompt_cache,
-                                    .prompt_logprobs = r->oa.echo && r->oa.logprobs};
+                                    .prompt_logprobs = r->oa.echo && r->oa.logprobs, .grammar = r->oa.grammar};
         tst = ds_gen_init(s->tok, &req, &r->ch[k].g);
     }
     if (tst) {

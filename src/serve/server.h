@@ -42,6 +42,8 @@ typedef struct {
     char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
     int n_stops;
     int no_prompt_cache;     // "cache_prompt": false (llama-server's field): bypass the prompt cache
+    char *grammar;           // GBNF the output must match (grammar, json_schema, response_format), or NULL;
+                             // ds_gen_request.grammar (anything that constrains a request sets it here)
 } ds_oa_request;
 
 // Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for

@@ -10,6 +10,13 @@
 //           max_new); crop the target KV cache to s + a + 1; pending taps = rows 0..a; s += a + 1;
 //           anchor = next.
 // Plain decoding is the same loop with ℓ = 0: every generated token goes through ds_verify.
+//
+// A grammar (ds_seq_params.grammar) masks every distribution: the state before row k is the
+// committed state advanced over d_0..d_{k-1} (g_rows[k]); the drafter masks slot k with it (the
+// constrain callback of its walk; ngram proposals are cut at the first token it disallows), and
+// the target's row k logits are masked with it before ds_verify, so p and q are the masked
+// processed distributions. After verification the committed state becomes g_rows[a] advanced by
+// the next token; the other rows' states are dropped with the rejected drafts' KV rows.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +25,14 @@
 #include "base/status.h"
 #include "model/model.h"
 #include "sched/schedule.h"
+#include "sample/grammar.h"
 #include "speculate/ngram.h"
 #include "speculate/prompt_cache.h"
 #include "speculate/verify.h"
 
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
+#define DS_GRAMMAR_CACHE 8 // compiled grammars kept per engine
 
 typedef struct {
     int used, finished;
@@ -60,6 +69,11 @@ typedef struct {
     int32_t *plp_ids;    // (n_prompt, plp_top)
     float *plp_logits;   // (DS_PREFILL_CHUNK, V) one chunk's logits
     ds_seq_stats stats;
+    int gslot;                   // its entry in the engine's grammar cache, -1 = unconstrained
+    ds_grammar_matcher *gm;      // that entry's matcher (shared by the sequences with the same grammar)
+    ds_grammar_state g_state;    // after the committed tokens
+    ds_grammar_state g_rows[DS_MAX_DRAFT + 1]; // before row k: g_state advanced by d_0..d_{k-1}
+    int V;
 } seq;
 
 struct ds_engine {
@@ -88,6 +102,21 @@ struct ds_engine {
     double bt_append_s;  // seconds this round spent feeding queued context rows to the drafter
     ds_draft_seq *bt_seqs; // (cap_seqs) the sequences drafted this round
     int *bt_owner;         // (cap_seqs) their index in seqs
+    int *bt_ndrafted;      // (cap_seqs) slots each drafted (a grammar may stop it early)
+    ds_grammar_vocab *gvoc; // the target's token bytes and trie, built for the first grammar
+    // Compiled grammars with their matchers, by (GBNF text, end tokens): sequences with the same
+    // grammar share the memo of transitions and the mask cache (states are values; the engine is
+    // single-threaded and applies every mask before asking for the next). Kept after their last
+    // sequence until DS_GRAMMAR_CACHE others need room.
+    struct {
+        char *text;
+        int32_t ends[DS_MAX_STOP + DS_SEQ_MAX_STOP_IDS + 1];
+        int n_ends, refs;
+        uint64_t used;
+        ds_grammar *g;
+        ds_grammar_matcher *m;
+    } gc[DS_GRAMMAR_CACHE];
+    uint64_t gc_clock;
 };
 
 static double now_s(void) {
@@ -167,7 +196,8 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
     return DS_OK;
 }
 
-static void seq_release(seq *s) {
+static void seq_release(ds_engine *e, seq *s) {
+    if (s->gm) e->gc[s->gslot].refs--;
     free(s->plp);
     free(s->plp_ids);
     free(s->plp_logits);
@@ -185,7 +215,12 @@ static void seq_release(seq *s) {
 
 void ds_engine_free(ds_engine *e) {
     if (!e) return;
-    for (int i = 0; i < e->n_seqs; i++) seq_release(&e->seqs[i]);
+    for (int i = 0; i < e->n_seqs; i++) seq_release(e, &e->seqs[i]);
+    for (int i = 0; i < DS_GRAMMAR_CACHE; i++) {
+        ds_grammar_matcher_free(e->gc[i].m);
+        ds_grammar_free(e->gc[i].g);
+        free(e->gc[i].text);
+    }
     free(e->seqs);
     free(e->fwd);
     free(e->fwd_owner);
@@ -196,6 +231,8 @@ void ds_engine_free(ds_engine *e) {
     free(e->sched_scratch);
     free(e->bt_seqs);
     free(e->bt_owner);
+    free(e->bt_ndrafted);
+    ds_grammar_vocab_free(e->gvoc);
     ds_draft_batch_free(e->bt);
     ds_workspace_free(e->ws);
     ds_prompt_cache_free(e->pc);
@@ -263,11 +300,96 @@ static ds_status slot_for(ds_engine *e, int *id) {
         if (bs) e->bt_seqs = bs;
         int *bo = bs ? realloc(e->bt_owner, sizeof *bo * cap) : NULL;
         if (bo) e->bt_owner = bo;
-        if (!bo) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        int *bn = bo ? realloc(e->bt_ndrafted, sizeof *bn * cap) : NULL;
+        if (bn) e->bt_ndrafted = bn;
+        if (!bn) return ds_fail(DS_ERR_NOMEM, "out of memory");
         e->cap_seqs = cap;
     }
     memset(&e->seqs[e->n_seqs], 0, sizeof(seq));
     *id = e->n_seqs++;
+    return DS_OK;
+}
+
+// Compile s's grammar against the target's tokenizer (whose token bytes the engine keeps for every
+// grammar sequence); its end tokens are the model's stop ids and the sequence's own.
+static ds_status grammar_init(ds_engine *e, seq *s, const char *text) {
+    ds_status st;
+    if (!e->gvoc) {
+        const ds_tokenizer *t = ds_model_tokenizer(e->m);
+        if (!t) return ds_fail(DS_ERR_UNSUPPORTED, "a grammar needs the model's tokenizer, and this model has none");
+        if ((st = ds_grammar_vocab_init(t, e->m->info.vocab_size, &e->gvoc))) return st;
+    }
+    int32_t ends[DS_MAX_STOP + DS_SEQ_MAX_STOP_IDS + 1];
+    int n = 0;
+    if (e->m->info.eos_id >= 0) ends[n++] = e->m->info.eos_id; // (ds_model_is_stop's set)
+    for (int i = 0; i < e->m->n_stop; i++) ends[n++] = e->m->stop_ids[i];
+    for (int i = 0; i < s->n_stop_ids; i++) ends[n++] = s->stop_ids[i];
+    int slot = -1, free_slot = -1;
+    for (int i = 0; i < DS_GRAMMAR_CACHE && slot < 0; i++) {
+        if (e->gc[i].text && e->gc[i].n_ends == n && !memcmp(e->gc[i].ends, ends, sizeof(int32_t) * (size_t)n) &&
+            !strcmp(e->gc[i].text, text))
+            slot = i;
+        else if (!e->gc[i].refs && (free_slot < 0 || e->gc[i].used < e->gc[free_slot].used))
+            free_slot = i; // (empty entries have used 0: taken first)
+    }
+    if (slot < 0) {
+        if (free_slot < 0) return ds_fail(DS_ERR_INVALID, "more than %d different grammars at once", DS_GRAMMAR_CACHE);
+        slot = free_slot;
+        ds_grammar_matcher_free(e->gc[slot].m);
+        ds_grammar_free(e->gc[slot].g);
+        free(e->gc[slot].text);
+        memset(&e->gc[slot], 0, sizeof e->gc[slot]);
+        if ((st = ds_grammar_parse(text, &e->gc[slot].g))) return st;
+        if ((st = ds_grammar_matcher_init(e->gc[slot].g, e->gvoc, ends, n, &e->gc[slot].m)) ||
+            !(e->gc[slot].text = strdup(text))) {
+            ds_grammar_matcher_free(e->gc[slot].m);
+            ds_grammar_free(e->gc[slot].g);
+            memset(&e->gc[slot], 0, sizeof e->gc[slot]);
+            return st ? st : ds_fail(DS_ERR_NOMEM, "out of memory");
+        }
+        memcpy(e->gc[slot].ends, ends, sizeof(int32_t) * (size_t)n);
+        e->gc[slot].n_ends = n;
+    }
+    e->gc[slot].refs++;
+    e->gc[slot].used = ++e->gc_clock;
+    s->gslot = slot;
+    s->gm = e->gc[slot].m;
+    s->g_state = ds_grammar_start(s->gm);
+    return DS_OK;
+}
+
+// The drafter's slot k under s's grammar: the state after the drafts before it masks its logits.
+// Stops drafting after an end token, or where no token the grammar allows has a finite logit.
+static int grammar_constrain(void *ctx, int k, const int32_t *tokens, float *logits) {
+    seq *s = ctx;
+    if (k > 0) {
+        if (s->g_rows[k - 1].ended) return 0;
+        s->g_rows[k] = s->g_rows[k - 1];
+        const int r = ds_grammar_accept(s->gm, &s->g_rows[k], tokens[k - 1]);
+        if (r <= 0) return r < 0 ? -1 : 0;
+        if (s->g_rows[k].ended) return 0;
+    } else {
+        s->g_rows[0] = s->g_state;
+    }
+    const uint32_t *mask = ds_grammar_mask(s->gm, &s->g_rows[k]);
+    if (!mask) return -1;
+    ds_logits_mask(logits, mask, s->V);
+    return ds_logits_mask_any(logits, mask, s->V);
+}
+
+// This round's row states for the drafts s->rows[1..ell], cutting ℓ at the first draft the grammar
+// disallows (ngram) and after an end token.
+static ds_status grammar_rows(seq *s) {
+    s->g_rows[0] = s->g_state;
+    for (int k = 0; k < s->ell; k++) {
+        s->g_rows[k + 1] = s->g_rows[k];
+        const int r = s->g_rows[k].ended ? 0 : ds_grammar_accept(s->gm, &s->g_rows[k + 1], s->rows[1 + k]);
+        if (r < 0) return DS_ERR_NOMEM;
+        if (!r) {
+            s->ell = k;
+            break;
+        }
+    }
     return DS_OK;
 }
 
@@ -322,9 +444,11 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     s->stop_token = -1;
     s->n_prefilled = 0; // rounds prefill it
     s->cache_use = e->pc && !p->no_prompt_cache;
+    s->V = V;
+    if (p->grammar && (st = grammar_init(e, s, p->grammar))) goto fail;
     return DS_OK;
 fail:
-    seq_release(s);
+    seq_release(e, s);
     return st;
 }
 
@@ -356,7 +480,10 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
     ds_draft_state_set_history(s->ds, s->toks + s->n_prompt, s->n_toks - s->n_prompt); // penalties count these
     const int j = e->bt_n++;
     e->bt_seqs[j] = (ds_draft_seq){.state = s->ds, .anchor = s->toks[s->n_toks - 1], .n_slots = K, .sp = &s->sp,
-                                   .rng = &s->rng, .tokens = s->rows + 1, .logits = s->q_logits, .conf = s->conf};
+                                   .rng = &s->rng, .tokens = s->rows + 1, .logits = s->q_logits, .conf = s->conf,
+                                   .constrain = s->gm ? grammar_constrain : NULL, .constrain_ctx = s,
+                                   .n_drafted = &e->bt_ndrafted[e->bt_n - 1]};
+    e->bt_ndrafted[j] = K;
     e->bt_owner[j] = (int)(s - e->seqs);
     s->stats.draft_s += now_s() - t0;
     return DS_OK;
@@ -372,7 +499,7 @@ static ds_status draft_batch(ds_engine *e) {
     const double per = (now_s() - t0) / e->bt_n; // drafting time per sequence-round
     for (int j = 0; j < e->bt_n; j++) {
         seq *s = &e->seqs[e->bt_owner[j]];
-        const int K = e->bt_seqs[j].n_slots;
+        const int K = e->bt_ndrafted[j];
         s->stats.draft_s += per;
         s->ell = s->n_drafted = K;
         // Static truncation (DeepSpec's --confidence-threshold): ℓ = first k with c_k < threshold.
@@ -462,6 +589,12 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     const int base = s->n_toks - 1; // position of the anchor
     int a;
     int32_t next;
+    if (s->gm) // row k's logits masked with the state before it (the drafter masked slot k alike)
+        for (int k = 0; k <= s->ell; k++) {
+            const uint32_t *mask = ds_grammar_mask(s->gm, &s->g_rows[k]);
+            if (!mask) return DS_ERR_NOMEM;
+            ds_logits_mask(s->p_logits + (size_t)k * V, mask, V);
+        }
     ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
                              e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, s->toks + s->n_prompt,
                              s->n_toks - s->n_prompt, &s->rng, s->n_toks, &e->vs, &a, &next);
@@ -480,6 +613,10 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     }
     for (int k = 0; k <= a && s->lp && s->n_gen + k < s->max_new; k++)
         if ((st = record_logprobs(e, s, k, k < a ? s->rows[1 + k] : next, s->n_gen + k))) return st;
+    if (s->gm) { // the state after the accepted drafts, then the next token; other rows are dropped
+        s->g_state = s->g_rows[a];
+        if (ds_grammar_accept(s->gm, &s->g_state, next) < 0) return ds_fail(DS_ERR_NOMEM, "out of memory in a grammar");
+    }
     int more = 1;
     for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
     if (more) commit(e, s, next);
@@ -606,6 +743,11 @@ ds_status ds_engine_step(ds_engine *e) {
     }
     if ((st = draft_batch(e))) return st;
     if (auto_sched) schedule_auto(e);
+    for (int i = 0; i < e->n_seqs; i++) { // grammar: the rows' states, ngram drafts cut where disallowed
+        seq *s = &e->seqs[i];
+        if (s->used && !s->finished && !prefilling(s) && s->gm && (st = grammar_rows(s)))
+            return ds_fail(st, "out of memory in a grammar");
+    }
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
@@ -749,6 +891,6 @@ const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id) {
 ds_status ds_engine_remove(ds_engine *e, int id) {
     seq *s = get(e, id);
     if (!s) return ds_fail(DS_ERR_INVALID, "no sequence %d", id);
-    seq_release(s);
+    seq_release(e, s);
     return DS_OK;
 }

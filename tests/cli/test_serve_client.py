@@ -229,11 +229,19 @@ refused = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools", "tool calling"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}, "functions", "tool calling"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}, "tool_choice", "tool calling"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
-     "response_format", "type 'json_object' is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}},
+     "response_format", "type 'xml' is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                              "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}},
-     "response_format", "type 'json_schema' is not supported"),
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema":
+                                                  {"type": "string", "pattern": "a+"}}}},
+     "response_format", "keyword 'pattern' is not supported"),
+    ("/v1/completions", {"prompt": "x", "json_schema": {"type": "object", "patternProperties": {}}},
+     "json_schema", "keyword 'patternProperties' is not supported"),
+    ("/v1/completions", {"prompt": "x", "grammar": "root ::= \"a\"\nitem ::= [a-"}, "grammar",
+     "grammar 2:10: unterminated character class"),
+    ("/v1/completions", {"prompt": "x", "grammar": "root ::= expr\nexpr ::= expr \"+\" | \"1\""}, "grammar",
+     "rule 'expr' is left-recursive"),
+    ("/v1/completions", {"prompt": "x", "grammar": "root ::= \"a\"", "json_schema": {}}, "grammar", "give one of"),
     ("/v1/completions", {"prompt": "x", "suffix": "end"}, "suffix", "no insertion"),
     ("/v1/completions", {"prompt": "x", "best_of": 2}, "best_of", "other than 1"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "audio": {"voice": "a"}}, "audio", "text only"),
@@ -256,6 +264,37 @@ for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "cont
                    ("/v1/completions", {"prompt": "x", "suffix": "", "best_of": 1, "max_tokens": 2})):
     st, o = A.post(path, body)
     check(st == 200, "harmless values of those fields are accepted: %d %s" % (st, o))
+# Constrained output: response_format json_schema / json_object, llama-server's json_schema and grammar.
+schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "n": {"type": "integer"},
+                                           "ok": {"type": "boolean"}}, "required": ["name", "n", "ok"]}
+for path, body, check_value in (
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 200, "seed": 3,
+                                  "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}},
+         lambda v: isinstance(v, dict) and list(v) == ["name", "n", "ok"] and len(v["name"]) <= 8 and type(v["n"]) is int
+         and type(v["ok"]) is bool),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 300, "seed": 4,
+                                  "response_format": {"type": "json_object"}}, "object"),
+        ("/v1/completions", {"prompt": "Once", "max_tokens": 200, "temperature": 0, "json_schema": {"enum": ["cat", 7, None]}},
+         lambda v: v in ("cat", 7, None)),
+        ("/v1/completions", {"prompt": "Once", "max_tokens": 50, "temperature": 1, "seed": 1,
+                             "grammar": 'root ::= [A-Z] [a-z]{1,5} ("," [A-Z] [a-z]{1,5})? "."'}, None)):
+    st, o = A.post(path, body)
+    c = o.get("choices", [{}])[0] if st == 200 else {}
+    text = c.get("message", {}).get("content") if "messages" in body else c.get("text")
+    if check_value == "object":  # unbounded strings: a cut output is a prefix of an object
+        check(st == 200 and (text or "").startswith("{"), "json_object: %d %s" % (st, o))
+        if c.get("finish_reason") == "stop":
+            check(isinstance(json.loads(text), dict), "json_object output %r" % text)
+        continue
+    check(st == 200 and c.get("finish_reason") == "stop", "constrained %s: %d %s" % (path, st, o))
+    if check_value:
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = check
+        check(value is not check and check_value(value), "constrained %s: %r does not match %r" % (path, text, body))
+    else:
+        check(re.fullmatch(r"[A-Z][a-z]{1,5}(,[A-Z][a-z]{1,5})?\.", text or "") is not None, "grammar output %r" % text)
 for body, param in [({"messages": "hi"}, "messages"), ({"messages": [{"role": "user"}]}, "messages"),
                     ({"prompt": "x"}, "messages"), ({"messages": [{"role": "user", "content": "hi"}], "n": 0}, "n")]:
     st, o = A.post("/v1/chat/completions", body)

@@ -68,8 +68,9 @@ const tools = await errorOf(client.chat.completions.create({ model: want.model, 
   tools: [{ type: "function", function: { name: "f", parameters: { type: "object" } } }] }));
 check(tools instanceof OpenAI.BadRequestError && /tools/.test(tools.message), `tools: ${tools}`);
 const rf = await errorOf(client.chat.completions.create({ model: want.model, messages: msgs,
-  response_format: { type: "json_object" } }));
-check(rf instanceof OpenAI.BadRequestError && /response_format/.test(rf.message), `response_format: ${rf}`);
+  response_format: { type: "json_schema", json_schema: { name: "t", schema: { type: "string", pattern: "a+" } } } }));
+check(rf instanceof OpenAI.BadRequestError && /response_format/.test(rf.message) && /pattern/.test(rf.message),
+  `response_format: ${rf}`);
 const wrong = new OpenAI({ baseURL: base, apiKey: key + "x", maxRetries: 0 });
 const auth = await errorOf(wrong.models.list());
 check(auth instanceof OpenAI.AuthenticationError, `wrong key: ${auth}`);

@@ -54,6 +54,14 @@ Configurations (N = 20000 seeds each):
        which test_gguf_fixtures.py checks against llama.cpp) drafted by its bigram drafter, 3 tokens,
        T = 1, top-k 8
     y  the same, coupled rule, T = 1, batch 8
+    l  a grammar (GBNF: words of 1-3 letters, each after a space, then "."), vanilla bigram drafter,
+       3 tokens, T = 1: the expected distribution is the processed distribution of the masked logits
+       (-inf where the text so far plus the token's bytes is no prefix of the language, written here
+       as a Python regex; EOS allowed exactly when the text is a complete sentence). The drafter's
+       slot k and the target's row k are masked with the state after drafts 0..k-1
+    p  the same, coupled rule, batch 8
+    z  the same grammar, ngram on the repetitive prompt (its proposals cut at the first disallowed
+       token), 3 tokens, T = 1
 Both acceptance rules (include/dspark.h ds_verify_rule) are tested: a-j use the residual rule
 (min(1, p/q) acceptance, residual resampling, draws in order from one stream), as do t-x; k-q and y the coupled rule
 (the token at position t is the target's own draw from p_t with noise keyed by (seed, t); a draft
@@ -77,6 +85,7 @@ verify a second draft slot.
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import sys
@@ -202,6 +211,36 @@ CONFIGS = [
     dict(key="s", name="residual, vanilla bigram, 3 tokens, T=1, logit bias + penalties", spec="dspark",
          drafter="vanilla_bigram", temp=1.0, gen=3, **PENALIZED),
 ]
+# The grammar of configurations l, p, z and its language, written independently as regexes.
+GRAMMAR = 'root ::= ( " " [a-z]{1,3} )+ "."'
+GRAMMAR_PREFIX = re.compile(r"(?: [a-z]{1,3})*(?: [a-z]{0,3})?|(?: [a-z]{1,3})+\.")
+GRAMMAR_FULL = re.compile(r"(?: [a-z]{1,3})+\.")
+CONFIGS += [
+    dict(key="l", name="grammar, dspark vanilla bigram, 3 tokens, T=1", spec="dspark", drafter="vanilla_bigram",
+         temp=1.0, gen=3, grammar=GRAMMAR),
+    dict(key="p", name="coupled, grammar, dspark vanilla bigram, 3 tokens, T=1, batch 8", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, gen=3, grammar=GRAMMAR, verify="coupled", batch=8),
+    dict(key="z", name="grammar, ngram, repetitive prompt, 3 tokens, T=1", spec="ngram", prompt="repeat",
+         temp=1.0, gen=3, grammar=GRAMMAR),
+]
+
+
+def grammar_allowed(token_bytes, ctx, V, stops):
+    """(V,) bool: the tokens GRAMMAR allows after the generated tokens ctx (from the regexes)."""
+    text = b"".join(token_bytes[t] for t in ctx)
+    allow = np.zeros(V, dtype=bool)
+    for t in range(V):
+        b = token_bytes[t] if t < len(token_bytes) else b""
+        if t in stops:
+            allow[t] = GRAMMAR_FULL.fullmatch(text.decode("latin-1")) is not None
+        elif b:
+            allow[t] = GRAMMAR_PREFIX.fullmatch((text + b).decode("latin-1")) is not None
+    if not allow.any():
+        for t in stops:
+            allow[t] = True
+    return allow
+
+
 # Coupled configurations whose outcomes must be identical, seed for seed (so count for count).
 COUPLED_SAME = [("k", "q"), ("n", "q")]
 
@@ -479,7 +518,7 @@ class Reference:
         return [self.cache[(tuple(prompt), c)] for c in ctxs]
 
 
-def exact_distribution(ref, prompt, gen, sp, stops=(EOS,)):
+def exact_distribution(ref, prompt, gen, sp, stops=(EOS,), allowed=None):
     """{outcome tuple (length gen, -1 after EOS): probability} and {context: fragile reason}.
     `stops`: the ids that end a sequence (EOS; the Gemma 4 E-series target's generation_config.json
     adds id 3)."""
@@ -489,6 +528,8 @@ def exact_distribution(ref, prompt, gen, sp, stops=(EOS,)):
         ctxs = list(level)
         nxt = {}
         for ctx, row in zip(ctxs, ref.logits(prompt, ctxs)):
+            if allowed is not None:  # the grammar's mask: -inf before everything else
+                row = np.where(allowed(ctx), np.asarray(row, dtype=np.float64), -np.inf)
             p, why = processed(row, **sp, hist=ctx)
             if why:
                 fragile[ctx] = why
@@ -521,6 +562,8 @@ def run_engine(model_path, prompt, cfg, drafter_dir, n_seeds):
             args += [opt, str(cfg[key])]
     if cfg.get("bias"):
         args += ["--bias", ",".join("%d:%r" % kv for kv in cfg["bias"].items())]
+    if cfg.get("grammar"):
+        args += ["--grammar", cfg["grammar"]]
     counts = {}
     for line in common.run(args, timeout=900).splitlines():
         f = line.split()
@@ -549,7 +592,14 @@ def check_config(chk, ref, model_path, cfg, prompt, drafter_dir, n_seeds):
     t0 = time.time()
     counts = run_engine(model_path, prompt, cfg, drafter_dir, n_seeds)
     t_engine = time.time() - t0
-    probs, fragile = exact_distribution(ref, prompt, gen, sp, cfg.get("stops", (EOS,)))
+    allowed = None
+    if cfg.get("grammar"):
+        import spm_tokenizer
+        tok = spm_tokenizer.SPMTokenizer.from_gguf(model_path)
+        tb = [tok.token_bytes(t) for t in range(len(tok.pieces))]
+        V = len(tb)
+        allowed = lambda ctx: grammar_allowed(tb, ctx, V, cfg.get("stops", (EOS,)))  # noqa: E731
+    probs, fragile = exact_distribution(ref, prompt, gen, sp, cfg.get("stops", (EOS,)), allowed)
     if () in fragile:
         common.fail(f"test bug: {label}: the first token's distribution is fragile ({fragile[()]}); "
                     f"pick other sampling parameters")

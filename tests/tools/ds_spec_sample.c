@@ -3,7 +3,7 @@
 //   ds_spec_sample MODEL --prompt-ids 1,2,3 [--drafter DIR] [--spec none|dspark|ngram] [--draft-max K]
 //                  [--temp T --top-k K --top-p P --min-p M] [--verify coupled|residual]
 //                  [--presence P --frequency F --bias ID:B,ID:B] --seeds N [--seed0 S]
-//                  [--gen 2] [--batch R]
+//                  [--gen 2] [--batch R] [--grammar GBNF]
 // Prints one line per distinct outcome: "count t1 t2 ..." (-1 where the sequence ended at EOS).
 // --batch R runs R sequences at a time through one engine (the batched path).
 #include <stdio.h>
@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
     ds_logit_bias bias[64];
     int n_bias = 0;
     int gen = 2, batch = 1;
+    const char *grammar = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         const char *o = argv[i];
         char *v = argv[i + 1];
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--seeds")) seeds = atol(v);
         else if (!strcmp(o, "--seed0")) seed0 = atol(v);
         else if (!strcmp(o, "--gen")) gen = atoi(v);
+        else if (!strcmp(o, "--grammar")) grammar = v;
         else if (!strcmp(o, "--batch")) batch = atoi(v);
         else {
             fprintf(stderr, "ds_spec_sample: unknown option %s\n", o);
@@ -88,7 +90,7 @@ int main(int argc, char **argv) {
         const int r = seeds - s0 < batch ? (int)(seeds - s0) : batch;
         for (int j = 0; j < r; j++)
             if (ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = gen, .sp = &sp,
-                    .seed = (uint64_t)(seed0 + s0 + j), .batch_invariant = 1}, &ids[j])) return die("add");
+                    .seed = (uint64_t)(seed0 + s0 + j), .batch_invariant = 1, .grammar = grammar}, &ids[j])) return die("add");
         while (ds_engine_active(e))
             if (ds_engine_step(e)) return die("step");
         for (int j = 0; j < r; j++) {
