@@ -251,7 +251,8 @@ ds_status ds_chat_render(const ds_tokenizer *t, const ds_chat_message *msgs, int
 // The name of the tokenizer's chat format ("chatml", "gemma", "llama3", "plain").
 const char *ds_chat_format_name(const ds_tokenizer *t);
 // The chat format's end-of-turn token (<|im_end|>, <end_of_turn>, <|eot_id|>), or -1 (plain).
-// For a model with a chat template: the first of the known end-of-turn tokens (<|im_end|>,
+// For a model with a chat template: that of the format its markers show (as above), else the first
+// of the known end-of-turn tokens (<|im_end|>,
 // <end_of_turn>, <|eot_id|>, <|end|>, <|END_OF_TURN_TOKEN|>, <|eom_id|>) that the template
 // writes and the vocabulary holds, else the eos_token when the template writes it, else -1.
 int ds_chat_eot(const ds_tokenizer *t);
