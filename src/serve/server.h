@@ -14,6 +14,8 @@
 
 #include "dspark_jobs.h"
 
+struct cJSON;
+
 // ---------------------------------------------------------------------------------------------
 // OpenAI requests (src/serve/request.c): parsing and validation, independent of HTTP.
 
@@ -41,6 +43,10 @@ typedef struct {
     ds_logit_bias *bias;     // (sp.n_logit_bias) logit_bias; sp.logit_bias points here
     char *stops[DS_OA_MAX_STOPS]; // non-empty UTF-8 strings
     int n_stops;
+    // chat: tools offered to the model (tool_choice "auto"): its output is parsed for calls in
+    // the template's syntax (DS_TOOLS_NONE: none offered, or a template without a known syntax)
+    ds_tool_syntax tool_syntax;
+    int parallel_tool_calls; // 0: at most one call is returned
 } ds_oa_request;
 
 // Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for
@@ -49,6 +55,16 @@ typedef struct {
 ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, ds_oa_request *out,
                       const char **param);
 void ds_oa_request_free(ds_oa_request *r);
+
+// llama-server's POST /apply-template body {messages, tools?, chat_template_kwargs?,
+// add_generation_prompt? (true)} -> the rendered prompt (*text malloc'ed). Errors as ds_oa_parse.
+ds_status ds_oa_parse_apply_template(const char *body, size_t n, const ds_model *m, char **text, const char **param);
+
+// What a forced tool choice (tool_choice "required" or a named function) must constrain the
+// output to, for the grammar engine: a malloc'ed JSON object {"tool_names": [...], "syntax":
+// "hermes" | "llama3" | "mistral" | "none", "parallel": bool}. The server answers such requests
+// with a 400 until the grammar engine is wired to it (ds_oa_parse, parse_tool_choice).
+char *ds_oa_tool_constraint(const struct cJSON *tools, const char *only_name, ds_tool_syntax syntax, int parallel);
 
 // llama-server's POST /tokenize body {"content": string, "add_special": bool (false), "with_pieces":
 // bool (false)} and POST /detokenize body {"tokens": [ids]} (ids checked against the vocabulary;
