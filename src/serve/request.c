@@ -229,7 +229,7 @@ static ds_status copy_tool_calls(const cJSON *tc, cJSON *o, int i, const char **
 }
 
 // `messages` as the JSON array the chat template is rendered with: role ("developer" -> "system"),
-// content (a string; text parts concatenated; null kept for an assistant's tool calls), name,
+// content (a string; text parts concatenated; an assistant's null content with tool calls is ""), name,
 // tool_calls, tool_call_id, reasoning_content.
 static ds_status build_messages(const cJSON *root, cJSON **out, const char **param) {
     *out = NULL;
@@ -276,8 +276,8 @@ static ds_status build_messages(const cJSON *root, cJSON **out, const char **par
             }
             cJSON_AddStringToObject(o, "content", text);
             free(text);
-        } else {
-            cJSON_AddNullToObject(o, "content");
+        } else { // null (an assistant's tool calls): "" (Qwen's templates test `'</think>' in content`)
+            cJSON_AddStringToObject(o, "content", "");
         }
         if ((st = copy_str(e, o, "name", i, param)) || (st = copy_str(e, o, "tool_call_id", i, param)) ||
             (st = copy_str(e, o, "reasoning_content", i, param)))
