@@ -175,17 +175,6 @@ ds_status ds_tokenizer_load_gguf(const ds_gguf *g, ds_tokenizer **out) {
     }
     st = ds_tokenizer_init_spm((int)n, pieces, lens, sc, types ? ty : NULL, (int)bos, (int)eos, (int)unk, space, out);
     if (st) ds_fail_prefix(st, "%s", path);
-    const ds_gguf_kv *tmpl = ds_gguf_find_kv(g, "tokenizer.chat_template");
-    if (!st && tmpl && tmpl->type == DS_GGUF_STRING) { // the template, with BOS/EOS as their pieces' text
-        cJSON *ct = str_n(&tmpl->v.s), *bs = bos >= 0 ? str_n(&toks->arr_strs[bos]) : NULL, *es = eos >= 0 ? str_n(&toks->arr_strs[eos]) : NULL;
-        ds_tokenizer *t = *out;
-        if (ct) {
-            t->chat_format = ds_chat_detect(ct->valuestring);
-            t->chat_flags = ds_chat_variant(ct->valuestring);
-            t->tmpl_eot = ds_chat_setup(t, ct, bs ? bs->valuestring : NULL, es ? es->valuestring : NULL);
-        }
-        cJSON_Delete(ct), cJSON_Delete(bs), cJSON_Delete(es);
-    }
 done:
     free(pieces);
     free(lens);
