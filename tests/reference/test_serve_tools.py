@@ -10,7 +10,8 @@ template) against jinja2 run as transformers runs it (test_chat_template.make_en
   - tools offered, the model forced to emit "<tool_call>" tokens (logit_bias) that never form a
     call: the text stays content ("stop"/"length", no tool_calls), and the stream (content held
     back while it could start a call) concatenates to the same content;
-  - tool_choice "required" is a 400 naming it; "none" renders without tools.
+  - tool_choice "required" is a 400 naming it; "none" renders without tools;
+  - the openai npm SDK sends the same shapes and reads the replies (tests/node/tools_client.mjs).
 
     test_serve_tools.py
 """
@@ -132,6 +133,11 @@ def main():
                   "not supported yet" in o.get("error", {}).get("message", "")), (400, "tool_choice", True))
         st, o = post("/v1/chat/completions", {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]})
         chk.equal("tool_calls with arguments that are not JSON: a 400", (st, o.get("error", {}).get("param")), (400, "messages"))
+        # The openai npm SDK with the same request shapes (tests/node/tools_client.mjs).
+        p = subprocess.run(["node", os.path.join(NODE_DIR, "tools_client.mjs"), f"http://127.0.0.1:{port}/v1", str(tool_call[0])],
+                           capture_output=True, text=True, timeout=120)
+        fails = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("FAIL") or "Error" in x]
+        chk.equal("the openai SDK with tools", (p.returncode, fails, "checks passed" in p.stdout), (0, [], True))
     finally:
         srv.kill()
         srv.wait()
