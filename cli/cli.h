@@ -69,6 +69,7 @@ int cmd_draft_vocab(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_inflate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_chat_template(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 

@@ -24,6 +24,7 @@ static void usage(FILE *f) {
             "  profile        measure the target's verification cost table SPS(B) for --schedule auto\n"
             "  tokenize       text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer\n"
             "  chat           interactive chat with a model (reads lines from stdin)\n"
+            "  chat-template  render a conversation with a Jinja chat template (as transformers does)\n"
             "  serve          an OpenAI-compatible HTTP server (dspark serve --help)\n"
             "  version        print the version\n");
 }
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "drafters") == 0) return cmd_drafters(argc - 1, argv + 1);
     if (strcmp(cmd, "inflate") == 0) return cmd_inflate(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "chat-template") == 0) return cmd_chat_template(argc - 1, argv + 1);
     if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

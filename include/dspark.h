@@ -257,7 +257,55 @@ ds_status ds_chat_render(const ds_tokenizer *t, const ds_chat_message *msgs, int
 // The name of the tokenizer's chat format ("chatml", "gemma", "llama3", "plain").
 const char *ds_chat_format_name(const ds_tokenizer *t);
 // The chat format's end-of-turn token (<|im_end|>, <end_of_turn>, <|eot_id|>), or -1 (plain).
+// For a model with a chat template: that of the format its markers show (as above), else the first
+// of the known end-of-turn tokens (<|im_end|>,
+// <end_of_turn>, <|eot_id|>, <|end|>, <|END_OF_TURN_TOKEN|>, <|eom_id|>) that the template
+// writes and the vocabulary holds, else the eos_token when the template writes it, else -1.
 int ds_chat_eot(const ds_tokenizer *t);
+
+// ---------------------------------------------------------------------------------------------
+// Chat templates: the model's own Jinja chat_template (tokenizer_config.json, or GGUF
+// tokenizer.chat_template), rendered as transformers' apply_chat_template renders it (jinja2's
+// sandboxed environment, trim_blocks, lstrip_blocks, loopcontrols, tojson as json.dumps with
+// ensure_ascii=False, raise_exception, strftime_now). Whenever a tokenizer has a template that
+// parses, ds_chat_render and ds_chat_render_json render through it; the built-in formats above are
+// the fallback for tokenizers without one (or whose template needs a feature left out).
+
+typedef struct ds_chat_template ds_chat_template;
+// The template source (UTF-8) with the bos_token / eos_token strings it is rendered with (NULL:
+// not defined). `name` prefixes error messages ("NAME:LINE: problem"): a syntax error is
+// DS_ERR_FORMAT, a feature the interpreter leaves out DS_ERR_UNSUPPORTED (naming it).
+ds_status ds_chat_template_init(const char *src, const char *bos_token, const char *eos_token, const char *name,
+                                ds_chat_template **out);
+void ds_chat_template_free(ds_chat_template *t);
+// Render OpenAI-style messages (a JSON array of {role, content (string or text parts), name,
+// tool_calls, tool_call_id, reasoning_content, ...}, passed to the template as they are, as
+// transformers does), `tools_json` (a JSON array, or NULL: tools is none), `kwargs_json` (a JSON
+// object of further template variables, e.g. {"enable_thinking": false}, or NULL). *out is
+// malloc'ed. Bad JSON, raise_exception and template errors are DS_ERR_INVALID.
+ds_status ds_chat_template_render(const ds_chat_template *t, const char *messages_json, const char *tools_json,
+                                  const char *kwargs_json, int add_generation_prompt, char **out);
+// The tokenizer's template (with_tools: the "tool_use" one of a named-template list when there is
+// one), or NULL when it has none.
+const ds_chat_template *ds_chat_template_of(const ds_tokenizer *t, int with_tools);
+// The same as ds_chat_template_render with the tokenizer's template (tool_use when tools are
+// given); a tokenizer without one renders the messages' role/content in its built-in format.
+ds_status ds_chat_render_json(const ds_tokenizer *t, const char *messages_json, const char *tools_json,
+                              const char *kwargs_json, int add_generation_prompt, char **out);
+
+// Tool calls in a model's output, in the syntax its template teaches it (chosen from the template
+// text): Hermes / Qwen "<tool_call>\n{json}\n</tool_call>" (any number), Llama 3.x JSON
+// {"name", "parameters"} (optionally after <|python_tag|>), Mistral "[TOOL_CALLS] [{...}]".
+typedef enum { DS_TOOLS_NONE = 0, DS_TOOLS_HERMES, DS_TOOLS_LLAMA3, DS_TOOLS_MISTRAL } ds_tool_syntax;
+ds_tool_syntax ds_chat_template_tool_syntax(const ds_chat_template *t); // DS_TOOLS_NONE for NULL
+const char *ds_tool_syntax_name(ds_tool_syntax s); // "none", "hermes", "llama3", "mistral"
+// Split a complete output into its content (the text outside tool calls, malloc'ed) and its calls
+// (*calls_json: a malloc'ed JSON array of {"name": ..., "arguments": "<JSON text>"}; NULL when
+// none). A call whose JSON is malformed stays content. Fails only on out of memory.
+ds_status ds_tool_calls_parse(ds_tool_syntax s, const char *text, size_t n, char **content, char **calls_json, int *n_calls);
+// Streaming: how many leading bytes of the output so far are content for sure (not the start, or
+// a possible start, of a tool call).
+size_t ds_tool_calls_safe(ds_tool_syntax s, const char *text, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Text output of one request: committed tokens -> the text a front end shows (generate, chat and

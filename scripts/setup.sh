@@ -16,6 +16,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin         # data-parallel training (mpirun -np N dspark train)
   gnuplot-nox                        # optional loss-curve PNG of dspark train --plot
   python3-numpy python3-torch        # independent reference implementations inside tests/
+  python3-jinja2                     # reference for the chat-template interpreter (tests/reference/test_chat_template.py)
 )
 
 missing=()

@@ -1,5 +1,6 @@
 // OpenAI request bodies -> ds_oa_request: every field type- and range-checked; prompts tokenized
-// (text with BOS, as `dspark generate` does; chat through ds_chat_render).
+// (text with BOS, as `dspark generate` does; chat through the model's chat template,
+// ds_chat_render_json, with tools, tool calls and tool results in the history).
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -190,49 +191,275 @@ static ds_status message_content(const cJSON *content, int i, char **out, const 
     return DS_OK;
 }
 
-static ds_status parse_messages(const cJSON *root, const ds_model *m, ds_oa_request *r, const char **param) {
+static ds_status badf(const char **param, const char *name, const char *fmt, int i, const char *what) {
+    char msg[200];
+    snprintf(msg, sizeof msg, fmt, i, what);
+    *param = name;
+    return ds_fail(DS_ERR_INVALID, "%s", msg);
+}
+
+// A copy of an optional string field (absent or null: left out).
+static ds_status copy_str(const cJSON *e, cJSON *o, const char *key, int i, const char **param) {
+    const cJSON *f = field(e, key);
+    if (!f) return DS_OK;
+    if (!cJSON_IsString(f)) return badf(param, "messages", "messages[%d].%s must be a string", i, key);
+    if (!utf8_ok(f->valuestring)) return badf(param, "messages", "messages[%d].%s is not valid UTF-8", i, key);
+    cJSON_AddStringToObject(o, key, f->valuestring);
+    return DS_OK;
+}
+
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}].
+// arguments (a JSON string on the wire) is handed to the template as the object it encodes, as
+// vLLM and llama-server do: templates (Llama 3.1, Hermes, Mistral) apply tojson to a mapping.
+static ds_status copy_tool_calls(const cJSON *tc, cJSON *o, int i, const char **param) {
+    if (!cJSON_IsArray(tc)) return badf(param, "messages", "messages[%d].tool_calls must be an array%s", i, "");
+    cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
+    for (const cJSON *c = tc->child; c; c = c->next) {
+        const cJSON *fn = cJSON_IsObject(c) ? field(c, "function") : NULL, *name = fn ? field(fn, "name") : NULL;
+        const cJSON *args = fn ? field(fn, "arguments") : NULL, *id = cJSON_IsObject(c) ? field(c, "id") : NULL;
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || (args && !cJSON_IsString(args) && !cJSON_IsObject(args)) ||
+            (id && !cJSON_IsString(id)))
+            return badf(param, "messages", "messages[%d].tool_calls: each needs function.name (string) and function.arguments (a JSON string)%s", i, "");
+        cJSON *x = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, x);
+        if (id) cJSON_AddStringToObject(x, "id", id->valuestring);
+        cJSON_AddStringToObject(x, "type", "function");
+        cJSON_AddItemToObject(x, "function", f);
+        cJSON_AddStringToObject(f, "name", name->valuestring);
+        cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : args ? cJSON_Duplicate(args, 1) : cJSON_CreateObject();
+        if (cJSON_IsString(args) && !cJSON_IsObject(parsed)) {
+            cJSON_Delete(parsed);
+            return badf(param, "messages", "messages[%d].tool_calls: function.arguments is not a JSON object%s", i, "");
+        }
+        cJSON_AddItemToObject(f, "arguments", parsed);
+    }
+    return DS_OK;
+}
+
+// `messages` as the JSON array the chat template is rendered with: role ("developer" -> "system"),
+// content (a string; text parts concatenated; an assistant's null content with tool calls is ""), name,
+// tool_calls, tool_call_id, reasoning_content.
+static ds_status build_messages(const cJSON *root, cJSON **out, const char **param) {
+    *out = NULL;
     const cJSON *ms = field(root, "messages");
     if (!ms) return bad(param, "messages", "'%s' is required", "messages");
     if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) < 1)
         return bad(param, "messages", "'%s' must be a non-empty array", "messages");
-    const int n = cJSON_GetArraySize(ms);
-    ds_chat_message *msgs = calloc((size_t)n, sizeof *msgs);
-    if (!msgs) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr) return ds_fail(DS_ERR_NOMEM, "out of memory");
     ds_status st = DS_OK;
     int i = 0;
-    for (const cJSON *e = ms->child; e; e = e->next, i++) {
+    for (const cJSON *e = ms->child; e && !st; e = e->next, i++) {
         const cJSON *role = cJSON_IsObject(e) ? field(e, "role") : NULL;
         const cJSON *content = cJSON_IsObject(e) ? field(e, "content") : NULL;
-        if (cJSON_IsObject(e) && (field(e, "tool_calls") || field(e, "function_call") ||
-                                  (cJSON_IsString(role) && (!strcmp(role->valuestring, "tool") ||
-                                                            !strcmp(role->valuestring, "function"))))) {
-            st = bad(param, "messages", "'%s' with tool calls or tool results are not supported (the server does not run tools)",
-                     "messages");
+        if (!cJSON_IsString(role)) {
+            st = bad(param, "messages", "each of '%s' must be an object with a string 'role'", "messages");
             break;
         }
-        if (!cJSON_IsString(role) || !content) {
-            st = bad(param, "messages", "each of '%s' must be an object with a string 'role' and a 'content'", "messages");
+        const char *r = role->valuestring;
+        if (!strcmp(r, "developer")) r = "system"; // OpenAI's system instructions of newer models
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+            st = badf(param, "messages", "messages[%d].role '%.40s' is not one of system, developer, user, assistant, tool", i, r);
             break;
         }
-        char *text = NULL;
-        if ((st = message_content(content, i, &text, param))) break;
-        msgs[i].content = text;
-        if (!utf8_ok(role->valuestring) || !utf8_ok(text)) {
-            st = bad(param, "messages", "'%s' is not valid UTF-8", "messages");
+        if (field(e, "function_call")) {
+            st = badf(param, "messages", "messages[%d].function_call (the deprecated form) is not supported: use tool_calls%s", i, "");
             break;
         }
-        // OpenAI's "developer" messages are the system instructions of newer models.
-        msgs[i].role = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
+        const cJSON *tc = field(e, "tool_calls");
+        if (!content && !(tc && !strcmp(r, "assistant"))) {
+            st = badf(param, "messages", "messages[%d] needs a 'content'%s", i, "");
+            break;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddStringToObject(o, "role", r);
+        if (content) {
+            char *text = NULL;
+            if ((st = message_content(content, i, &text, param))) break;
+            if (!utf8_ok(text)) {
+                free(text);
+                st = bad(param, "messages", "'%s' is not valid UTF-8", "messages");
+                break;
+            }
+            cJSON_AddStringToObject(o, "content", text);
+            free(text);
+        } else { // null (an assistant's tool calls): "" (Qwen's templates test `'</think>' in content`)
+            cJSON_AddStringToObject(o, "content", "");
+        }
+        if ((st = copy_str(e, o, "name", i, param)) || (st = copy_str(e, o, "tool_call_id", i, param)) ||
+            (st = copy_str(e, o, "reasoning_content", i, param)))
+            break;
+        if (tc && (st = copy_tool_calls(tc, o, i, param))) break;
     }
-    char *text = NULL;
-    if (!st && (st = ds_chat_render(ds_model_tokenizer(m), msgs, n, 1, &text))) {
+    if (st) {
+        cJSON_Delete(arr);
+        return st;
+    }
+    *out = arr;
+    return DS_OK;
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}].
+static ds_status check_tools(const cJSON *tools, const char **param) {
+    if (!cJSON_IsArray(tools)) return bad(param, "tools", "'%s' must be an array", "tools");
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        const cJSON *ty = cJSON_IsObject(t) ? field(t, "type") : NULL, *fn = cJSON_IsObject(t) ? field(t, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? field(fn, "name") : NULL, *params = cJSON_IsObject(fn) ? field(fn, "parameters") : NULL;
+        const cJSON *desc = cJSON_IsObject(fn) ? field(fn, "description") : NULL;
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))
+            return badf(param, "tools", "tools[%d].type must be \"function\"%s", i, "");
+        if (!cJSON_IsString(name) || !name->valuestring[0] || (params && !cJSON_IsObject(params)) || (desc && !cJSON_IsString(desc)))
+            return badf(param, "tools", "tools[%d].function needs a string 'name' (and an object 'parameters', a string 'description')%s", i, "");
+    }
+    return DS_OK;
+}
+
+// tool_choice "required" / a named function: the grammar that forces a call (or, with
+// parallel_tool_calls, one or more) in the template's syntax, each call's arguments constrained by
+// its tool's `parameters` schema (the JSON Schema subset of ds_json_schema_to_gbnf; a tool without
+// parameters takes any object). The calls' JSON is one schema, {"anyOf": [{name: const, arguments:
+// schema}, ...]}, converted once; its root rule becomes `call-json` and the syntax wraps it.
+static ds_status tool_grammar(const cJSON *tools, const char *only, ds_tool_syntax syn, int parallel, char **gbnf,
+                              const char **param) {
+    *gbnf = NULL;
+    if (syn == DS_TOOLS_NONE)
+        return bad(param, "tool_choice", "'%s' needs a chat template with a known tool-call syntax (hermes, llama3, mistral)",
+                   "tool_choice");
+    cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
+    const char *args_key = syn == DS_TOOLS_LLAMA3 ? "parameters" : "arguments";
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        const cJSON *fn = field(t, "function"), *name = field(fn, "name"), *params = field(fn, "parameters");
+        if (only && strcmp(only, name->valuestring)) continue;
+        cJSON *o = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(o, "properties");
+        cJSON_AddStringToObject(o, "type", "object");
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name->valuestring);
+        cJSON *ps = params ? cJSON_Duplicate(params, 1) : cJSON_CreateObject();
+        if (!params) cJSON_AddStringToObject(ps, "type", "object");
+        cJSON_AddItemToObject(props, args_key, ps);
+        cJSON *req = cJSON_AddArrayToObject(o, "required");
+        cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+        cJSON_AddItemToArray(req, cJSON_CreateString(args_key));
+        cJSON_AddItemToArray(any, o);
+    }
+    if (!cJSON_GetArraySize(any)) {
+        cJSON_Delete(schema);
+        return bad(param, "tool_choice", "'%s' names a function that is not among the tools", "tool_choice");
+    }
+    char *js = cJSON_PrintUnformatted(schema), *calls = NULL;
+    cJSON_Delete(schema);
+    const char *kw = NULL;
+    ds_status st = js ? ds_json_schema_to_gbnf(js, strlen(js), &calls, &kw) : ds_fail(DS_ERR_NOMEM, "out of memory");
+    free(js);
+    if (st) {
+        *param = "tools";
+        return kw ? ds_fail(DS_ERR_INVALID, "tools: a function's parameters use '%s', which constrained tool calls do not support", kw)
+                  : st;
+    }
+    // "root ::= X\n..." -> "call-json ::= X\n...", and the syntax around it.
+    const char *wrap = syn == DS_TOOLS_HERMES
+                           ? (parallel ? "root ::= call ( \"\\n\" call )*\ncall ::= \"<tool_call>\\n\" call-json \"\\n</tool_call>\"\n"
+                                       : "root ::= \"<tool_call>\\n\" call-json \"\\n</tool_call>\"\n")
+                       : syn == DS_TOOLS_LLAMA3 ? (parallel ? "root ::= call-json ( \"; \" call-json )*\n" : "root ::= call-json\n")
+                                                : (parallel ? "root ::= \"[TOOL_CALLS][\" call-json ( \", \" call-json )* \"]\"\n"
+                                                            : "root ::= \"[TOOL_CALLS][\" call-json \"]\"\n");
+    const size_t n = strlen(wrap) + strlen(calls) + 16;
+    if (strncmp(calls, "root ::= ", 9) || !(*gbnf = malloc(n))) {
+        free(calls);
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    snprintf(*gbnf, n, "%scall-json ::= %s", wrap, calls + 9);
+    free(calls);
+    return DS_OK;
+}
+
+// The conversation of a chat body rendered through the model's chat template: messages, tools
+// (unless tool_choice is "none"), chat_template_kwargs. *syntax: the tool-call syntax to parse
+// the reply with (DS_TOOLS_NONE when no tools are offered).
+static ds_status render_chat(const cJSON *root, const ds_model *m, int gen, char **text, ds_tool_syntax *syntax,
+                             int *parallel, char **grammar, const char **param) {
+    *text = NULL;
+    if (syntax) *syntax = DS_TOOLS_NONE;
+    if (parallel) *parallel = 1;
+    const ds_tokenizer *tok = ds_model_tokenizer(m);
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice"), *kw = field(root, "chat_template_kwargs");
+    const cJSON *ptc = field(root, "parallel_tool_calls");
+    if (tools) {
+        ds_status st = check_tools(tools, param);
+        if (st) return st;
+        if (!cJSON_GetArraySize(tools)) tools = NULL;
+    }
+    if (ptc && !cJSON_IsBool(ptc)) return bad(param, "parallel_tool_calls", "'%s' must be a boolean", "parallel_tool_calls");
+    if (parallel && ptc) *parallel = cJSON_IsTrue(ptc);
+    if (kw && !cJSON_IsObject(kw)) return bad(param, "chat_template_kwargs", "'%s' must be an object", "chat_template_kwargs");
+    int offer = tools != NULL;
+    if (choice) {
+        const char *forced = NULL;
+        if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) offer = 0; // the model is not offered tools
+        else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto")) {
+        } else if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required")) forced = "";
+        else if (cJSON_IsObject(choice)) {
+            const cJSON *ty = field(choice, "type"), *fn = field(choice, "function"), *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
+            if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
+                return bad(param, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+            forced = nm->valuestring;
+        } else {
+            return bad(param, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+        }
+        if (forced) {
+            if (!tools) return bad(param, "tool_choice", "'%s' forces a tool call but no 'tools' are given", "tool_choice");
+            if (!ds_chat_template_of(tok, 1))
+                return bad(param, "tools", "'%s' need a model with a chat template (this model has none)", "tools");
+            if (grammar && *grammar)
+                return bad(param, "tool_choice", "'%s' forcing a call cannot be combined with grammar / json_schema / response_format", "tool_choice");
+            // The call is constrained by the grammar engine, so its arguments always parse.
+            if (grammar) {
+                ds_status st = tool_grammar(tools, forced[0] ? forced : NULL, ds_chat_template_tool_syntax(ds_chat_template_of(tok, 1)),
+                                            !ptc || cJSON_IsTrue(ptc), grammar, param);
+                if (st) return st;
+            }
+        }
+    }
+    if (offer && !ds_chat_template_of(tok, 1))
+        return bad(param, "tools", "'%s' need a model with a chat template (this model has none)", "tools");
+    cJSON *msgs;
+    ds_status st = build_messages(root, &msgs, param);
+    if (st) return st;
+    char *mj = cJSON_PrintUnformatted(msgs), *tj = offer ? cJSON_PrintUnformatted(tools) : NULL, *kj = kw ? cJSON_PrintUnformatted(kw) : NULL;
+    cJSON_Delete(msgs);
+    if (!mj || (offer && !tj) || (kw && !kj)) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    else if ((st = ds_chat_render_json(tok, mj, tj, kj, gen, text))) {
         *param = "messages";
         ds_fail_prefix(st, "messages");
     }
-    for (int k = 0; k < n; k++) free((char *)msgs[k].content);
-    free(msgs);
+    if (!st && syntax && offer) *syntax = ds_chat_template_tool_syntax(ds_chat_template_of(tok, 1));
+    free(mj);
+    free(tj);
+    free(kj);
+    return st;
+}
+
+static ds_status parse_messages(const cJSON *root, const ds_model *m, ds_oa_request *r, const char **param) {
+    char *text = NULL;
+    ds_status st = render_chat(root, m, 1, &text, &r->tool_syntax, &r->parallel_tool_calls, &r->grammar, param);
     if (!st) st = tokenize(m, text, r, "messages", param);
     free(text);
+    return st;
+}
+
+ds_status ds_oa_parse_apply_template(const char *body, size_t n, const ds_model *m, char **text, const char **param) {
+    *param = NULL;
+    *text = NULL;
+    if (ds_json_has_nul_escape(body, n)) return ds_fail(DS_ERR_INVALID, "the body holds a NUL character (\\u0000) in a string, which is not supported");
+    cJSON *root = cJSON_ParseWithLength(body, n);
+    if (!root) return ds_fail(DS_ERR_INVALID, "the body is not valid JSON");
+    ds_status st = DS_OK;
+    const cJSON *g = cJSON_IsObject(root) ? field(root, "add_generation_prompt") : NULL;
+    if (!cJSON_IsObject(root)) st = ds_fail(DS_ERR_INVALID, "the body must be a JSON object");
+    else if (g && !cJSON_IsBool(g)) st = bad(param, "add_generation_prompt", "'%s' must be a boolean", "add_generation_prompt");
+    else st = render_chat(root, m, !g || cJSON_IsTrue(g), text, NULL, NULL, NULL, param);
+    cJSON_Delete(root);
     return st;
 }
 
@@ -261,14 +488,13 @@ static ds_status parse_stops(const cJSON *root, ds_oa_request *r, const char **p
 static ds_status refuse_unsupported(const cJSON *root, int chat, const char **param) {
     const cJSON *f;
     static const char *tool_fields[] = {"tools", "functions"};
-    for (int i = 0; i < 2; i++)
+    for (int i = chat; i < 2; i++) // (chat takes tools; completions none)
         if ((f = field(root, tool_fields[i])) && (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > 0))
-            return bad(param, tool_fields[i], "'%s' is not supported (the server does no tool calling)", tool_fields[i]);
-    static const char *choice_fields[] = {"tool_choice", "function_call"};
-    for (int i = 0; i < 2; i++)
-        if ((f = field(root, choice_fields[i])) &&
-            !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
-            return bad(param, choice_fields[i], "'%s' is not supported (the server does no tool calling)", choice_fields[i]);
+            return bad(param, tool_fields[i], chat ? "'%s' (the deprecated form) is not supported: use tools" : "'%s' is not supported on completions (use chat)", tool_fields[i]);
+    if (!chat && (f = field(root, "tool_choice")) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "none")))
+        return bad(param, "tool_choice", "'%s' is not supported on completions", "tool_choice");
+    if ((f = field(root, "function_call")) && !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
+        return bad(param, "function_call", "'%s' (the deprecated form) is not supported: use tool_choice", "function_call");
     if ((f = field(root, "response_format"))) {
         const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
         if (!cJSON_IsString(t)) return bad(param, "response_format", "'%s' must be an object with a string 'type'", "response_format");

@@ -45,6 +45,10 @@ typedef struct {
     float *plp;            // (n_prompt, 1 + top)
     int32_t *plp_ids;      // (n_prompt, top)
     int plp_ready;         // copied out of the engine (once its prompt is prefilled)
+    // tools offered (r->oa.tool_syntax): the finished text parsed once for tool calls (under mu)
+    int tc_parsed, tc_n;
+    char *tc_content, *tc_calls; // the content around the calls, the calls' JSON array
+    int tc_sent;           // streaming: the tool-call deltas were sent
 } srv_choice;
 
 typedef struct srv_req {
@@ -113,6 +117,8 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
         free(r->ch[i].lp_ids);
         free(r->ch[i].plp);
         free(r->ch[i].plp_ids);
+        free(r->ch[i].tc_content);
+        free(r->ch[i].tc_calls);
     }
     free(r->ch);
     free(r->out);
@@ -552,6 +558,48 @@ static cJSON *logprobs_json(const ds_server *s, const srv_req *r, const srv_choi
     return o;
 }
 
+// Tools offered: parse c's finished text for calls once (under mu). Returns the number of calls.
+static int tool_calls(const srv_req *r, srv_choice *c) {
+    if (r->oa.tool_syntax == DS_TOOLS_NONE || !c->finish) return 0;
+    if (!c->tc_parsed) {
+        size_t len;
+        const char *text = ds_text_out_text(ds_gen_text(c->g), &len);
+        c->tc_parsed = 1;
+        if (ds_tool_calls_parse(r->oa.tool_syntax, text, len, &c->tc_content, &c->tc_calls, &c->tc_n)) c->tc_n = 0;
+        if (c->tc_n > 1 && !r->oa.parallel_tool_calls) c->tc_n = 1; // parallel_tool_calls: false
+    }
+    return c->tc_n;
+}
+
+// The text of c that may be streamed as content: the text output's safe part, less what could
+// still be (the start of) a tool call; once it has finished with calls, nothing more.
+static size_t choice_safe(const srv_req *r, srv_choice *c) {
+    size_t safe = ds_text_out_safe(ds_gen_text(c->g));
+    if (r->oa.tool_syntax == DS_TOOLS_NONE) return safe;
+    if (c->finish) return tool_calls(r, c) ? c->sent : safe;
+    return ds_tool_calls_safe(r->oa.tool_syntax, ds_text_out_text(ds_gen_text(c->g), NULL), safe);
+}
+
+// OpenAI tool_calls of c: [{index?, id, type, function: {name, arguments}}].
+static cJSON *tool_calls_json(const srv_req *r, const srv_choice *c, int idx, int with_index) {
+    cJSON *parsed = cJSON_Parse(c->tc_calls), *arr = cJSON_CreateArray();
+    int k = 0;
+    for (const cJSON *t = parsed ? parsed->child : NULL; t && k < c->tc_n; t = t->next, k++) {
+        cJSON *x = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        char id[96];
+        snprintf(id, sizeof id, "call_%s_%d_%d", r->id, idx, k);
+        if (with_index) cJSON_AddNumberToObject(x, "index", k);
+        cJSON_AddStringToObject(x, "id", id);
+        cJSON_AddStringToObject(x, "type", "function");
+        cJSON_AddItemToObject(x, "function", f);
+        cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
+        cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(t, "arguments")->valuestring);
+        cJSON_AddItemToArray(arr, x);
+    }
+    cJSON_Delete(parsed);
+    return arr;
+}
+
 // Choice `index`: text (len bytes; NULL = none, as in a chat stream's last chunk), the logprobs of
 // output tokens [lp_from, lp_to) of c when asked for, and the finish reason.
 static cJSON *choice(const ds_server *s, const srv_req *r, const srv_choice *ch, int index, const char *text, size_t len,
@@ -600,7 +648,15 @@ static cJSON *completion_json(const ds_server *s, const srv_req *r) {
                 len += pl;
             }
         }
-        cJSON_AddItemToArray(cs, choice(s, r, c, i, text, len, 0, c->finish, 1, 0, c->n_lp));
+        if (r->oa.chat && tool_calls(r, (srv_choice *)c)) { // content (or null) and the calls
+            cJSON *ch = choice(s, r, c, i, c->tc_content, strlen(c->tc_content), 0, "tool_calls", 1, 0, c->n_lp);
+            cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
+            if (!c->tc_content[0]) cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateNull());
+            cJSON_AddItemToObject(msg, "tool_calls", tool_calls_json(r, c, i, 0));
+            cJSON_AddItemToArray(cs, ch);
+        } else {
+            cJSON_AddItemToArray(cs, choice(s, r, c, i, text, len, 0, c->finish, 1, 0, c->n_lp));
+        }
         free(full);
     }
     cJSON_AddItemToObject(o, "usage", usage_json(r));
@@ -631,13 +687,13 @@ static int out_event(srv_req *r, cJSON *o) {
 }
 
 // Whether choice c has something to stream now: text, or its finish chunk. Under mu.
-static int choice_pending(const srv_choice *c) {
-    return !c->ended && (ds_text_out_safe(ds_gen_text(c->g)) > c->sent || c->finish);
+static int choice_pending(const srv_req *r, srv_choice *c) {
+    return !c->ended && (choice_safe(r, c) > c->sent || c->finish);
 }
 
-static int stream_pending(const srv_req *r) {
+static int stream_pending(srv_req *r) {
     for (int i = 0; i < r->n_ch; i++)
-        if (choice_pending(&r->ch[i])) return 1;
+        if (choice_pending(r, &r->ch[i])) return 1;
     return 0;
 }
 
@@ -661,8 +717,8 @@ static int stream_next(ds_server *s, srv_req *r) {
     }
     for (int i = 0; i < r->n_ch; i++) {
         srv_choice *c = &r->ch[i];
-        if (!choice_pending(c)) continue;
-        const size_t safe = ds_text_out_safe(ds_gen_text(c->g));
+        if (!choice_pending(r, c)) continue;
+        const size_t safe = choice_safe(r, c);
         if (safe > c->sent) { // the text, with the logprobs of the tokens it completes
             int lp_to = c->lp_sent;
             while (lp_to < c->n_lp && ds_text_out_token_end(ds_gen_text(c->g), lp_to) <= safe) lp_to++;
@@ -674,11 +730,41 @@ static int stream_next(ds_server *s, srv_req *r) {
             c->lp_sent = lp_to;
             if (!out_event(r, o)) return 0;
         }
-        if (c->finish && ds_text_out_safe(ds_gen_text(c->g)) == c->sent) {
+        if (c->finish && choice_safe(r, c) == c->sent) {
+            const int calls = r->oa.chat ? tool_calls(r, c) : 0;
+            if (calls && !c->tc_sent) { // the calls: one delta each with index, id, type, name, then its arguments
+                c->tc_sent = 1;
+                cJSON *all = tool_calls_json(r, c, i, 1);
+                for (cJSON *t = all->child; t; t = t->next) {
+                    cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+                    char *args = strdup(cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+                    cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", cJSON_CreateString(""));
+                    for (int part = 0; part < 2 && args; part++) {
+                        o = envelope(s, r, 1);
+                        cJSON *ch = choice(s, r, c, i, NULL, 0, 1, NULL, 0, 0, 0), *d = cJSON_GetObjectItemCaseSensitive(ch, "delta");
+                        cJSON *tc = cJSON_AddArrayToObject(d, "tool_calls"), *x;
+                        if (part == 0) x = cJSON_Duplicate(t, 1);
+                        else {
+                            x = cJSON_CreateObject();
+                            cJSON_AddNumberToObject(x, "index", cJSON_GetObjectItemCaseSensitive(t, "index")->valuedouble);
+                            cJSON_AddStringToObject(cJSON_AddObjectToObject(x, "function"), "arguments", args);
+                        }
+                        cJSON_AddItemToArray(tc, x);
+                        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
+                        if (!out_event(r, o)) {
+                            free(args);
+                            cJSON_Delete(all);
+                            return 0;
+                        }
+                    }
+                    free(args);
+                }
+                cJSON_Delete(all);
+            }
             c->ended = 1;
             o = envelope(s, r, 1);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
-                                 choice(s, r, c, i, r->oa.chat ? NULL : "", 0, 1, c->finish, 0, c->lp_sent, c->n_lp));
+                                 choice(s, r, c, i, r->oa.chat ? NULL : "", 0, 1, calls ? "tool_calls" : c->finish, 0, c->lp_sent, c->n_lp));
             c->lp_sent = c->n_lp;
             if (!out_event(r, o)) return 0;
         }
@@ -881,6 +967,18 @@ static enum MHD_Result handle_tokenize(ds_server *s, struct MHD_Connection *c, c
     return respond_json(s, c, 200, o);
 }
 
+// POST /apply-template (llama-server's): {"prompt": the conversation rendered by the chat template}.
+static enum MHD_Result handle_apply_template(ds_server *s, struct MHD_Connection *c, const conn_ctx *cx) {
+    char *text;
+    const char *param;
+    ds_status st = ds_oa_parse_apply_template(cx->body ? cx->body : "", cx->n, s->p.model, &text, &param);
+    if (st) return respond_error(s, c, st == DS_ERR_NOMEM ? 500 : 400, ds_last_error(), param ? param : "messages");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", text);
+    free(text);
+    return respond_json(s, c, 200, o);
+}
+
 // POST /detokenize: {"content": text} (special tokens as their text, as llama-server).
 static enum MHD_Result handle_detokenize(ds_server *s, struct MHD_Connection *c, const conn_ctx *cx) {
     int32_t *ids;
@@ -972,11 +1070,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (strcmp(url, "/health") && !authorized(s, c))
         return respond_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY)", NULL);
     const int compl = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
-    const int tokz = !strcmp(url, "/tokenize"), detokz = !strcmp(url, "/detokenize");
-    if (tokz || detokz) {
+    const int tokz = !strcmp(url, "/tokenize"), detokz = !strcmp(url, "/detokenize"), apply = !strcmp(url, "/apply-template");
+    if (tokz || detokz || apply) {
         if (!post) return respond_error(s, c, 405, "use POST for this endpoint", NULL);
         if (cx->too_big) return respond_error(s, c, 413, "the request body exceeds the limit", NULL);
-        return tokz ? handle_tokenize(s, c, cx) : handle_detokenize(s, c, cx);
+        return tokz ? handle_tokenize(s, c, cx) : detokz ? handle_detokenize(s, c, cx) : handle_apply_template(s, c, cx);
     }
     if (!strncmp(url, "/v1/models/", 11)) {
         if (!get) return respond_error(s, c, 405, "use GET for this endpoint", NULL);

@@ -14,6 +14,8 @@
 
 #include "dspark_jobs.h"
 
+struct cJSON;
+
 // ---------------------------------------------------------------------------------------------
 // OpenAI requests (src/serve/request.c): parsing and validation, independent of HTTP.
 
@@ -44,6 +46,10 @@ typedef struct {
     int no_prompt_cache;     // "cache_prompt": false (llama-server's field): bypass the prompt cache
     char *grammar;           // GBNF the output must match (grammar, json_schema, response_format), or NULL;
                              // ds_gen_request.grammar (anything that constrains a request sets it here)
+    // chat: tools offered to the model (tool_choice "auto"): its output is parsed for calls in
+    // the template's syntax (DS_TOOLS_NONE: none offered, or a template without a known syntax)
+    ds_tool_syntax tool_syntax;
+    int parallel_tool_calls; // 0: at most one call is returned
 } ds_oa_request;
 
 // Parse and validate a JSON body. On a bad request returns DS_ERR_INVALID with a message meant for
@@ -52,6 +58,10 @@ typedef struct {
 ds_status ds_oa_parse(const char *body, size_t n, int chat, const ds_model *m, ds_oa_request *out,
                       const char **param);
 void ds_oa_request_free(ds_oa_request *r);
+
+// llama-server's POST /apply-template body {messages, tools?, chat_template_kwargs?,
+// add_generation_prompt? (true)} -> the rendered prompt (*text malloc'ed). Errors as ds_oa_parse.
+ds_status ds_oa_parse_apply_template(const char *body, size_t n, const ds_model *m, char **text, const char **param);
 
 // llama-server's POST /tokenize body {"content": string, "add_special": bool (false), "with_pieces":
 // bool (false)} and POST /detokenize body {"tokens": [ids]} (ids checked against the vocabulary;

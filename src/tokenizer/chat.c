@@ -1,6 +1,8 @@
-// Chat formats: a conversation rendered as the prompt text a chat model expects. The format is
-// recognized from tokenizer_config.json's chat_template by its markers (we do not run Jinja); each
-// renders plain system/user/assistant text messages exactly as the official template does:
+// Chat formats: a conversation rendered as the prompt text a chat model expects. A tokenizer with a
+// chat template renders through it (chat_template.c, the Jinja interpreter in jinja*.c). The
+// built-in formats below are the fallback for tokenizers whose template is missing or does not
+// parse; recognized from the template's markers, each renders plain system/user/assistant text
+// messages exactly as the official template does:
 //   chatml (Qwen):  "<|im_start|>{role}\n{content}<|im_end|>\n" per message; Qwen3's template
 //                   (it mentions <think>) strips "...</think>" from earlier assistant turns and
 //                   wraps a final assistant turn as "<think>\n\n</think>\n\n{content}"; Qwen2.5's
@@ -17,6 +19,7 @@
 //   plain:          "role: content\n" per message (tokenizers without a chat template).
 // The rendered text already holds BOS where the template puts it: tokenize it with ds_tokenize
 // (which never doubles a leading BOS) or ds_tokenize_ex without DS_TOK_ADD_SPECIAL.
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,6 +56,7 @@ const char *ds_chat_format_name(const ds_tokenizer *t) {
 }
 
 int ds_chat_eot(const ds_tokenizer *t) {
+    if (t && t->tmpl) return t->tmpl_eot;
     return t && t->kind == DS_TOK_HF && t->chat_format != DS_CHAT_PLAIN ? t->hf->eot : -1;
 }
 
@@ -217,6 +221,21 @@ ds_status ds_chat_render(const ds_tokenizer *t, const ds_chat_message *msgs, int
         if (!r || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")))
             return ds_fail(DS_ERR_INVALID, "chat: message %d has an unknown role '%s'", i, r ? r : "(none)");
         if (!ds_utf8_valid((const uint8_t *)c, strlen(c), NULL)) return ds_fail(DS_ERR_INVALID, "chat: message %d is not valid UTF-8", i);
+    }
+    if (t && t->tmpl) { // the model's own template, with the messages as JSON
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; arr && i < n; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(arr, o);
+            cJSON_AddStringToObject(o, "role", msgs[i].role);
+            cJSON_AddStringToObject(o, "content", msgs[i].content ? msgs[i].content : "");
+        }
+        char *js = arr ? cJSON_PrintUnformatted(arr) : NULL;
+        cJSON_Delete(arr);
+        if (!js) return ds_fail(DS_ERR_NOMEM, "chat: out of memory");
+        ds_status st = ds_chat_template_render(t->tmpl, js, NULL, NULL, add_generation_prompt, out);
+        free(js);
+        return st;
     }
     sbuf b = {0};
     puts_(&b, "");

@@ -425,6 +425,10 @@ static ds_status read_config(builder *b, const cJSON *cfg) {
                     : t->chat_format == DS_CHAT_LLAMA3 ? "<|eot_id|>" : NULL;
     b->h->eot = eot ? ds_tok_lookup(t, eot, strlen(eot)) : -1;
     if (eot && b->h->eot < 0) t->chat_format = DS_CHAT_PLAIN; // a template we recognize but whose tokens are missing
+    if (ct) { // the template itself (chat_template.c); the end of turn of its format when it has one
+        const int32_t e = ds_chat_setup(t, ct, bos, eos);
+        t->tmpl_eot = b->h->eot >= 0 ? b->h->eot : e;
+    }
     // transformers' default is True when the key is absent.
     b->h->cleanup = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "clean_up_tokenization_spaces"));
     return DS_OK;

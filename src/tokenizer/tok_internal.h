@@ -15,6 +15,9 @@ struct ds_tokenizer {
     int kind;             // DS_TOK_SPM (GGUF SentencePiece) or DS_TOK_HF (tokenizer.json BPE)
     ds_hf *hf;            // kind == DS_TOK_HF: normalizer, pre-tokenizer, merges, added tokens
     int chat_format;      // DS_CHAT_* (chat.c), from tokenizer_config.json's chat_template
+    ds_chat_template *tmpl;       // the chat template, NULL when none (or it does not parse)
+    ds_chat_template *tmpl_tools; // a "tool_use" template of a named list, else NULL
+    int32_t tmpl_eot;             // with tmpl: its end-of-turn id (ds_chat_setup), -1 if none
     unsigned chat_flags;  // DS_CHAT_QWEN3_THINK | ...: template variants (chat.c)
     int n_vocab;
     int bos, eos, unk;    // -1 when absent
@@ -66,6 +69,11 @@ enum { DS_CHAT_PLAIN = 0, DS_CHAT_CHATML, DS_CHAT_GEMMA, DS_CHAT_LLAMA3 };
 int ds_chat_detect(const char *chat_template);
 enum { DS_CHAT_QWEN3_THINK = 1, DS_CHAT_QWEN25_SYSTEM = 2, DS_CHAT_LLAMA31_SYSTEM = 4, DS_CHAT_DATE_NOW = 8 };
 unsigned ds_chat_variant(const char *chat_template);
+// Set up t->tmpl / t->tmpl_tools and the end-of-turn id from tokenizer_config.json's
+// chat_template (a string, or a list of {name, template}) and the bos/eos token strings.
+// A template that does not parse leaves the built-in format in charge. chat_template.c.
+struct cJSON;
+int32_t ds_chat_setup(ds_tokenizer *t, const struct cJSON *chat_template, const char *bos, const char *eos);
 
 // The id whose piece is exactly s[0..n), or -1.
 int32_t ds_tok_lookup(const ds_tokenizer *t, const char *s, size_t n);

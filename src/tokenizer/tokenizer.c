@@ -171,6 +171,8 @@ void ds_tokenizer_free(ds_tokenizer *t) {
     free(t->slots);
     free(t->slot_hash);
     free(t->user_defined);
+    ds_chat_template_free(t->tmpl);
+    ds_chat_template_free(t->tmpl_tools);
     ds_hf_free(t->hf);
     free(t);
 }

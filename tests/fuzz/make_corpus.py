@@ -396,6 +396,25 @@ def build(root):
                 ("chat-stream", 1, {"messages": [{"role": "user", "content": "caf\u00e9"}], "stream": True,
                                     "max_completion_tokens": 5, "seed": 1, "temperature": 1.0})):
             seed("request", name, bytes([chat]) + json.dumps(body, ensure_ascii=False).encode())
+
+    # template: byte 0 even + a chat template (the real ones of tests/fixtures/templates), or byte 0
+    # odd (syntax in bits 1-2: 1 hermes, 2 llama3, 3 mistral) + model output for the tool-call parser.
+    tdir = os.path.join(HERE, "..", "fixtures", "templates")
+    for fn in sorted(os.listdir(tdir)):
+        if fn.endswith(".jinja"):
+            with open(os.path.join(tdir, fn), "rb") as f:
+                seed("template", fn[:-6], b"\x00" + f.read())
+    seed("template", "jinja-misc", b'\x00{%- set ns = namespace(a=[]) -%}{% for x in range(3) if x is odd %}{{ loop.index }}'
+         b'{{ x|string ~ "a"|upper }}{% else %}e{% endfor %}{{ {"a": 1.5e-7, "b": [none, true]}|tojson(indent=2) }}'
+         b'{{ "abc"[::-1] }}{% macro m(a, b=2) %}{{ a + b }}{% endmacro %}{{ m(1) }}{% raw %}{{ x }}{% endraw %}'
+         b'{{ "x" if 1 < 2 < 3 else "y" }}{% filter upper %}f{% endfilter %}')
+    seed("template", "tc-hermes", bytes([1 | 1 << 1]) + b'Hi <tool_call>\n{"name": "get", "arguments": {"city": "Paris"}}\n'
+         b'</tool_call>\n<tool_call>\n{"name": "x"')
+    seed("template", "tc-llama3", bytes([1 | 2 << 1]) + b'<|python_tag|>{"name": "get", "parameters": {"a": [1, {"b": null}]}}; '
+         b'{"name": "h", "parameters": {}}')
+    seed("template", "tc-mistral", bytes([1 | 3 << 1]) + b'[TOOL_CALLS] [{"name": "get", "arguments": {"q": "\\u00e9"}}, '
+         b'{"name": "y", "arguments": "{}"}]')
+    seed("template", "tc-mistral-args", bytes([1 | 3 << 1]) + b'[TOOL_CALLS]get[ARGS]{"q": 1}')
     return seeds
 
 

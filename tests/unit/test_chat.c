@@ -1,7 +1,8 @@
-// Chat formats: the format is recognized from tokenizer_config.json's chat_template, and each
-// renders plain text conversations exactly as the official template does (expected strings
-// written out by hand from the templates of Qwen2.5, Qwen3, Gemma 3 and Llama 3); the rendered
-// text tokenizes with BOS exactly once.
+// Chat formats: a tokenizer renders through its real chat_template (tests/fixtures/templates:
+// Qwen2.5, Qwen3, Gemma 3, Llama 3, Llama 3.1) exactly as the expected strings, written out by
+// hand from those templates, say; its format name and end of turn come from the template's
+// markers; a template that does not parse falls back to the plain transcript; the rendered text
+// tokenizes with BOS exactly once.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,9 +19,32 @@
 static int setup(void **state) { return tmpdir_create("test_chat"); }
 static int teardown(void **state) { return tmpdir_remove(); }
 
+// A fixture template (tests/fixtures/templates/NAME) as a JSON string body (escaped), malloc'ed.
+static char *fixture(const char *name) {
+    char path[4096];
+    const char *src = getenv("DSPARK_SRC");
+    snprintf(path, sizeof path, "%s/tests/fixtures/templates/%s", src ? src : ".", name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *o = malloc(1 << 20);
+    size_t w = 0;
+    for (int c; (c = fgetc(f)) != EOF && w < (1 << 20) - 8;) {
+        if (c == '"' || c == '\\') o[w++] = '\\', o[w++] = (char)c;
+        else if (c == '\n') o[w++] = '\\', o[w++] = 'n';
+        else if (c == '\t') o[w++] = '\\', o[w++] = 't';
+        else o[w++] = (char)c;
+    }
+    o[w] = 0;
+    fclose(f);
+    return o;
+}
+
 // A tokenizer whose added tokens are `specials` (ids 10, 11, ...) over a one-letter vocabulary,
-// with tokenizer_config.json {"bos_token": bos, "chat_template": tmpl}.
-static ds_tokenizer *make(const char *const *specials, int n, const char *bos, const char *tmpl) {
+// with tokenizer_config.json {"bos_token": bos, "chat_template": tmpl} (tmpl: a fixture's name
+// when it ends in .jinja, else the template text itself).
+static ds_tokenizer *make(const char *const *specials, int n, const char *bos, const char *tmpl_arg) {
+    char *own = strstr(tmpl_arg, ".jinja") ? fixture(tmpl_arg) : NULL;
+    const char *tmpl = own ? own : tmpl_arg;
     char dir[600], p[700];
     tmpdir_path(dir, sizeof dir, "tok", "");
     mkdir(dir, 0777);
@@ -42,6 +66,7 @@ static ds_tokenizer *make(const char *const *specials, int n, const char *bos, c
     ds_tokenizer *t = NULL;
     assert_int_equal(ds_tokenizer_load(dir, &t), DS_OK);
     unlink(p), unlink(cfgp), rmdir(dir);
+    free(own);
     return t;
 }
 
@@ -61,7 +86,7 @@ static const ds_chat_message k_conv[] = {
 
 static void test_chatml_qwen3(void **state) {
     const char *sp[] = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};
-    ds_tokenizer *t = make(sp, 4, NULL, "{{ '<|im_start|>' }} reasoning_content </think>");
+    ds_tokenizer *t = make(sp, 4, NULL, "Qwen-Qwen3-0.6B.jinja");
     assert_string_equal(ds_chat_format_name(t), "chatml");
     assert_int_equal(ds_chat_eot(t), 11);
     expect(t, k_conv, 4, 1,
@@ -79,7 +104,7 @@ static void test_chatml_qwen3(void **state) {
 
 static void test_chatml_qwen25(void **state) {
     const char *sp[] = {"<|im_start|>", "<|im_end|>"};
-    ds_tokenizer *t = make(sp, 2, NULL, "<|im_start|>system\\\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    ds_tokenizer *t = make(sp, 2, NULL, "Qwen-Qwen2.5-7B-Instruct.jinja");
     const ds_chat_message m[] = {{"user", "Hi"}};
     expect(t, m, 1, 1,
            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
@@ -90,7 +115,7 @@ static void test_chatml_qwen25(void **state) {
 
 static void test_gemma(void **state) {
     const char *sp[] = {"<bos>", "<start_of_turn>", "<end_of_turn>"};
-    ds_tokenizer *t = make(sp, 3, "<bos>", "{{ bos_token }}<start_of_turn>");
+    ds_tokenizer *t = make(sp, 3, "<bos>", "lenml-gemma3.jinja");
     assert_string_equal(ds_chat_format_name(t), "gemma");
     assert_int_equal(ds_chat_eot(t), 12);
     // The system message is folded into the first user turn (untrimmed, then a blank line);
@@ -116,7 +141,7 @@ static void test_gemma(void **state) {
 
 static void test_llama3(void **state) {
     const char *sp[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-    ds_tokenizer *t = make(sp, 4, "<|begin_of_text|>", "{{ '<|start_header_id|>' }}");
+    ds_tokenizer *t = make(sp, 4, "<|begin_of_text|>", "lenml-llama3.jinja");
     assert_string_equal(ds_chat_format_name(t), "llama3");
     assert_int_equal(ds_chat_eot(t), 13);
     expect(t, k_conv, 4, 1,
@@ -128,7 +153,7 @@ static void test_llama3(void **state) {
 
 static void test_llama31(void **state) {
     const char *sp[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-    ds_tokenizer *t = make(sp, 4, "<|begin_of_text|>", "{{ '<|start_header_id|>' }} Cutting Knowledge Date: December 2023");
+    ds_tokenizer *t = make(sp, 4, "<|begin_of_text|>", "meta-llama-Llama-3.1-8B-Instruct.jinja");
     assert_string_equal(ds_chat_format_name(t), "llama3");
     expect(t, k_conv, 4, 1,
            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
@@ -144,7 +169,7 @@ static void test_llama31(void **state) {
 
 static void test_plain_and_errors(void **state) {
     const char *sp[] = {"<x>"};
-    ds_tokenizer *t = make(sp, 1, NULL, "no known markers here");
+    ds_tokenizer *t = make(sp, 1, NULL, "{% if no known markers here");
     assert_string_equal(ds_chat_format_name(t), "plain");
     assert_int_equal(ds_chat_eot(t), -1);
     expect(t, k_conv, 2, 1, "system: You are terse.\nuser:   Hi  \nassistant:");
