@@ -309,6 +309,7 @@ static void *engine_main(void *arg) {
                 continue;
             }
             s->mt.prompt_tokens += (uint64_t)r->oa.prompt_tokens;
+            s->mt.constrained += r->oa.grammar != NULL;
         }
         s->mt.queue_depth = s->q_len;
         s->mt.active = s->n_active;
