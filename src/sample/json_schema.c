@@ -11,6 +11,7 @@
 // 3-digit exponent) for the same reason; every output is still valid JSON.
 #include <cjson/cJSON.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +119,8 @@ static const char *const k_ignored[] = {"title", "description", "default", "exam
                                         "deprecated", "readOnly", "writeOnly", NULL};
 static const char *const k_known[] = {"type", "properties", "required", "additionalProperties", "items", "prefixItems",
                                       "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$defs",
-                                      "definitions", "$ref", "minLength", "maxLength", "format", NULL};
+                                      "definitions", "$ref", "minLength", "maxLength", "format", "minimum", "maximum",
+                                      "exclusiveMinimum", "exclusiveMaximum", NULL};
 
 static int in_list(const char *const *l, const char *k) {
     for (; *l; l++)
@@ -353,11 +355,93 @@ static int string_expr(conv *c, const cJSON *s, sbuf *out) {
     return 0;
 }
 
+// ---- bounded numbers -------------------------------------------------------------------------
+// integer / number with minimum, maximum, exclusiveMinimum, exclusiveMaximum: integers in [lo, hi]
+// (an integer is a valid number, so a bounded number is generated as one). Unbounded sides stay at
+// the grammar's ±(10^16 - 1). A range of at most 512 values lists them; a wider one keeps whole
+// decimal lengths that lie inside it (e.g. minimum -2^53+1, maximum 2^53-1, zod's int(): up to 15
+// digits either side), so every value generated validates, though not every valid value is
+// generated.
+
+#define DS_INT_LIMIT 9999999999999999LL // 10^16 - 1: the widest the grammar writes
+
+static long long pow10ll(int k) {
+    long long p = 1;
+    while (k-- > 0) p *= 10;
+    return p;
+}
+
+static int n_digits(long long v) { // v >= 0
+    int d = 1;
+    while (v >= 10 && d < 19) v /= 10, d++;
+    return d;
+}
+
+// A non-empty subset of the integers in [lo, hi], 0 <= lo <= hi <= DS_INT_LIMIT, as decimal text.
+static void nonneg_range(sbuf *o, long long lo, long long hi) {
+    if (hi - lo <= 512) {
+        sb_add(o, "(");
+        for (long long v = lo; v <= hi; v++) sb_add(o, v > lo ? " | \"%lld\"" : " \"%lld\"", v);
+        sb_add(o, " )");
+        return;
+    }
+    int kp = n_digits(hi); // the longest length all of whose values are <= hi
+    if (pow10ll(kp) - 1 > hi) kp--;
+    const int d = n_digits(lo), from = lo == 0 || lo == pow10ll(d - 1) ? d : d + 1; // shortest length all >= lo
+    if (from > kp) { // no whole length inside: the 513 values from lo
+        nonneg_range(o, lo, lo + 512);
+        return;
+    }
+    if (lo == 0) sb_add(o, "( \"0\" | [1-9] [0-9]{0,%d} )", kp - 1);
+    else if (lo < 10 && kp >= 2) sb_add(o, "( [%lld-9] | [1-9] [0-9]{1,%d} )", lo, kp - 1); // (one digit >= lo, or more)
+    else sb_add(o, "( [1-9] [0-9]{%d,%d} )", from - 1, kp - 1);
+}
+
+// 1: the schema bounds the value (the expression is written), 0: no bounds, -1: refused.
+static int bounded_number(conv *c, const cJSON *s, sbuf *out) {
+    static const char *const kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    double lo = -(double)DS_INT_LIMIT, hi = (double)DS_INT_LIMIT;
+    int any = 0;
+    for (int i = 0; i < 4; i++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(s, kws[i]);
+        if (!b) continue;
+        if (!cJSON_IsNumber(b) || !isfinite(b->valuedouble))
+            return cfail(c, DS_ERR_INVALID, kws[i], "json schema: '%s' must be a number", kws[i]);
+        any = 1;
+        const double v = b->valuedouble;
+        if (i == 0 && ceil(v) > lo) lo = ceil(v);
+        if (i == 1 && floor(v) < hi) hi = floor(v);
+        if (i == 2 && floor(v) + 1 > lo) lo = floor(v) + 1;
+        if (i == 3 && ceil(v) - 1 < hi) hi = ceil(v) - 1;
+    }
+    if (!any) return 0;
+    if (lo < -(double)DS_INT_LIMIT) lo = -(double)DS_INT_LIMIT;
+    if (hi > (double)DS_INT_LIMIT) hi = (double)DS_INT_LIMIT;
+    if (lo > hi)
+        return cfail(c, DS_ERR_INVALID, NULL, "json schema: %s", "the bounds leave no integer to generate");
+    const long long L = (long long)lo, H = (long long)hi;
+    sb_add(out, "(");
+    if (H >= 0) {
+        sb_add(out, " ");
+        nonneg_range(out, L > 0 ? L : 0, H);
+    }
+    if (L < 0) {
+        sb_add(out, H >= 0 ? " | \"-\" " : " \"-\" ");
+        nonneg_range(out, H < -1 ? -H : 1, -L);
+    }
+    sb_add(out, " )");
+    return 1;
+}
+
 // The expression for one type name.
 static int type_expr(conv *c, const cJSON *s, const char *t, sbuf *out, int depth) {
     if (!strcmp(t, "object")) return object_expr(c, s, out, depth);
     if (!strcmp(t, "array")) return array_expr(c, s, out, depth);
     if (!strcmp(t, "string")) return string_expr(c, s, out);
+    if (!strcmp(t, "number") || !strcmp(t, "integer")) {
+        const int b = bounded_number(c, s, out);
+        if (b) return b < 0 ? -1 : 0;
+    }
     if (!strcmp(t, "number") || !strcmp(t, "integer") || !strcmp(t, "boolean") || !strcmp(t, "null")) {
         sb_add(out, "%s", t);
         return 0;

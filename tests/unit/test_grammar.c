@@ -232,9 +232,36 @@ static void test_json_schema(void **st) {
     assert_int_equal(schema_match(rec, "{\"k\":{\"k\":\"2024-02-28\"}}"), 1);
     assert_int_equal(schema_match(rec, "{\"k\":{\"k\":\"2024-02-30\"}}"), 0);
     assert_int_equal(schema_match("{\"type\":\"object\"}", "{\"any\":[1,{\"x\":\"\\u00e9\"}],\"b\":true}"), 1);
+    // bounded integers and numbers: only values inside the bounds (ranges of <= 512 listed, wider
+    // ones as the decimal lengths inside them: zod's int() bounds give up to 15 digits either side)
+    const char *small = "{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":7}";
+    for (int v = -2; v < 10; v++) {
+        char t[8];
+        snprintf(t, sizeof t, "%d", v);
+        assert_int_equal(schema_match(small, t), v >= 3 && v < 7);
+    }
+    const char *safe = "{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}";
+    assert_int_equal(schema_match(safe, "999999999999999"), 1);
+    assert_int_equal(schema_match(safe, "-999999999999999"), 1);
+    assert_int_equal(schema_match(safe, "0"), 1);
+    assert_int_equal(schema_match(safe, "9999999999999999"), 0); // > 2^53
+    assert_int_equal(schema_match(safe, "1.5"), 0);
+    const char *pos = "{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":100000}";
+    assert_int_equal(schema_match(pos, "1"), 1);
+    assert_int_equal(schema_match(pos, "99999"), 1);
+    assert_int_equal(schema_match(pos, "0"), 0);
+    assert_int_equal(schema_match(pos, "-1"), 0);
+    assert_int_equal(schema_match(pos, "100001"), 0);
+    const char *neg = "{\"type\":\"integer\",\"maximum\":-5}";
+    assert_int_equal(schema_match(neg, "-5"), 1);
+    assert_int_equal(schema_match(neg, "-123456"), 1);
+    assert_int_not_equal(schema_match(neg, "-4"), 1); // (a prefix of -40 ...)
+    assert_int_equal(schema_match(neg, "5"), 0);
+    char *none = NULL;
+    assert_int_equal(ds_json_schema_to_gbnf("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", 42, &none, NULL), DS_ERR_INVALID);
     // refused keywords are named; other problems are plain errors
     const char *refused[][2] = {{"{\"type\":\"string\",\"pattern\":\"a\"}", "pattern"},
-                                {"{\"type\":\"integer\",\"minimum\":3}", "minimum"},
+                                {"{\"type\":\"integer\",\"multipleOf\":3}", "multipleOf"},
                                 {"{\"type\":\"string\",\"format\":\"email\"}", "format"},
                                 {"{\"allOf\":[{}]}", "allOf"}};
     for (int i = 0; i < 4; i++) {
