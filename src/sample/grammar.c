@@ -202,23 +202,6 @@ static void hmap_free(hmap *h) {
 
 // ---- matcher -------------------------------------------------------------------------------------
 
-typedef struct {
-    int32_t *v;
-    int n, cap;
-} vec;
-
-static int vec_push(vec *a, int32_t x) {
-    if (a->n == a->cap) {
-        const int cap = a->cap ? 2 * a->cap : 64;
-        int32_t *p = realloc(a->v, sizeof *p * (size_t)cap);
-        if (!p) return -1;
-        a->v = p;
-        a->cap = cap;
-    }
-    a->v[a->n++] = x;
-    return 0;
-}
-
 struct ds_grammar_matcher {
     const ds_grammar *g;
     const ds_grammar_vocab *voc;
@@ -227,19 +210,19 @@ struct ds_grammar_matcher {
     int n_end;
     uint32_t *end_mask; // (W)
     // Stack nodes: (pos, parent); node 0 is the empty stack.
-    vec npos, npar;
+    ds_i32vec npos, npar;
     hmap nodes;         // (pos, parent) -> node
     // Stack sets: sorted node ids set_data[set_off[s] .. + set_len[s]); set 0 is empty (dead).
-    vec set_data, set_off, set_len;
+    ds_i32vec set_data, set_off, set_len;
     hmap sets;          // hash -> first set with it (probing on in set_next for collisions)
-    vec set_next;       // (sets) next set with the same hash, or -1
+    ds_i32vec set_next;       // (sets) next set with the same hash, or -1
     hmap trans;         // (set, code point or partial key) -> set, or compat flag
     int32_t **ascii;    // (cap_ascii sets) per set, its transitions on code points 0..127 (-2 unknown), or
                         // NULL; entry 128: the set after any code point >= 128 when its top classes
                         // do not tell those apart (-3 unknown, -2 they do)
     int cap_ascii;
     int32_t start_set;
-    vec work, tmp, vis; // scratch of advance
+    ds_i32vec work, tmp, vis; // scratch of advance
     // DFS scratch per depth (max_depth + 1)
     int32_t *ds_set;
     uint32_t *ds_cp;
@@ -258,7 +241,7 @@ static int32_t intern_node(ds_grammar_matcher *m, int32_t pos, int32_t par) {
     int32_t id;
     if (hmap_get(&m->nodes, key, &id)) return id;
     id = m->npos.n;
-    if (vec_push(&m->npos, pos) || vec_push(&m->npar, par) || hmap_put(&m->nodes, key, id)) return -1;
+    if (ds_i32vec_push(&m->npos, pos) || ds_i32vec_push(&m->npar, par) || hmap_put(&m->nodes, key, id)) return -1;
     return id;
 }
 
@@ -282,9 +265,9 @@ static int32_t intern_set(ds_grammar_matcher *m, const int32_t *v, int n) {
         s = -1;
     }
     const int32_t id = m->set_off.n;
-    if (vec_push(&m->set_off, m->set_data.n) || vec_push(&m->set_len, n) || vec_push(&m->set_next, s)) return -1;
+    if (ds_i32vec_push(&m->set_off, m->set_data.n) || ds_i32vec_push(&m->set_len, n) || ds_i32vec_push(&m->set_next, s)) return -1;
     for (int i = 0; i < n; i++)
-        if (vec_push(&m->set_data, v[i])) return -1;
+        if (ds_i32vec_push(&m->set_data, v[i])) return -1;
     if (hmap_put(&m->sets, h, id)) return -1;
     return id;
 }
@@ -303,18 +286,18 @@ static int32_t close_set(ds_grammar_matcher *m) {
         int seen = 0;
         for (int i = 0; i < m->vis.n && !seen; i += 2) seen = m->vis.v[i] == pos && m->vis.v[i + 1] == par;
         if (seen) continue;
-        if (vec_push(&m->vis, pos) || vec_push(&m->vis, par)) return -1;
+        if (ds_i32vec_push(&m->vis, pos) || ds_i32vec_push(&m->vis, par)) return -1;
         const int32_t e = g->el[pos];
         switch (e & 3) {
         case DS_GEL_CHARS: {
             const int32_t id = intern_node(m, pos, par);
-            if (id < 0 || vec_push(&m->tmp, id)) return -1;
+            if (id < 0 || ds_i32vec_push(&m->tmp, id)) return -1;
             break;
         }
         case DS_GEL_END:
             if (!par) {
-                if (vec_push(&m->tmp, 0)) return -1;
-            } else if (vec_push(&m->work, m->npos.v[par]) || vec_push(&m->work, m->npar.v[par])) {
+                if (ds_i32vec_push(&m->tmp, 0)) return -1;
+            } else if (ds_i32vec_push(&m->work, m->npos.v[par]) || ds_i32vec_push(&m->work, m->npar.v[par])) {
                 return -1;
             }
             break;
@@ -323,7 +306,7 @@ static int32_t close_set(ds_grammar_matcher *m) {
             const int32_t cont = (g->el[pos + 1] & 3) == DS_GEL_END ? par : intern_node(m, pos + 1, par);
             if (cont < 0) return -1;
             for (int a = g->rule_nalt[r] - 1; a >= 0; a--)
-                if (vec_push(&m->work, g->alt[g->rule_alt[r] + a]) || vec_push(&m->work, cont)) return -1;
+                if (ds_i32vec_push(&m->work, g->alt[g->rule_alt[r] + a]) || ds_i32vec_push(&m->work, cont)) return -1;
         }
         }
     }
@@ -405,7 +388,7 @@ static int32_t advance(ds_grammar_matcher *m, int32_t set, uint32_t cp) {
         if (!id) continue;
         const int32_t pos = m->npos.v[id];
         if (!ds_grammar_class_has(m->g, m->g->el[pos] >> 2, cp)) continue;
-        if (vec_push(&m->work, pos + 1) || vec_push(&m->work, m->npar.v[id])) return -1;
+        if (ds_i32vec_push(&m->work, pos + 1) || ds_i32vec_push(&m->work, m->npar.v[id])) return -1;
     }
     r = m->work.n ? close_set(m) : 0;
     if (r < 0) return -1;
@@ -547,12 +530,12 @@ ds_status ds_grammar_matcher_init(const ds_grammar *g, const ds_grammar_vocab *v
             m->end_mask[end_ids[i] >> 5] |= 1u << (end_ids[i] & 31);
         }
     // node 0 (the empty stack) and set 0 (dead)
-    bad = bad || vec_push(&m->npos, -1) || vec_push(&m->npar, 0) || vec_push(&m->set_off, 0) ||
-          vec_push(&m->set_len, 0) || vec_push(&m->set_next, -1);
+    bad = bad || ds_i32vec_push(&m->npos, -1) || ds_i32vec_push(&m->npar, 0) || ds_i32vec_push(&m->set_off, 0) ||
+          ds_i32vec_push(&m->set_len, 0) || ds_i32vec_push(&m->set_next, -1);
     if (!bad) {
         m->work.n = 0;
         for (int a = g->rule_nalt[g->root] - 1; a >= 0 && !bad; a--)
-            bad = vec_push(&m->work, g->alt[g->rule_alt[g->root] + a]) || vec_push(&m->work, 0);
+            bad = ds_i32vec_push(&m->work, g->alt[g->rule_alt[g->root] + a]) || ds_i32vec_push(&m->work, 0);
         m->start_set = bad ? -1 : close_set(m);
         bad = m->start_set < 0;
     }

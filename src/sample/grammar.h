@@ -15,8 +15,28 @@
 #define DS_SAMPLE_GRAMMAR_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dspark.h"
+
+// A growable array of int32 (the grammar's rule bodies, the matcher's stacks and sets): push
+// returns -1 when out of memory (the array is then unchanged).
+typedef struct {
+    int32_t *v;
+    int n, cap;
+} ds_i32vec;
+
+static inline int ds_i32vec_push(ds_i32vec *a, int32_t x) {
+    if (a->n == a->cap) {
+        const int cap = a->cap ? 2 * a->cap : 64;
+        int32_t *p = (int32_t *)realloc(a->v, sizeof *p * (size_t)cap);
+        if (!p) return -1;
+        a->v = p;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
 
 // ---- compiled grammar (grammar_parse.c) ----------------------------------------------------------
 

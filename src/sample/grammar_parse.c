@@ -24,24 +24,7 @@
 #define MAX_REPEAT 4096
 
 typedef struct {
-    int32_t *v;
-    int n, cap;
-} ivec;
-
-static int ivec_push(ivec *a, int32_t x) {
-    if (a->n == a->cap) {
-        int cap = a->cap ? 2 * a->cap : 16;
-        int32_t *p = realloc(a->v, sizeof *p * (size_t)cap);
-        if (!p) return -1;
-        a->v = p;
-        a->cap = cap;
-    }
-    a->v[a->n++] = x;
-    return 0;
-}
-
-typedef struct {
-    ivec body;   // alternatives, each closed by DS_GEL_END
+    ds_i32vec body;   // alternatives, each closed by DS_GEL_END
     int defined; // 0: only referenced so far
     int ref_line, ref_col;
 } prule;
@@ -166,9 +149,9 @@ int ds_grammar_class_has(const ds_grammar *g, int c, uint32_t cp) {
     return in ^ g->cs_neg[c];
 }
 
-static int emit(parser *ps, ivec *seq, int32_t el) {
+static int emit(parser *ps, ds_i32vec *seq, int32_t el) {
     if (++ps->total > MAX_ELEMENTS) return perr(ps, ps->p, "grammar too large after expanding repetitions", NULL);
-    return ivec_push(seq, el) ? nomem(ps) : 0;
+    return ds_i32vec_push(seq, el) ? nomem(ps) : 0;
 }
 
 // ---- lexing --------------------------------------------------------------------------------------
@@ -269,13 +252,13 @@ static int read_int(parser *ps, int *out) {
 
 // ---- parsing -------------------------------------------------------------------------------------
 
-static int parse_alts(parser *ps, int rule, ivec *out, int nested);
+static int parse_alts(parser *ps, int rule, ds_i32vec *out, int nested);
 
 // x* as a rule S ::= x S | ε; returns S's id.
 static int star_rule(parser *ps, int rule, int32_t x) {
     const int s = synth_rule(ps, rule);
     if (s < 0) return -1;
-    ivec *b = &ps->rules[s].body;
+    ds_i32vec *b = &ps->rules[s].body;
     if (emit(ps, b, x) || emit(ps, b, (s << 2) | DS_GEL_RULE) || emit(ps, b, DS_GEL_END) || emit(ps, b, DS_GEL_END))
         return -1;
     return s;
@@ -287,7 +270,7 @@ static int opt_rule(parser *ps, int rule, int32_t x, int k) {
     for (int j = 1; j <= k; j++) {
         const int o = synth_rule(ps, rule);
         if (o < 0) return -1;
-        ivec *b = &ps->rules[o].body;
+        ds_i32vec *b = &ps->rules[o].body;
         if (emit(ps, b, x) || (inner >= 0 && emit(ps, b, (inner << 2) | DS_GEL_RULE)) || emit(ps, b, DS_GEL_END) ||
             emit(ps, b, DS_GEL_END))
             return -1;
@@ -297,7 +280,7 @@ static int opt_rule(parser *ps, int rule, int32_t x, int k) {
 }
 
 // Apply a postfix operator to seq's last item, which starts at seq->v[start].
-static int postfix(parser *ps, int rule, ivec *seq, int start) {
+static int postfix(parser *ps, int rule, ds_i32vec *seq, int start) {
     const char *at = ps->p;
     const char op = *ps->p++;
     int m = 0, n = -1; // n = -1: unbounded
@@ -348,7 +331,7 @@ static int postfix(parser *ps, int rule, ivec *seq, int start) {
     return 0;
 }
 
-static int parse_seq(parser *ps, int rule, ivec *seq, int nested) {
+static int parse_seq(parser *ps, int rule, ds_i32vec *seq, int nested) {
     int last = -1; // start of the last item
     for (;;) {
         skip(ps, nested);
@@ -381,7 +364,7 @@ static int parse_seq(parser *ps, int rule, ivec *seq, int nested) {
                 neg = 1;
                 ps->p++;
             }
-            ivec r = {0};
+            ds_i32vec r = {0};
             while (ps->p < ps->end && *ps->p != ']') {
                 uint32_t lo, hi;
                 if (read_char(ps, &lo)) {
@@ -400,7 +383,7 @@ static int parse_seq(parser *ps, int rule, ivec *seq, int nested) {
                         return perr(ps, at, "character range with its end before its start", NULL);
                     }
                 }
-                if (ivec_push(&r, (int32_t)lo) || ivec_push(&r, (int32_t)hi)) {
+                if (ds_i32vec_push(&r, (int32_t)lo) || ds_i32vec_push(&r, (int32_t)hi)) {
                     free(r.v);
                     return nomem(ps);
                 }
@@ -425,7 +408,7 @@ static int parse_seq(parser *ps, int rule, ivec *seq, int nested) {
             if (++ps->depth > MAX_DEPTH) return perr(ps, at, "parentheses nested deeper than 64", NULL);
             const int r = synth_rule(ps, rule);
             if (r < 0) return -1;
-            ivec body = {0};
+            ds_i32vec body = {0};
             const int rc = parse_alts(ps, rule, &body, 1);
             ps->rules[r].body = body; // (ps->rules may have moved while parsing the group)
             if (rc) return -1;
@@ -456,7 +439,7 @@ static int parse_seq(parser *ps, int rule, ivec *seq, int nested) {
     }
 }
 
-static int parse_alts(parser *ps, int rule, ivec *out, int nested) {
+static int parse_alts(parser *ps, int rule, ds_i32vec *out, int nested) {
     for (;;) {
         if (parse_seq(ps, rule, out, nested) || emit(ps, out, DS_GEL_END)) return -1;
         skip(ps, nested);
@@ -491,7 +474,7 @@ static int parse_rule(parser *ps) {
     }
     if (r < 0 && (r = add_rule(ps, s, n)) < 0) return -1;
     ps->rules[r].defined = 1;
-    ivec body = {0};
+    ds_i32vec body = {0};
     const int rc = parse_alts(ps, r, &body, 0);
     ps->rules[r].body = body;
     return rc;
@@ -612,7 +595,7 @@ ds_status ds_grammar_parse(const char *text, ds_grammar **out) {
             st = ds_fail(DS_ERR_NOMEM, "grammar: out of memory");
         } else {
             for (int r = 0; r < g->n_rules; r++) {
-                const ivec *b = &ps.rules[r].body;
+                const ds_i32vec *b = &ps.rules[r].body;
                 g->rule_alt[r] = g->n_alt;
                 g->rule_nalt[r] = 0;
                 for (int i = 0; i < b->n; i++) {
