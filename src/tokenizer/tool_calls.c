@@ -94,10 +94,8 @@ static void put(buf *b, const char *p, size_t n) {
 
 // JSON objects in s[0..n), separated by whitespace or ';': all must be calls.
 static int parse_objects(cJSON *calls, const char *s, size_t n) {
-    char *z = malloc(n + 1);
+    char *z = strndup(s, n); // (cJSON needs the text NUL-terminated)
     if (!z) return -1;
-    memcpy(z, s, n);
-    z[n] = 0;
     const char *p = z;
     int got = 0;
     for (;;) {
@@ -120,10 +118,8 @@ static int parse_objects(cJSON *calls, const char *s, size_t n) {
 
 // A JSON array of call objects at s[0..n) (trailing whitespace allowed).
 static int parse_array(cJSON *calls, const char *s, size_t n) {
-    char *z = malloc(n + 1);
+    char *z = strndup(s, n);
     if (!z) return -1;
-    memcpy(z, s, n);
-    z[n] = 0;
     const char *end = NULL;
     cJSON *a = cJSON_ParseWithOpts(z, &end, 0);
     int got = 0;
