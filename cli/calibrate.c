@@ -22,51 +22,40 @@ typedef struct {
     double temp;
 } cal_args;
 
-static void cal_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark calibrate [-m TARGET] -d DRAFTER --prompts FILE [options]\n"
-            "  -m, --model PATH     the target (default: stories260K)\n"
-            "  -d, --drafter DIR    a DeepSpec drafter with a confidence head (default: the best registered\n"
-            "                       for the target, see dspark drafters)\n"
-            "  --prompts FILE       held-out prompts, one per line (plain text or {\"prompt\": ...})\n"
-            "  --temp T             decoding temperature (default 0); calibrate for the one you serve at\n"
-            "  --max-tokens L       tokens generated per prompt (default 128)\n"
-            "  -o, --out FILE       where to write the calibration (default: DRAFTER/calibration.json)\n"
-            "  --plot FILE.png      draw reliability diagrams (positions 1..3) with gnuplot\n"
-            "  --seed S             prompt i uses seed S + i (default 0)\n"
-            "  -t, --threads N      threads (default: all cores)\n"
-            "Decodes every prompt with full-block verification and the raw confidences, then fits one\n"
-            "temperature per position (T_k on the grid 2^(i/10), i = -30..30) minimizing the 20-bin ECE of\n"
-            "the prefix survival prod_{i<=k} c_i against the realized acceptance of slots 1..k.\n");
-}
+#define A cal_args
+static const cli_opt cal_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "the target (default: stories260K)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "a DeepSpec drafter with a confidence head (default: the best registered\n"
+                                        "for the target, see dspark drafters)"),
+    CLI_OPT_STR("--prompts", "FILE", A, prompts, "held-out prompts, one per line (plain text or {\"prompt\": ...})"),
+    {.names = "--temp", .arg = "T", .type = CLI_DOUBLE, .off = CLI_AT_DOUBLE(A, temp), .lo = 0, .hi = 100,
+     .expects = "0..100", .help = "decoding temperature (default 0); calibrate for the one you serve at"},
+    {.names = "--max-tokens", .arg = "L", .type = CLI_LONG, .off = CLI_AT_LONG(A, max_tokens), .lo = 1, .hi = 1 << 24,
+     .expects = "a positive count", .help = "tokens generated per prompt (default 128)"},
+    CLI_OPT_STR("-o|--out", "FILE", A, out, "where to write the calibration (default: DRAFTER/calibration.json)"),
+    CLI_OPT_STR("--plot", "FILE.png", A, plot, "draw reliability diagrams (positions 1..3) with gnuplot"),
+    CLI_OPT_SEED(A, seed, LONG, .help = "prompt i uses seed S + i (default 0)"),
+    CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),
+    CLI_OPT_TEXT("Decodes every prompt with full-block verification and the raw confidences, then fits one\n"
+                 "temperature per position (T_k on the grid 2^(i/10), i = -30..30) minimizing the 20-bin ECE of\n"
+                 "the prefix survival prod_{i<=k} c_i against the realized acceptance of slots 1..k."),
+    {0},
+};
+#undef A
+
+const cli_command cli_calibrate_cmd = {
+    .name = "calibrate",
+    .summary = "fit the drafter's confidence calibration (STS) on held-out prompts",
+    .usage = "usage: dspark calibrate [-m TARGET] -d DRAFTER --prompts FILE [options]",
+    .col = 23,
+    .opts = cal_opts,
+};
 
 static int parse_args(int argc, char **argv, cal_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            cal_usage(stdout);
-            exit(0);
-        }
-        if (!v) return cli_missing_value(o, "calibrate", cal_usage);
-        i++;
-        const int r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "--prompts")) a->prompts = v;
-        else if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
-        else if (!strcmp(o, "--plot")) a->plot = v;
-        else if (!strcmp(o, "--max-tokens")) {
-            if (!cli_parse_int(v, 1, 1 << 24, &a->max_tokens))
-                return cli_usage_error("--max-tokens expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "--temp")) {
-            if (!cli_parse_float(v, 0, 100, &a->temp)) return cli_usage_error("--temp expects 0..100, got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark calibrate --help)", o);
-        }
-    }
+    const int rc = cli_parse(&cli_calibrate_cmd, argc, argv, a);
+    if (rc) return rc;
     if (!a->prompts) return cli_usage_error("calibrate needs held-out prompts (--prompts FILE)");
     return 0;
 }
@@ -178,7 +167,7 @@ static void show_progress(void *ctx, const ds_calibrate_event *ev) {
 int cmd_calibrate(int argc, char **argv) {
     cal_args a;
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc;
+    if (rc) return rc == CLI_HELP ? 0 : rc;
     ds_model *m = NULL;
     ds_drafter *d = NULL;
     char out_path[4096];

@@ -20,55 +20,55 @@ typedef struct {
     int stats;
 } chat_args;
 
-static void chat_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark chat [-m MODEL] [--system TEXT] [-n N] [options]   (one user message per line)\n"
-            "  -m, --model PATH   .gguf file or Hugging Face directory (default: stories260K)\n"
-            "  --system TEXT      a system message at the start of the conversation\n"
-            "  -n, --n-predict N  most tokens per reply (default 256)\n"
-            "  --temp T, --top-k K, --top-p P, --min-p M, --seed S   sampling (default greedy)\n"
-            "  --verify coupled|residual  how sampled drafts are verified (default coupled)\n"
-            "  -t, --threads N    threads (default: all cores)\n"
-            "  -d, --drafter DIR  a DeepSpec drafter paired with the model\n"
-            "  --spec KIND, --draft-max K, --conf-threshold C, --schedule S, --costs FILE, --ngram N\n"
-            "                     speculative decoding, as for dspark generate\n"
-            "  --cache-mb N       prompt cache in MiB: each turn reuses the conversation so far, in whole\n"
-            "                     chunks of 256 tokens, output unchanged (default 1024; 0 = off)\n"
-            "  --stats            print speculation statistics to stderr after each reply\n"
-            "The format comes from the tokenizer (chatml, gemma, llama3; plain \"role: content\" lines\n"
-            "for models without a chat template). Type /exit or end the input to quit.\n");
-}
+#define A chat_args
+static const cli_opt chat_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = ".gguf file or Hugging Face directory (default: stories260K)"),
+    CLI_OPT_STR("--system", "TEXT", A, system, "a system message at the start of the conversation"),
+    {.names = "-n|--n-predict", .arg = "N", .type = CLI_LONG, .off = CLI_AT_LONG(A, n_predict), .lo = 1, .hi = 1 << 24,
+     .expects = "a positive count", .help = "most tokens per reply (default 256)"},
+    CLI_OPT_TEMP(A, sp, .show = "--temp T, --top-k K, --top-p P, --min-p M, --seed S", .help = "  sampling (default greedy)"),
+    CLI_OPT_TOP_K(A, sp, .help = NULL),
+    CLI_OPT_TOP_P(A, sp, .help = NULL),
+    CLI_OPT_MIN_P(A, sp, .help = NULL),
+    CLI_OPT_SEED(A, seed, LONG, .help = NULL),
+    CLI_OPT_PENALTIES(A, sp, .flags = CLI_UNDOCUMENTED),
+    CLI_OPT_LOGIT_BIAS(A, sp, .flags = CLI_REPEATABLE | CLI_UNDOCUMENTED),
+    CLI_OPT_VERIFY(A, sp.verify, .show = "--verify coupled|residual", .help = " how sampled drafts are verified (default coupled)"),
+    CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "a DeepSpec drafter paired with the model"),
+    CLI_OPT_SPEC(A, spec, .show = "--spec KIND, --draft-max K, --conf-threshold C, --schedule S, --costs FILE, --ngram N",
+                 .help = "\nspeculative decoding, as for dspark generate"),
+    CLI_OPT_DRAFT_MAX(A, spec, .help = NULL),
+    CLI_OPT_CONF_THRESHOLD(A, spec, .help = NULL),
+    CLI_OPT_SCHEDULE(A, spec, .help = NULL),
+    CLI_OPT_COSTS(A, costs, .help = NULL),
+    CLI_OPT_NGRAM(A, spec, .help = NULL),
+    CLI_OPT_CACHE_MB(A, spec, .help = "prompt cache in MiB: each turn reuses the conversation so far, in whole\n"
+                                      "chunks of 256 tokens, output unchanged (default 1024; 0 = off)"),
+    CLI_OPT_FLAG("--stats", A, stats, "print speculation statistics to stderr after each reply"),
+    CLI_OPT_TEXT("The format comes from the tokenizer (chatml, gemma, llama3; plain \"role: content\" lines\n"
+                 "for models without a chat template). Type /exit or end the input to quit."),
+    {0},
+};
+#undef A
+
+const cli_command cli_chat_cmd = {
+    .name = "chat",
+    .summary = "interactive chat with a model (reads lines from stdin)",
+    .usage = "usage: dspark chat [-m MODEL] [--system TEXT] [-n N] [options]   (one user message per line)",
+    .col = 21,
+    .opts = chat_opts,
+    .given_off = offsetof(chat_args, given),
+};
 
 static int parse_args(int argc, char **argv, chat_args *a) {
     memset(a, 0, sizeof *a);
     a->n_predict = 256;
     a->sp = ds_sampler_default();
     a->spec.prompt_cache_bytes = (size_t)1024 << 20;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            chat_usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(o, "--stats")) {
-            a->stats = 1;
-            continue;
-        }
-        if (!v) return cli_missing_value(o, "chat", chat_usage);
-        i++;
-        int r = cli_sampling_option(o, v, &a->sp);
-        if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
-        if (!r) r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "--system")) a->system = v;
-        else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
-            if (!cli_parse_int(v, 1, 1 << 24, &a->n_predict)) return cli_usage_error("-n expects a positive count, got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark chat --help)", o);
-        }
-    }
-    return cli_spec_finish(&a->spec, a->given, a->drafter);
+    const int rc = cli_parse(&cli_chat_cmd, argc, argv, a);
+    if (rc) return rc;
+    return cli_spec_finish(&a->spec, &a->costs, a->given, a->drafter);
 }
 
 typedef struct {
@@ -134,7 +134,7 @@ static long read_line(FILE *f, char **buf, size_t *cap, size_t max) {
 int cmd_chat(int argc, char **argv) {
     chat_args a;
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc;
+    if (rc) return rc == CLI_HELP ? 0 : rc;
     ds_model *m = cli_load_text_model(a.model, a.threads);
     if (!m) return 1;
     ds_drafter *dr = NULL;

@@ -7,17 +7,36 @@
 
 #include "cli.h"
 
-static void ct_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark chat-template --template FILE --messages FILE.json [options]\n"
-            "  --template FILE        the Jinja chat template (e.g. a model's chat_template as a .jinja file)\n"
-            "  --messages FILE.json   a JSON array of OpenAI-style messages (role, content, tool_calls, ...)\n"
-            "  --tools FILE.json      a JSON array of tools ({\"type\": \"function\", \"function\": {...}})\n"
-            "  --kwargs JSON          further template variables, e.g. '{\"enable_thinking\": false}'\n"
-            "  --bos S, --eos S       the bos_token / eos_token strings (undefined when not given)\n"
-            "  --no-generation-prompt do not open the assistant's turn (add_generation_prompt=False)\n"
-            "Prints the rendered text exactly as it is.\n");
-}
+typedef struct {
+    const char *template, *messages, *tools, *kwargs, *bos, *eos;
+    int generation_prompt; // 0 with --no-generation-prompt
+} ct_args;
+
+#define A ct_args
+static const cli_opt ct_opts[] = {
+    CLI_OPT_STR("--template", "FILE", A, template, "the Jinja chat template (e.g. a model's chat_template as a .jinja file)"),
+    CLI_OPT_STR("--messages", "FILE.json", A, messages,
+                "a JSON array of OpenAI-style messages (role, content, tool_calls, ...)"),
+    CLI_OPT_STR("--tools", "FILE.json", A, tools, "a JSON array of tools ({\"type\": \"function\", \"function\": {...}})"),
+    CLI_OPT_STR("--kwargs", "JSON", A, kwargs, "further template variables, e.g. '{\"enable_thinking\": false}'"),
+    {.names = "--bos", .arg = "S", .type = CLI_STRING, .off = CLI_AT_STR(A, bos), .show = "--bos S, --eos S",
+     .help = "the bos_token / eos_token strings (undefined when not given)"},
+    CLI_OPT_STR("--eos", "S", A, eos, NULL),
+    {.names = "--no-generation-prompt", .type = CLI_FLAG, .off = CLI_AT_INT(A, generation_prompt), .set = 0,
+     .help = "do not open the assistant's turn (add_generation_prompt=False)"},
+    CLI_OPT_TEXT("Prints the rendered text exactly as it is."),
+    {0},
+};
+#undef A
+
+const cli_command cli_chat_template_cmd = {
+    .name = "chat-template",
+    .summary = "render a conversation with a Jinja chat template (as transformers does)",
+    .usage = "usage: dspark chat-template --template FILE --messages FILE.json [options]",
+    .col = 25,
+    .opts = ct_opts,
+    .unknown = "unknown argument '%s' (see dspark chat-template --help)",
+};
 
 // The whole file, NUL-ended (NULL with a message on stderr).
 static char *slurp(const char *path) {
@@ -53,24 +72,11 @@ static char *slurp(const char *path) {
 }
 
 int cmd_chat_template(int argc, char **argv) {
-    const char *tpath = NULL, *mpath = NULL, *topath = NULL, *kwargs = NULL, *bos = NULL, *eos = NULL;
-    int gen = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char **dst = !strcmp(o, "--template") ? &tpath : !strcmp(o, "--messages") ? &mpath : !strcmp(o, "--tools") ? &topath
-                         : !strcmp(o, "--kwargs") ? &kwargs : !strcmp(o, "--bos") ? &bos : !strcmp(o, "--eos") ? &eos : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            ct_usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--no-generation-prompt")) {
-            gen = 0;
-        } else if (dst) {
-            if (i + 1 >= argc) return cli_usage_error("option %s needs a value", o);
-            *dst = argv[++i];
-        } else {
-            return cli_usage_error("unknown argument '%s' (see dspark chat-template --help)", o);
-        }
-    }
+    ct_args a = {.generation_prompt = 1};
+    const int prc = cli_parse(&cli_chat_template_cmd, argc, argv, &a);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
+    const char *tpath = a.template, *mpath = a.messages, *topath = a.tools, *kwargs = a.kwargs, *bos = a.bos, *eos = a.eos;
+    const int gen = a.generation_prompt;
     if (!tpath || !mpath) return cli_usage_error("chat-template needs --template FILE and --messages FILE.json");
     char *src = slurp(tpath), *msgs = src ? slurp(mpath) : NULL, *tools = msgs && topath ? slurp(topath) : NULL;
     int rc = 1;

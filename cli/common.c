@@ -58,28 +58,6 @@ const char *cli_model_path(const char *given) {
     return NULL;
 }
 
-int cli_missing_value(const char *o, const char *cmd, void (*usage)(FILE *)) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    int known = 0;
-    if (f) {
-        usage(f);
-        fclose(f);
-        const size_t n = strlen(o);
-        for (const char *p = text; n && p && (p = strstr(p, o)); p += n) {
-            const char before = p == text ? ' ' : p[-1], after = p[n];
-            if (strchr(" \n[,|(", before) && strchr(" \n],|=)", after)) {
-                known = 1;
-                break;
-            }
-        }
-        free(text);
-    }
-    if (known) return cli_usage_error("option %s needs a value", o);
-    return cli_usage_error("unknown option '%s' (see dspark %s --help)", o, cmd);
-}
-
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
     if (!s || !*s) return 0;
     char *end;
@@ -119,99 +97,59 @@ void cli_catch_interrupt(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-int cli_run_option(const char *o, const char *v, const char **model, const char **drafter, long *threads,
-                   long *seed) {
-    if (model && (!strcmp(o, "-m") || !strcmp(o, "--model"))) {
-        *model = v;
-    } else if (drafter && (!strcmp(o, "-d") || !strcmp(o, "--drafter"))) {
-        *drafter = v;
-    } else if (threads && (!strcmp(o, "-t") || !strcmp(o, "--threads"))) {
-        if (!cli_parse_int(v, 1, 1024, threads)) return -cli_usage_error("-t expects 1..1024, got '%s'", v);
-    } else if (seed && !strcmp(o, "--seed")) {
-        if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, seed))
-            return -cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
-    } else {
-        return 0;
-    }
-    return 1;
-}
+const char *const cli_spec_names[] = {"none", "dspark", "ngram", NULL};
+const int cli_spec_kinds[] = {DS_SPEC_NONE, DS_SPEC_DSPARK, DS_SPEC_NGRAM};
+const char *const cli_schedule_names[] = {"fixed", "threshold", "auto", NULL};
+const int cli_schedule_kinds[] = {DS_SCHEDULE_FIXED, DS_SCHEDULE_THRESHOLD, DS_SCHEDULE_AUTO};
+const char *const cli_verify_names[] = {"coupled", "residual", NULL};
+const int cli_verify_kinds[] = {DS_VERIFY_COUPLED, DS_VERIFY_RESIDUAL};
 
-int cli_sampling_option(const char *o, const char *v, ds_sampler_params *sp) {
-    double f;
-    long k;
-    if (!strcmp(o, "--temp")) {
-        if (!cli_parse_float(v, 0, 100, &f)) return -cli_usage_error("--temp expects 0..100, got '%s'", v);
-        sp->temperature = (float)f;
-    } else if (!strcmp(o, "--top-k")) {
-        if (!cli_parse_int(v, 0, 1 << 24, &k)) return -cli_usage_error("--top-k expects a count, got '%s'", v);
-        sp->top_k = (int)k;
-    } else if (!strcmp(o, "--top-p")) {
-        if (!cli_parse_float(v, 1e-6, 1, &f)) return -cli_usage_error("--top-p expects (0, 1], got '%s'", v);
-        sp->top_p = (float)f;
-    } else if (!strcmp(o, "--min-p")) {
-        if (!cli_parse_float(v, 0, 1, &f)) return -cli_usage_error("--min-p expects [0, 1], got '%s'", v);
-        sp->min_p = (float)f;
-    } else if (!strcmp(o, "--presence-penalty") || !strcmp(o, "--frequency-penalty")) {
-        if (!cli_parse_float(v, -2, 2, &f)) return -cli_usage_error("%s expects -2..2, got '%s'", o, v);
-        if (o[2] == 'p') sp->presence_penalty = (float)f;
-        else sp->frequency_penalty = (float)f;
-    } else if (!strcmp(o, "--logit-bias")) { // ID:BIAS, repeatable (one command per process)
-        static ds_logit_bias bias[256];
+const char *const cli_markov_head_names[] = {"vanilla", "gated", "rnn", NULL};
+
+int cli_set_taps(void *field, const char *v) {
+    ds_drafter_init_params *p = field;
+    static int taps[64];
+    p->n_taps = 0;
+    for (const char *s = v; *s;) {
         char *end;
-        const long id = strtol(v, &end, 10);
-        if (end == v || *end != ':' || id < 0 || id > INT32_MAX || !cli_parse_float(end + 1, -100, 100, &f))
-            return -cli_usage_error("--logit-bias expects TOKEN_ID:BIAS with BIAS in -100..100, got '%s'", v);
-        if (sp->n_logit_bias == 256) return -cli_usage_error("--logit-bias: at most 256 tokens");
-        bias[sp->n_logit_bias++] = (ds_logit_bias){(int32_t)id, (float)f};
-        sp->logit_bias = bias;
-    } else if (!strcmp(o, "--verify")) {
-        if (!strcmp(v, "coupled")) sp->verify = DS_VERIFY_COUPLED;
-        else if (!strcmp(v, "residual")) sp->verify = DS_VERIFY_RESIDUAL;
-        else return -cli_usage_error("--verify expects coupled or residual, got '%s'", v);
-    } else {
-        return 0;
+        long id = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || p->n_taps == 64 || id < -1 || id > 4096)
+            return cli_usage_error("--taps expects comma-separated layer ids, got '%s'", v);
+        taps[p->n_taps++] = (int)id;
+        s = *end ? end + 1 : end;
     }
-    return 1;
+    p->tap_layers = taps;
+    return 0;
 }
 
-int cli_spec_option(const char *o, const char *v, ds_spec_params *spec, ds_cost_table *costs, unsigned *given) {
+int cli_set_logit_bias(void *field, const char *v) { // ID:BIAS, repeatable (one command per process)
+    ds_sampler_params *sp = field;
+    static ds_logit_bias bias[256];
+    char *end;
     double f;
-    long k;
-    if (!strcmp(o, "--spec")) {
-        *given |= CLI_SPEC_GIVEN;
-        if (!strcmp(v, "none")) spec->kind = DS_SPEC_NONE;
-        else if (!strcmp(v, "dspark")) spec->kind = DS_SPEC_DSPARK;
-        else if (!strcmp(v, "ngram")) spec->kind = DS_SPEC_NGRAM;
-        else return -cli_usage_error("--spec expects none, dspark or ngram, got '%s'", v);
-    } else if (!strcmp(o, "--draft-max")) {
-        if (!cli_parse_int(v, 1, 64, &k)) return -cli_usage_error("--draft-max expects 1..64, got '%s'", v);
-        spec->draft_max = (int)k;
-    } else if (!strcmp(o, "--conf-threshold")) {
-        if (!cli_parse_float(v, 0, 1, &f)) return -cli_usage_error("--conf-threshold expects [0, 1], got '%s'", v);
-        spec->conf_threshold = (float)f;
-    } else if (!strcmp(o, "--ngram")) {
-        if (!cli_parse_int(v, 1, 64, &k)) return -cli_usage_error("--ngram expects 1..64, got '%s'", v);
-        spec->ngram_n = (int)k;
-    } else if (!strcmp(o, "--schedule")) {
-        *given |= CLI_SCHEDULE_GIVEN;
-        if (!strcmp(v, "fixed")) spec->schedule = DS_SCHEDULE_FIXED;
-        else if (!strcmp(v, "threshold")) spec->schedule = DS_SCHEDULE_THRESHOLD;
-        else if (!strcmp(v, "auto")) spec->schedule = DS_SCHEDULE_AUTO;
-        else return -cli_usage_error("--schedule expects fixed, threshold or auto, got '%s'", v);
-    } else if (!strcmp(o, "--cache-mb")) {
-        if (!cli_parse_int(v, 0, 1 << 20, &k)) return -cli_usage_error("--cache-mb expects 0..1048576, got '%s'", v);
-        spec->prompt_cache_bytes = (size_t)k << 20;
-    } else if (!strcmp(o, "--costs")) {
-        ds_status st = ds_cost_table_load(v, costs);
-        if (st) return -cli_fail(st);
-        spec->costs = costs;
-    } else {
-        return 0;
-    }
-    return 1;
+    const long id = strtol(v, &end, 10);
+    if (end == v || *end != ':' || id < 0 || id > INT32_MAX || !cli_parse_float(end + 1, -100, 100, &f))
+        return cli_usage_error("--logit-bias expects TOKEN_ID:BIAS with BIAS in -100..100, got '%s'", v);
+    if (sp->n_logit_bias == 256) return cli_usage_error("--logit-bias: at most 256 tokens");
+    bias[sp->n_logit_bias++] = (ds_logit_bias){(int32_t)id, (float)f};
+    sp->logit_bias = bias;
+    return 0;
 }
 
-int cli_spec_finish(ds_spec_params *spec, unsigned given, const char *drafter) {
+int cli_set_cache_mb(void *field, const char *v) {
+    long k;
+    if (!cli_parse_int(v, 0, 1 << 20, &k)) return cli_usage_error("--cache-mb expects 0..1048576, got '%s'", v);
+    *(size_t *)field = (size_t)k << 20;
+    return 0;
+}
+
+int cli_set_costs(void *field, const char *v) {
+    ds_status st = ds_cost_table_load(v, field);
+    return st ? cli_fail(st) : 0;
+}
+
+int cli_spec_finish(ds_spec_params *spec, ds_cost_table *costs, unsigned given, const char *drafter) {
+    if (given & CLI_COSTS_GIVEN) spec->costs = costs;
     if (!(given & CLI_SPEC_GIVEN)) spec->kind = drafter ? DS_SPEC_DSPARK : DS_SPEC_NONE;
     if (!(given & CLI_SCHEDULE_GIVEN) && spec->conf_threshold > 0) spec->schedule = DS_SCHEDULE_THRESHOLD;
     // (--spec dspark without -d: cli_pick_drafter takes the best registered drafter for the target)

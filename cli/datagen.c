@@ -16,35 +16,52 @@ typedef struct {
     ds_sampler_params sp;
 } dg_args;
 
-static void dg_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark datagen [-m TARGET] (--prompts FILE | --unconditional) -n COUNT --max-tokens L -o DATA [options]\n"
-            "  -m, --model PATH     the target (default: stories260K)\n"
-            "  --prompts FILE       one prompt per line: plain text, or a JSON object: {\"prompt\": \"...\"},\n"
-            "                       {\"messages\": [{\"role\", \"content\"}, ...]} or ShareGPT's {\"conversations\":\n"
-            "                       [{\"from\", \"value\"}, ...]} (rendered with the target's chat format; trailing\n"
-            "                       assistant turns dropped), or {\"instruction\", \"input\"}\n"
-            "  --unconditional      start every sequence from BOS alone\n"
-            "  -n, --count N        sequences to write (prompts are used in turn, cycling)\n"
-            "  --max-tokens L       most tokens generated per sequence (it also stops at EOS, which is kept)\n"
-            "  -o, --out DATA       the data file (written atomically)\n"
-            "  --append             add to DATA (and the held-out file) instead of replacing it;\n"
-            "                       use another --seed than before, or the same sequences come again\n"
-            "  --holdout F          route a fraction F of the sequences (by a hash of seed and index) ...\n"
-            "  --holdout-out FILE   ... to this file instead\n"
-            "  --temp T             temperature (default 0.7; 0 = greedy)\n"
-            "  --top-k K            (default 20; 0 = off)\n"
-            "  --top-p P            (default 0.8; 1 = off)\n"
-            "  --min-p M            (default 0 = off)\n"
-            "  --plain F            sample a fraction F of the sequences (evenly spread) from the target's\n"
-            "                       own distribution instead: temperature 1, no filter (default 0.5)\n"
-            "  --seed S             sequence i is sampled with seed S + i (default 0): the same file whatever R\n"
-            "  --concurrency R      sequences decoded together (default 8)\n"
-            "  -t, --threads N      threads (default: all cores)\n"
-            "Ctrl-C stops and keeps the sequences completed so far.\n"
-            "mpirun -np N dspark datagen ...: rank r generates sequences r, r + N, ...; rank 0 writes the\n"
-            "same file as one process would (use -t 1 per rank on one machine).\n");
-}
+#define A dg_args
+static const cli_opt dg_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "the target (default: stories260K)"),
+    CLI_OPT_STR("--prompts", "FILE", A, prompts,
+                "one prompt per line: plain text, or a JSON object: {\"prompt\": \"...\"},\n"
+                "{\"messages\": [{\"role\", \"content\"}, ...]} or ShareGPT's {\"conversations\":\n"
+                "[{\"from\", \"value\"}, ...]} (rendered with the target's chat format; trailing\n"
+                "assistant turns dropped), or {\"instruction\", \"input\"}"),
+    CLI_OPT_FLAG("--unconditional", A, unconditional, "start every sequence from BOS alone"),
+    {.names = "-n|--count", .arg = "N", .type = CLI_LONG, .off = CLI_AT_LONG(A, count), .lo = 1, .hi = 1L << 40,
+     .expects = "a positive count", .help = "sequences to write (prompts are used in turn, cycling)"},
+    {.names = "--max-tokens", .arg = "L", .type = CLI_LONG, .off = CLI_AT_LONG(A, max_tokens), .lo = 1, .hi = 1 << 24,
+     .expects = "a positive count", .help = "most tokens generated per sequence (it also stops at EOS, which is kept)"},
+    CLI_OPT_STR("-o|--out", "DATA", A, out, "the data file (written atomically)"),
+    CLI_OPT_FLAG("--append", A, append, "add to DATA (and the held-out file) instead of replacing it;\n"
+                                        "use another --seed than before, or the same sequences come again"),
+    {.names = "--holdout", .arg = "F", .type = CLI_DOUBLE, .off = CLI_AT_DOUBLE(A, holdout), .lo = 0, .hi = 1,
+     .expects = "a fraction in [0, 1]", .help = "route a fraction F of the sequences (by a hash of seed and index) ..."},
+    CLI_OPT_STR("--holdout-out", "FILE", A, holdout_out, "... to this file instead"),
+    CLI_OPT_TEMP(A, sp, .help = "temperature (default 0.7; 0 = greedy)"),
+    CLI_OPT_TOP_K(A, sp, .help = "(default 20; 0 = off)"),
+    CLI_OPT_TOP_P(A, sp, .help = "(default 0.8; 1 = off)"),
+    CLI_OPT_MIN_P(A, sp, .help = "(default 0 = off)"),
+    CLI_OPT_PENALTIES(A, sp, .flags = CLI_UNDOCUMENTED),
+    CLI_OPT_LOGIT_BIAS(A, sp, .flags = CLI_REPEATABLE | CLI_UNDOCUMENTED),
+    CLI_OPT_VERIFY(A, sp.verify, .flags = CLI_UNDOCUMENTED),
+    {.names = "--plain", .arg = "F", .type = CLI_DOUBLE, .off = CLI_AT_DOUBLE(A, plain), .lo = 0, .hi = 1,
+     .expects = "a fraction in [0, 1]", .help = "sample a fraction F of the sequences (evenly spread) from the target's\n"
+                                                "own distribution instead: temperature 1, no filter (default 0.5)"},
+    CLI_OPT_SEED(A, seed, LONG, .help = "sequence i is sampled with seed S + i (default 0): the same file whatever R"),
+    CLI_OPT_LONG("--concurrency", "R", A, concurrency, 1, 4096, "sequences decoded together (default 8)"),
+    CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),
+    CLI_OPT_TEXT("Ctrl-C stops and keeps the sequences completed so far.\n"
+                 "mpirun -np N dspark datagen ...: rank r generates sequences r, r + N, ...; rank 0 writes the\n"
+                 "same file as one process would (use -t 1 per rank on one machine)."),
+    {0},
+};
+#undef A
+
+const cli_command cli_datagen_cmd = {
+    .name = "datagen",
+    .summary = "write drafter training data with the target (dspark datagen --help)",
+    .usage = "usage: dspark datagen [-m TARGET] (--prompts FILE | --unconditional) -n COUNT --max-tokens L -o DATA [options]",
+    .col = 23,
+    .opts = dg_opts,
+};
 
 static int parse_args(int argc, char **argv, dg_args *a) {
     memset(a, 0, sizeof *a);
@@ -58,43 +75,8 @@ static int parse_args(int argc, char **argv, dg_args *a) {
     a->plain = -1;
     a->count = -1;
     a->max_tokens = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            dg_usage(stdout);
-            exit(0);
-        } else if (!strcmp(o, "--unconditional")) {
-            a->unconditional = 1;
-            continue;
-        } else if (!strcmp(o, "--append")) {
-            a->append = 1;
-            continue;
-        }
-        if (!v) return cli_missing_value(o, "datagen", dg_usage);
-        i++;
-        int r = cli_sampling_option(o, v, &a->sp);
-        if (!r) r = cli_run_option(o, v, &a->model, NULL, &a->threads, &a->seed);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "--prompts")) a->prompts = v;
-        else if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
-        else if (!strcmp(o, "--holdout-out")) a->holdout_out = v;
-        else if (!strcmp(o, "-n") || !strcmp(o, "--count")) {
-            if (!cli_parse_int(v, 1, 1L << 40, &a->count)) return cli_usage_error("-n expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "--max-tokens")) {
-            if (!cli_parse_int(v, 1, 1 << 24, &a->max_tokens))
-                return cli_usage_error("--max-tokens expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "--concurrency")) {
-            if (!cli_parse_int(v, 1, 4096, &a->concurrency)) return cli_usage_error("--concurrency expects 1..4096, got '%s'", v);
-        } else if (!strcmp(o, "--plain")) {
-            if (!cli_parse_float(v, 0, 1, &a->plain)) return cli_usage_error("--plain expects a fraction in [0, 1], got '%s'", v);
-        } else if (!strcmp(o, "--holdout")) {
-            if (!cli_parse_float(v, 0, 1, &a->holdout)) return cli_usage_error("--holdout expects a fraction in [0, 1], got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark datagen --help)", o);
-        }
-    }
+    const int rc = cli_parse(&cli_datagen_cmd, argc, argv, a);
+    if (rc) return rc;
     if (!a->prompts == !a->unconditional) return cli_usage_error("datagen needs exactly one of --prompts FILE and --unconditional");
     if (a->count < 0) return cli_usage_error("datagen needs the number of sequences (-n COUNT)");
     if (a->max_tokens < 0) return cli_usage_error("datagen needs a length limit (--max-tokens L)");
@@ -136,7 +118,7 @@ int cmd_datagen(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a);
     if (rc) {
         ds_mpi_finalize();
-        return rc;
+        return rc == CLI_HELP ? 0 : rc;
     }
     ds_datagen_opts o = ds_datagen_defaults();
     if (!(o.target = cli_model_path(a.model))) {

@@ -7,42 +7,39 @@
 
 #include "cli.h"
 
-static void dv_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark draft-vocab [-m TARGET] -d DRAFTER --data FILE -k K\n"
-            "  -m, --model PATH   the target the drafter is paired with (default: stories260K)\n"
-            "  -d, --drafter DIR  the drafter; DIR/draft_vocab.json is written (replaced)\n"
-            "  --data FILE        datagen output: the target's own text, whose response tokens are counted\n"
-            "  -k K               how many of the most frequent tokens the drafter may propose\n"
-            "  --full             remove DIR/draft_vocab.json (the full vocabulary again)\n");
-}
+typedef struct {
+    const char *model, *drafter, *data;
+    long k;
+    int full; // --full
+} dv_args;
+
+#define A dv_args
+static const cli_opt dv_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "the target the drafter is paired with (default: stories260K)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "the drafter; DIR/draft_vocab.json is written (replaced)"),
+    CLI_OPT_STR("--data", "FILE", A, data, "datagen output: the target's own text, whose response tokens are counted"),
+    {.names = "-k", .arg = "K", .type = CLI_LONG, .off = CLI_AT_LONG(A, k), .lo = 1, .hi = 1 << 30,
+     .expects = "a positive count", .help = "how many of the most frequent tokens the drafter may propose"},
+    CLI_OPT_FLAG("--full", A, full, "remove DIR/draft_vocab.json (the full vocabulary again)"),
+    {0},
+};
+#undef A
+
+const cli_command cli_draft_vocab_cmd = {
+    .name = "draft-vocab",
+    .summary = "let the drafter propose only the target's k most frequent tokens (cheaper drafting)",
+    .usage = "usage: dspark draft-vocab [-m TARGET] -d DRAFTER --data FILE -k K",
+    .col = 21,
+    .opts = dv_opts,
+};
 
 int cmd_draft_vocab(int argc, char **argv) {
-    const char *model = NULL, *drafter = NULL, *data = NULL;
-    long k = 0;
-    int full = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            dv_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(o, "--full")) {
-            full = 1;
-            continue;
-        }
-        if (!v) return cli_usage_error("option %s needs a value", o);
-        i++;
-        const int r = cli_run_option(o, v, &model, &drafter, NULL, NULL);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "--data")) data = v;
-        else if (!strcmp(o, "-k")) {
-            if (!cli_parse_int(v, 1, 1 << 30, &k)) return cli_usage_error("-k expects a positive count, got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark draft-vocab --help)", o);
-        }
-    }
+    dv_args a = {0};
+    const int prc = cli_parse(&cli_draft_vocab_cmd, argc, argv, &a);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
+    const char *model = a.model, *drafter = a.drafter, *data = a.data;
+    const long k = a.k;
+    const int full = a.full;
     if (!drafter) return cli_usage_error("draft-vocab needs -d DRAFTER");
     char path[4200];
     snprintf(path, sizeof path, "%s/draft_vocab.json", drafter);

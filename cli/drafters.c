@@ -5,31 +5,35 @@
 
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark drafters [-m TARGET]\n"
-            "  Lists the registered drafters (train --register, quantize --register), best first by\n"
-            "  recorded held-out tau: target identity, tau (temperature, step), source, directory.\n"
-            "  -m TARGET   only the drafters registered for this target (its identity is computed)\n"
-            "  generate, eval, calibrate and serve with --spec dspark and no -d take the first one listed\n"
-            "  for the loaded target whose directory still holds it.\n"
-            "  Registry: $DSPARK_REGISTRY, else $XDG_DATA_HOME/dspark/drafters, else\n"
-            "  ~/.local/share/dspark/drafters (one JSON file per drafter directory).\n");
-}
+typedef struct {
+    const char *model;
+} drafters_args;
+
+static const cli_opt drafters_opts[] = {
+    CLI_OPT_TEXT("  Lists the registered drafters (train --register, quantize --register), best first by\n"
+                 "  recorded held-out tau: target identity, tau (temperature, step), source, directory."),
+    CLI_OPT_MODEL(drafters_args, model, .show = "-m TARGET",
+                  .help = "only the drafters registered for this target (its identity is computed)"),
+    CLI_OPT_TEXT("  generate, eval, calibrate and serve with --spec dspark and no -d take the first one listed\n"
+                 "  for the loaded target whose directory still holds it.\n"
+                 "  Registry: $DSPARK_REGISTRY, else $XDG_DATA_HOME/dspark/drafters, else\n"
+                 "  ~/.local/share/dspark/drafters (one JSON file per drafter directory)."),
+    {0},
+};
+
+const cli_command cli_drafters_cmd = {
+    .name = "drafters",
+    .summary = "list the registered drafters (dspark drafters --help)",
+    .usage = "usage: dspark drafters [-m TARGET]",
+    .col = 14,
+    .opts = drafters_opts,
+};
 
 int cmd_drafters(int argc, char **argv) {
-    const char *model = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) return cli_missing_value(o, "drafters", usage);
-        i++;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) model = v;
-        else return cli_usage_error("unknown option '%s' (see dspark drafters --help)", o);
-    }
+    drafters_args a = {0};
+    const int rc = cli_parse(&cli_drafters_cmd, argc, argv, &a);
+    if (rc) return rc == CLI_HELP ? 0 : rc;
+    const char *model = a.model;
     char id[160] = "", reg[4096];
     if (model) {
         const char *path = cli_model_path(model);

@@ -22,68 +22,60 @@ typedef struct {
     int json;
 } ev_args;
 
-static void ev_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark eval [-m TARGET] [-d DRAFTER] [--spec none|dspark|ngram] --prompts FILE [options]\n"
-            "  -m, --model PATH     the target (default: stories260K)\n"
-            "  -d, --drafter DIR    a DeepSpec drafter paired with the target\n"
-            "  --spec KIND          none | dspark | ngram (default: dspark with -d, else none)\n"
-            "  --prompts FILE       one prompt per line: plain text, or a JSON object with a \"prompt\" string\n"
-            "  --max-tokens L       tokens generated per prompt (default 128; fewer at EOS)\n"
-            "  --temp T             temperature; 0 = greedy (default 0); greedy and --verify coupled\n"
-            "                       outputs are checked token for token against plain decoding\n"
-            "  --top-k K, --top-p P, --min-p M   sampling filters (defaults off)\n"
-            "  --verify coupled|residual         how sampled drafts are verified (default coupled)\n"
-            "  --draft-max K        most drafted tokens verified per round\n"
-            "  --conf-threshold C   verify the slots before the first whose confidence is below C\n"
-            "  --schedule S         fixed | threshold | auto (Algorithm 1; default: threshold with\n"
-            "                       --conf-threshold, else fixed)\n"
-            "  --costs FILE         cost table for --schedule auto (dspark profile); default: profile now\n"
-            "  --concurrency R      R prompts at a time through one engine (default 1)\n"
-            "  --ngram N            ngram match length (default 3)\n"
-            "  --seed S             prompt i uses seed S + i in both runs (default 0)\n"
-            "  -t, --threads N      threads (default: all cores)\n"
-            "  --json               one JSON object instead of the table\n"
-            "Every prompt runs with the requested drafting and with plain decoding (--spec none), R\n"
-            "requests at a time in both. tok/s: all generated tokens / the time in engine rounds (prefill\n"
-            "excluded); per-request tok/s: the mean over requests of generated tokens / the request's time\n"
-            "from joining (its prefill included) to finishing.\n");
-}
+#define A ev_args
+static const cli_opt ev_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "the target (default: stories260K)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "a DeepSpec drafter paired with the target"),
+    CLI_OPT_SPEC(A, spec, .help = "none | dspark | ngram (default: dspark with -d, else none)"),
+    CLI_OPT_STR("--prompts", "FILE", A, prompts, "one prompt per line: plain text, or a JSON object with a \"prompt\" string"),
+    {.names = "--max-tokens", .arg = "L", .type = CLI_LONG, .off = CLI_AT_LONG(A, max_tokens), .lo = 1, .hi = 1 << 24,
+     .expects = "a positive count", .help = "tokens generated per prompt (default 128; fewer at EOS)"},
+    CLI_OPT_TEMP(A, sp, .help = "temperature; 0 = greedy (default 0); greedy and --verify coupled\n"
+                                "outputs are checked token for token against plain decoding"),
+    CLI_OPT_TOP_K(A, sp, .show = "--top-k K, --top-p P, --min-p M", .help = "  sampling filters (defaults off)"),
+    CLI_OPT_TOP_P(A, sp, .help = NULL),
+    CLI_OPT_MIN_P(A, sp, .help = NULL),
+    CLI_OPT_PENALTIES(A, sp, .flags = CLI_UNDOCUMENTED),
+    CLI_OPT_LOGIT_BIAS(A, sp, .flags = CLI_REPEATABLE | CLI_UNDOCUMENTED),
+    CLI_OPT_VERIFY(A, sp.verify, .show = "--verify coupled|residual",
+                   .help = "        how sampled drafts are verified (default coupled)"),
+    CLI_OPT_DRAFT_MAX(A, spec, .help = "most drafted tokens verified per round"),
+    CLI_OPT_CONF_THRESHOLD(A, spec, .help = "verify the slots before the first whose confidence is below C"),
+    CLI_OPT_SCHEDULE(A, spec, .help = "fixed | threshold | auto (Algorithm 1; default: threshold with\n"
+                                      "--conf-threshold, else fixed)"),
+    CLI_OPT_COSTS(A, costs, .help = "cost table for --schedule auto (dspark profile); default: profile now"),
+    CLI_OPT_LONG("--concurrency", "R", A, concurrency, 1, 4096, "R prompts at a time through one engine (default 1)"),
+    CLI_OPT_NGRAM(A, spec, .help = "ngram match length (default 3)"),
+    CLI_OPT_CACHE_MB(A, spec, .flags = CLI_UNDOCUMENTED),
+    CLI_OPT_SEED(A, seed, LONG, .help = "prompt i uses seed S + i in both runs (default 0)"),
+    CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),
+    CLI_OPT_FLAG("--json", A, json, "one JSON object instead of the table"),
+    CLI_OPT_TEXT("Every prompt runs with the requested drafting and with plain decoding (--spec none), R\n"
+                 "requests at a time in both. tok/s: all generated tokens / the time in engine rounds (prefill\n"
+                 "excluded); per-request tok/s: the mean over requests of generated tokens / the request's time\n"
+                 "from joining (its prefill included) to finishing."),
+    {0},
+};
+#undef A
+
+const cli_command cli_eval_cmd = {
+    .name = "eval",
+    .summary = "measure speculative decoding against plain decoding on a prompt set",
+    .usage = "usage: dspark eval [-m TARGET] [-d DRAFTER] [--spec none|dspark|ngram] --prompts FILE [options]",
+    .col = 23,
+    .opts = ev_opts,
+    .given_off = offsetof(ev_args, given),
+};
 
 static int parse_args(int argc, char **argv, ev_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
     a->concurrency = 1;
     a->sp = ds_sampler_default();
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            ev_usage(stdout);
-            exit(0);
-        } else if (!strcmp(o, "--json")) {
-            a->json = 1;
-            continue;
-        }
-        if (!v) return cli_missing_value(o, "eval", ev_usage);
-        i++;
-        int r = cli_sampling_option(o, v, &a->sp);
-        if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
-        if (!r) r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "--prompts")) a->prompts = v;
-        else if (!strcmp(o, "--max-tokens")) {
-            if (!cli_parse_int(v, 1, 1 << 24, &a->max_tokens)) return cli_usage_error("--max-tokens expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "--concurrency")) {
-            if (!cli_parse_int(v, 1, 4096, &a->concurrency))
-                return cli_usage_error("--concurrency expects 1..4096, got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark eval --help)", o);
-        }
-    }
+    const int rc = cli_parse(&cli_eval_cmd, argc, argv, a);
+    if (rc) return rc;
     if (!a->prompts) return cli_usage_error("eval needs a prompt file (--prompts FILE)");
-    return cli_spec_finish(&a->spec, a->given, a->drafter);
+    return cli_spec_finish(&a->spec, &a->costs, a->given, a->drafter);
 }
 
 static const char *schedule_name(ds_schedule_kind k) {
@@ -149,7 +141,7 @@ static void print_table(const ev_args *a, int n_prompts, const ds_eval_totals *s
 int cmd_eval(int argc, char **argv) {
     ev_args a;
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc;
+    if (rc) return rc == CLI_HELP ? 0 : rc;
     ds_model *m = NULL;
     ds_drafter *d = NULL;
     if (!(m = cli_load_text_model(a.model, a.threads)) || cli_pick_drafter(&a.drafter, a.spec.kind, m) ||

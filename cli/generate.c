@@ -14,88 +14,68 @@ typedef struct {
     ds_spec_params spec;
     ds_cost_table costs;
     unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN
-    int json, stats, chat;
+    int json, stats, chat; // --json, --stats, --chat
     long logprobs; // --logprobs N: -1 = off
     const char *grammar_file, *schema_file; // --grammar-file, --json-schema
 } gen_args;
 
-static void gen_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark generate [-m MODEL] -p PROMPT [-n N] [options]\n"
-            "  -m, --model PATH   .gguf file or Hugging Face directory (default: stories260K)\n"
-            "  -p, --prompt TEXT  the prompt (encoded with BOS)\n"
-            "  -n, --n-predict N  tokens to generate (default 64)\n"
-            "  --temp T           temperature; 0 = greedy (default 0)\n"
-            "  --top-k K          keep the K most likely tokens (0 = off)\n"
-            "  --top-p P          nucleus sampling mass (1 = off)\n"
-            "  --min-p M          drop tokens below M x the top probability (0 = off)\n"
-            "  --seed S           random seed (default 0)\n"
-            "  --presence-penalty P, --frequency-penalty F   OpenAI's penalties over the generated tokens\n"
-            "  --logit-bias ID:B  add B (-100..100) to token ID's logit (repeatable)\n"
-            "  --verify RULE      coupled (default: the text of --spec none with this seed, whatever the\n"
-            "                     drafter) | residual (min(1, p/q) acceptance, residual resampling)\n"
-            "  -t, --threads N    threads (default: all cores)\n"
-            "  -d, --drafter DIR  a DeepSpec drafter (DSpark or DFlash) paired with the model\n"
-            "  --spec KIND        none | dspark | ngram (default: dspark with -d, else none)\n"
-            "  --draft-max K      most drafted tokens verified per round (default: the block size; 7 for ngram)\n"
-            "  --conf-threshold C verify the slots before the first whose confidence is below C\n"
-            "  --schedule S       fixed | threshold | auto (Algorithm 1; default: threshold with\n"
-            "                     --conf-threshold, else fixed)\n"
-            "  --costs FILE       cost table for --schedule auto (dspark profile); default: profile now\n"
-            "  --ngram N          ngram match length (default 3)\n"
-            "  --chat             the prompt is a user message in the model's chat format (ds_chat_render);\n"
-            "                     generation stops at the format's end-of-turn token\n"
-            "  --logprobs N       with --json: each generated token's log-probability and the N most\n"
-            "                     likely alternatives (0..20), from the target's processed distribution\n"
-            "  --grammar-file F   the output must match the GBNF grammar in F (llama.cpp's dialect)\n"
-            "  --json-schema F    the output must be JSON valid against the JSON Schema in F\n"
-            "  --stats            print speculation statistics to stderr\n"
-            "  --json             print one JSON object instead of streaming text\n");
-}
+#define A gen_args
+static const cli_opt gen_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = ".gguf file or Hugging Face directory (default: stories260K)"),
+    CLI_OPT_STR("-p|--prompt", "TEXT", A, prompt, "the prompt (encoded with BOS)"),
+    {.names = "-n|--n-predict", .arg = "N", .type = CLI_LONG, .off = CLI_AT_LONG(A, n_predict), .lo = 0, .hi = 1 << 24,
+     .expects = "a count", .help = "tokens to generate (default 64)"},
+    CLI_OPT_TEMP(A, sp, .help = "temperature; 0 = greedy (default 0)"),
+    CLI_OPT_TOP_K(A, sp, .help = "keep the K most likely tokens (0 = off)"),
+    CLI_OPT_TOP_P(A, sp, .help = "nucleus sampling mass (1 = off)"),
+    CLI_OPT_MIN_P(A, sp, .help = "drop tokens below M x the top probability (0 = off)"),
+    CLI_OPT_SEED(A, seed, LONG, .help = "random seed (default 0)"),
+    CLI_OPT_PENALTIES(A, sp, .show = "--presence-penalty P, --frequency-penalty F",
+                      .help = "  OpenAI's penalties over the generated tokens"),
+    CLI_OPT_LOGIT_BIAS(A, sp, .flags = CLI_REPEATABLE, .help = "add B (-100..100) to token ID's logit (repeatable)"),
+    CLI_OPT_VERIFY(A, sp.verify, .help = "coupled (default: the text of --spec none with this seed, whatever the\n"
+                                         "drafter) | residual (min(1, p/q) acceptance, residual resampling)"),
+    CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "a DeepSpec drafter (DSpark or DFlash) paired with the model"),
+    CLI_OPT_SPEC(A, spec, .help = "none | dspark | ngram (default: dspark with -d, else none)"),
+    CLI_OPT_DRAFT_MAX(A, spec, .help = "most drafted tokens verified per round (default: the block size; 7 for ngram)"),
+    CLI_OPT_CONF_THRESHOLD(A, spec, .help = "verify the slots before the first whose confidence is below C"),
+    CLI_OPT_SCHEDULE(A, spec, .help = "fixed | threshold | auto (Algorithm 1; default: threshold with\n"
+                                      "--conf-threshold, else fixed)"),
+    CLI_OPT_COSTS(A, costs, .help = "cost table for --schedule auto (dspark profile); default: profile now"),
+    CLI_OPT_NGRAM(A, spec, .help = "ngram match length (default 3)"),
+    CLI_OPT_CACHE_MB(A, spec, .flags = CLI_UNDOCUMENTED), // (one request: nothing to reuse)
+    CLI_OPT_FLAG("--chat", A, chat, "the prompt is a user message in the model's chat format (ds_chat_render);\n"
+                                    "generation stops at the format's end-of-turn token"),
+    CLI_OPT_LONG("--logprobs", "N", A, logprobs, 0, 20, "with --json: each generated token's log-probability and the N most\n"
+                                                     "likely alternatives (0..20), from the target's processed distribution"),
+    CLI_OPT_STR("--grammar-file", "F", A, grammar_file, "the output must match the GBNF grammar in F (llama.cpp's dialect)"),
+    CLI_OPT_STR("--json-schema", "F", A, schema_file, "the output must be JSON valid against the JSON Schema in F"),
+    CLI_OPT_FLAG("--stats", A, stats, "print speculation statistics to stderr"),
+    CLI_OPT_FLAG("--json", A, json, "print one JSON object instead of streaming text"),
+    {0},
+};
+#undef A
+
+const cli_command cli_generate_cmd = {
+    .name = "generate",
+    .summary = "generate text, optionally with speculative decoding (dspark generate --help)",
+    .usage = "usage: dspark generate [-m MODEL] -p PROMPT [-n N] [options]",
+    .col = 21,
+    .opts = gen_opts,
+    .given_off = offsetof(gen_args, given),
+};
 
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->n_predict = 64;
     a->logprobs = -1;
     a->sp = ds_sampler_default();
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            gen_usage(stdout);
-            exit(0);
-        } else if (!strcmp(o, "--json")) {
-            a->json = 1;
-            continue;
-        } else if (!strcmp(o, "--stats")) {
-            a->stats = 1;
-            continue;
-        } else if (!strcmp(o, "--chat")) {
-            a->chat = 1;
-            continue;
-        }
-        if (!v) return cli_missing_value(o, "generate", gen_usage);
-        i++;
-        int r = cli_sampling_option(o, v, &a->sp);
-        if (!r) r = cli_spec_option(o, v, &a->spec, &a->costs, &a->given);
-        if (!r) r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, &a->seed);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) a->prompt = v;
-        else if (!strcmp(o, "--grammar-file")) a->grammar_file = v;
-        else if (!strcmp(o, "--json-schema")) a->schema_file = v;
-        else if (!strcmp(o, "--logprobs")) {
-            if (!cli_parse_int(v, 0, 20, &a->logprobs)) return cli_usage_error("--logprobs expects 0..20, got '%s'", v);
-        }
-        else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
-            if (!cli_parse_int(v, 0, 1 << 24, &a->n_predict)) return cli_usage_error("-n expects a count, got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark generate --help)", o);
-        }
-    }
+    const int rc = cli_parse(&cli_generate_cmd, argc, argv, a);
+    if (rc) return rc;
     if (!a->prompt) return cli_usage_error("generate needs a prompt (-p TEXT)");
     if (a->grammar_file && a->schema_file) return cli_usage_error("give --grammar-file or --json-schema, not both");
-    return cli_spec_finish(&a->spec, a->given, a->drafter);
+    return cli_spec_finish(&a->spec, &a->costs, a->given, a->drafter);
 }
 
 // State of one generation, so that clean-up happens in one place.
@@ -231,7 +211,7 @@ static void show(const gen_state *g, size_t *shown, int to_stdout) {
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc;
+    if (rc) return rc == CLI_HELP ? 0 : rc;
     gen_state g = {0};
     if (!(g.model = cli_load_text_model(a.model, a.threads))) return 1;
     const ds_model_info *info = ds_model_get_info(g.model);

@@ -6,21 +6,44 @@
 
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark inflate [-m TARGET] -d DRAFTER -o OUT [options]\n"
-            "  -m, --model PATH   a llama GGUF target (default: stories260K)\n"
-            "  -d, --drafter DIR  a Qwen3-style DeepSpec drafter paired with it\n"
-            "  -o, --out DIR      writes DIR/target (Hugging Face Llama) and DIR/drafter (DeepSpec)\n"
-            "  --hidden H         hidden size (default 2048)\n"
-            "  --ffn F            MLP width (default 5632)\n"
-            "  --layers L         target layers (default 24; the drafter keeps its own)\n"
-            "  --dtype bf16|f32   matrix type (default bf16; vectors are f32)\n"
-            "  --seed S           the random padding (default 1)\n"
-            "The inflated pair computes what the small pair computes (zero-padded residual stream, compensated\n"
-            "RMSNorms, identity layers), with weights of the given size: a memory-bound target whose drafter's\n"
-            "acceptance is the small drafter's.\n");
-}
+typedef struct {
+    ds_inflate_params p;
+    const char *model, *drafter, *out;
+} inflate_args;
+
+static const char *const dtype_names[] = {"bf16", "f32", NULL};
+static const int dtype_values[] = {DS_BF16, DS_F32};
+
+#define A inflate_args
+#define SIZE(N, ARG, f, H)                                                                                     \
+    {.names = N, .arg = ARG, .type = CLI_INT, .off = CLI_AT_INT(A, p.f), .lo = 1, .hi = 1 << 20,               \
+     .expects = "a positive integer", .help = H}
+static const cli_opt inflate_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "a llama GGUF target (default: stories260K)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "a Qwen3-style DeepSpec drafter paired with it"),
+    CLI_OPT_STR("-o|--out", "DIR", A, out, "writes DIR/target (Hugging Face Llama) and DIR/drafter (DeepSpec)"),
+    SIZE("--hidden", "H", hidden, "hidden size (default 2048)"),
+    SIZE("--ffn", "F", ffn, "MLP width (default 5632)"),
+    SIZE("--layers", "L", layers, "target layers (default 24; the drafter keeps its own)"),
+    {.names = "--dtype", .arg = "bf16|f32", .type = CLI_ENUM, .off = CLI_AT_ENUM(A, p.dtype), .choices = dtype_names,
+     .values = dtype_values, .help = "matrix type (default bf16; vectors are f32)"},
+    CLI_OPT_SEED(A, p.seed, U64, .help = "the random padding (default 1)"),
+    CLI_OPT_TEXT("The inflated pair computes what the small pair computes (zero-padded residual stream, compensated\n"
+                 "RMSNorms, identity layers), with weights of the given size: a memory-bound target whose drafter's\n"
+                 "acceptance is the small drafter's."),
+    {0},
+};
+#undef SIZE
+#undef A
+
+const cli_command cli_inflate_cmd = {
+    .name = "inflate",
+    .summary = "grow a small target + drafter to a realistic size, computing exactly the same",
+    .usage = "usage: dspark inflate [-m TARGET] -d DRAFTER -o OUT [options]",
+    .col = 21,
+    .opts = inflate_opts,
+    .unknown = "inflate: unknown option '%s' (see dspark inflate --help)",
+};
 
 static double g_t0;
 static int g_line_open; // a progress line without its newline yet
@@ -35,36 +58,11 @@ static void progress(void *ctx, const char *stage, int i, int n, const char *nam
 }
 
 int cmd_inflate(int argc, char **argv) {
-    ds_inflate_params p = ds_inflate_default();
-    const char *model = NULL, *drafter = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) return cli_usage_error("option %s needs a value (see dspark inflate --help)", o);
-        i++;
-        const int r = cli_run_option(o, v, &model, &drafter, NULL, NULL);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "-o") || !strcmp(o, "--out")) out = v;
-        else if (!strcmp(o, "--hidden") || !strcmp(o, "--ffn") || !strcmp(o, "--layers")) {
-            if (!cli_parse_int(v, 1, 1 << 20, &n)) return cli_usage_error("%s expects a positive integer, got '%s'", o, v);
-            *(!strcmp(o, "--hidden") ? &p.hidden : !strcmp(o, "--ffn") ? &p.ffn : &p.layers) = (int)n;
-        } else if (!strcmp(o, "--dtype")) {
-            if (!strcmp(v, "bf16")) p.dtype = DS_BF16;
-            else if (!strcmp(v, "f32")) p.dtype = DS_F32;
-            else return cli_usage_error("--dtype expects bf16 or f32, got '%s'", v);
-        } else if (!strcmp(o, "--seed")) {
-            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n))
-                return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
-            p.seed = (uint64_t)n;
-        } else {
-            return cli_usage_error("inflate: unknown option '%s' (see dspark inflate --help)", o);
-        }
-    }
+    inflate_args a = {.p = ds_inflate_default()};
+    const int rc = cli_parse(&cli_inflate_cmd, argc, argv, &a);
+    if (rc) return rc == CLI_HELP ? 0 : rc;
+    ds_inflate_params p = a.p;
+    const char *drafter = a.drafter, *out = a.out, *model = a.model;
     if (!drafter || !out) return cli_usage_error("inflate needs -d DRAFTER and -o OUT (see dspark inflate --help)");
     const char *target = cli_model_path(model);
     if (!target) return 1;

@@ -6,27 +6,48 @@
 
 #include "cli.h"
 
+// The commands, in the order `dspark --help` lists them (version has no options table).
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const cli_command *table;
+    const char *summary; // (the table's, where it has one)
+} command;
+
+static const command commands[] = {
+    {"generate", cmd_generate, &cli_generate_cmd, NULL},
+    {"init-drafter", cmd_init_drafter, &cli_init_drafter_cmd, NULL},
+    {"train", cmd_train, &cli_train_cmd, NULL},
+    {"datagen", cmd_datagen, &cli_datagen_cmd, NULL},
+    {"eval", cmd_eval, &cli_eval_cmd, NULL},
+    {"calibrate", cmd_calibrate, &cli_calibrate_cmd, NULL},
+    {"draft-vocab", cmd_draft_vocab, &cli_draft_vocab_cmd, NULL},
+    {"quantize", cmd_quantize, &cli_quantize_cmd, NULL},
+    {"drafters", cmd_drafters, &cli_drafters_cmd, NULL},
+    {"inflate", cmd_inflate, &cli_inflate_cmd, NULL},
+    {"profile", cmd_profile, &cli_profile_cmd, NULL},
+    {"tokenize", cmd_tokenize, &cli_tokenize_cmd, NULL},
+    {"chat", cmd_chat, &cli_chat_cmd, NULL},
+    {"chat-template", cmd_chat_template, &cli_chat_template_cmd, NULL},
+    {"serve", cmd_serve, &cli_serve_cmd, NULL},
+    {"version", NULL, NULL, "print the version"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  generate       generate text, optionally with speculative decoding (dspark generate --help)\n"
-            "  init-drafter   write a freshly initialized DeepSpec drafter for a target\n"
-            "  train          train a DSpark/DFlash drafter for a frozen target (dspark train --help)\n"
-            "  datagen        write drafter training data with the target (dspark datagen --help)\n"
-            "  eval           measure speculative decoding against plain decoding on a prompt set\n"
-            "  calibrate      fit the drafter's confidence calibration (STS) on held-out prompts\n"
-            "  draft-vocab    let the drafter propose only the target's k most frequent tokens (cheaper drafting)\n"
-            "  quantize       write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)\n"
-            "  drafters       list the registered drafters (dspark drafters --help)\n"
-            "  inflate        grow a small target + drafter to a realistic size, computing exactly the same\n"
-            "  profile        measure the target's verification cost table SPS(B) for --schedule auto\n"
-            "  tokenize       text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer\n"
-            "  chat           interactive chat with a model (reads lines from stdin)\n"
-            "  chat-template  render a conversation with a Jinja chat template (as transformers does)\n"
-            "  serve          an OpenAI-compatible HTTP server (dspark serve --help)\n"
-            "  version        print the version\n");
+    fprintf(f, "usage: dspark <command> [options]\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].table ? commands[i].table->summary : commands[i].summary);
+}
+
+// dspark help --markdown (not listed): the README's command reference, from the option tables
+// (tests/cli/test_cli_reference.sh checks that the README holds exactly this).
+static void reference(FILE *f) {
+    fputs("```text\n", f);
+    usage(f);
+    fputs("```\n\n", f);
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (commands[i].table) cli_markdown(commands[i].table, f);
 }
 
 // Give OpenBLAS the kernels this CPU deserves (see ds_openblas_core_hint): once, by re-executing
@@ -45,23 +66,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
-    if (strcmp(cmd, "init-drafter") == 0) return cmd_init_drafter(argc - 1, argv + 1);
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
-    if (strcmp(cmd, "datagen") == 0) return cmd_datagen(argc - 1, argv + 1);
-    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
-    if (strcmp(cmd, "calibrate") == 0) return cmd_calibrate(argc - 1, argv + 1);
-    if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 1, argv + 1);
-    if (strcmp(cmd, "draft-vocab") == 0) return cmd_draft_vocab(argc - 1, argv + 1);
-    if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 1, argv + 1);
-    if (strcmp(cmd, "drafters") == 0) return cmd_drafters(argc - 1, argv + 1);
-    if (strcmp(cmd, "inflate") == 0) return cmd_inflate(argc - 1, argv + 1);
-    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
-    if (strcmp(cmd, "chat-template") == 0) return cmd_chat_template(argc - 1, argv + 1);
-    if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
-    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (commands[i].run && !strcmp(cmd, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("dspark 0.1.0\n");
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 && argc == 3 && strcmp(argv[2], "--markdown") == 0) {
+        reference(stdout);
         return 0;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -13,54 +13,37 @@ typedef struct {
     int quick;
 } prof_args;
 
-static void prof_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark profile [-m TARGET] [-d DRAFTER] [options]\n"
-            "  -m, --model PATH   the target (default: stories260K)\n"
-            "  -d, --drafter DIR  also time the drafter: one full block after --ctx context rows\n"
-            "  -t, --threads N    threads (default: all cores); the table holds for this count only\n"
-            "  --bmax B           largest verification batch in tokens (default 64, at most 512)\n"
-            "  --ctx C            context rows per sequence (default 256)\n"
-            "  --repeats R        timed forwards per point, the median is kept (default 5)\n"
-            "  --quick            measure B = 1, 2, 4, ... only and interpolate\n"
-            "  -o, --out FILE     output (default: <model file name>.t<N>.costs.json here)\n"
-            "SPS(B) is verification steps per second with B new rows in one batched forward (spread\n"
-            "over ceil(B/8) sequences, as the engine batches them); tokens/s = B x SPS(B).\n");
-}
+#define A prof_args
+static const cli_opt prof_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "the target (default: stories260K)"),
+    CLI_OPT_DRAFTER(A, drafter, .help = "also time the drafter: one full block after --ctx context rows"),
+    CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores); the table holds for this count only"),
+    CLI_OPT_LONG("--bmax", "B", A, bmax, 1, 512, "largest verification batch in tokens (default 64, at most 512)"),
+    {.names = "--ctx", .arg = "C", .type = CLI_LONG, .off = CLI_AT_LONG(A, ctx), .lo = 1, .hi = 1 << 20,
+     .expects = "a positive count", .help = "context rows per sequence (default 256)"},
+    CLI_OPT_LONG("--repeats", "R", A, repeats, 1, 1000, "timed forwards per point, the median is kept (default 5)"),
+    CLI_OPT_FLAG("--quick", A, quick, "measure B = 1, 2, 4, ... only and interpolate"),
+    CLI_OPT_STR("-o|--out", "FILE", A, out, "output (default: <model file name>.t<N>.costs.json here)"),
+    CLI_OPT_TEXT("SPS(B) is verification steps per second with B new rows in one batched forward (spread\n"
+                 "over ceil(B/8) sequences, as the engine batches them); tokens/s = B x SPS(B)."),
+    {0},
+};
+#undef A
+
+const cli_command cli_profile_cmd = {
+    .name = "profile",
+    .summary = "measure the target's verification cost table SPS(B) for --schedule auto",
+    .usage = "usage: dspark profile [-m TARGET] [-d DRAFTER] [options]",
+    .col = 21,
+    .opts = prof_opts,
+};
 
 static int parse_args(int argc, char **argv, prof_args *a) {
     memset(a, 0, sizeof *a);
     a->bmax = 64;
     a->ctx = 256;
     a->repeats = 5;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            prof_usage(stdout);
-            exit(0);
-        } else if (!strcmp(o, "--quick")) {
-            a->quick = 1;
-            continue;
-        }
-        if (!v) return cli_missing_value(o, "profile", prof_usage);
-        i++;
-        const int r = cli_run_option(o, v, &a->model, &a->drafter, &a->threads, NULL);
-        if (r < 0) return -r;
-        if (r) continue;
-        if (!strcmp(o, "-o") || !strcmp(o, "--out")) a->out = v;
-        else if (!strcmp(o, "--bmax")) {
-            if (!cli_parse_int(v, 1, 512, &a->bmax)) return cli_usage_error("--bmax expects 1..512, got '%s'", v);
-        } else if (!strcmp(o, "--ctx")) {
-            if (!cli_parse_int(v, 1, 1 << 20, &a->ctx))
-                return cli_usage_error("--ctx expects a positive count, got '%s'", v);
-        } else if (!strcmp(o, "--repeats")) {
-            if (!cli_parse_int(v, 1, 1000, &a->repeats))
-                return cli_usage_error("--repeats expects 1..1000, got '%s'", v);
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark profile --help)", o);
-        }
-    }
-    return 0;
+    return cli_parse(&cli_profile_cmd, argc, argv, a);
 }
 
 // "<file name without directory and extension>.t<N>.costs.json" (a Hugging Face directory gives its
@@ -83,7 +66,7 @@ static void default_out(const char *model_path, int threads, char *out, size_t c
 int cmd_profile(int argc, char **argv) {
     prof_args a;
     int rc = parse_args(argc, argv, &a);
-    if (rc) return rc;
+    if (rc) return rc == CLI_HELP ? 0 : rc;
     const char *path = cli_model_path(a.model);
     if (!path) return 1;
     ds_model *m = NULL;

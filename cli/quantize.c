@@ -5,23 +5,92 @@
 
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]\n"
-            "  --drafter              SRC_DIR is a DeepSpec drafter (default)\n"
-            "  --register             record the quantized drafter in the registry (dspark drafters --help)\n"
-            "  --target               SRC is a target: an HF safetensors directory of any architecture dspark runs\n"
-            "                         (text model only: a vision tower is dropped), or a llama .gguf file\n"
-            "                         (written out as an HF directory, its tokenizer as tokenizer.gguf); MoE\n"
-            "                         experts in any layout, routers at 8 bits; streamed: memory stays small\n"
-            "  --keep PATTERN         keep modules matching the glob (e.g. 'layers.0.*') in full precision\n"
-            "                         (repeatable; recorded as false in config.json)\n"
-            "  --override PATTERN=BITS:GROUP  per-module bits and group size (repeatable)\n"
-            "  --max-shard-mb N       shard above N MiB of data (default 5 GiB; fractions allowed)\n"
-            "  --skip-load-smoke      do not reload the result and run one quantized projection\n"
-            "Drafters: every 2-D weight whose input width the group size divides is quantized, the\n"
-            "embed_tokens and markov_w1 gather tables included; confidence_head.* and 1-D tensors stay as they are.\n");
+typedef struct {
+    ds_quantize_params p;
+    const char *pos[2]; // SRC_DIR OUT_DIR
+    int n_pos, reg;     // reg: --register
+    unsigned given;     // GIVEN_BITS | GIVEN_GROUP
+} quant_args;
+
+enum { GIVEN_BITS = 1, GIVEN_GROUP = 2 };
+
+static int take_dir(void *args, const char *arg) {
+    quant_args *a = args;
+    if (a->n_pos == 2) return cli_usage_error("quantize takes SRC_DIR OUT_DIR (extra argument '%s')", arg);
+    a->pos[a->n_pos++] = arg;
+    return 0;
 }
+
+static int add_keep(void *field, const char *v) {
+    ds_quantize_params *p = field;
+    if (p->n_keep == DS_QUANT_MAX_PATTERNS) return cli_usage_error("too many --keep patterns");
+    p->keep[p->n_keep++] = v;
+    return 0;
+}
+
+static int add_override(void *field, const char *v) {
+    ds_quantize_params *p = field;
+    static char buf[DS_QUANT_MAX_PATTERNS][256];
+    const char *eq = strrchr(v, '=');
+    int b, g;
+    if (p->n_override == DS_QUANT_MAX_PATTERNS || !eq || eq - v >= 256 || sscanf(eq + 1, "%d:%d", &b, &g) != 2)
+        return cli_usage_error("--override: expected PATTERN=BITS:GROUP, got '%s'", v);
+    memcpy(buf[p->n_override], v, (size_t)(eq - v));
+    buf[p->n_override][eq - v] = 0;
+    p->override[p->n_override] = buf[p->n_override];
+    p->override_bits[p->n_override] = b;
+    p->override_group[p->n_override++] = g;
+    return 0;
+}
+
+static int set_shard_mb(void *field, const char *v) {
+    double mb;
+    if (!cli_parse_float(v, 0.001, 1 << 30, &mb)) return cli_usage_error("--max-shard-mb: '%s' is not a size", v);
+    *(size_t *)field = (size_t)(mb * 1048576.0);
+    return 0;
+}
+
+#define A quant_args
+static const cli_opt quant_opts[] = {
+    {.names = "--drafter", .type = CLI_FLAG, .off = CLI_AT_INT(A, p.target), .set = 0,
+     .help = "SRC_DIR is a DeepSpec drafter (default)"},
+    CLI_OPT_FLAG("--register", A, reg, "record the quantized drafter in the registry (dspark drafters --help)"),
+    CLI_OPT_FLAG("--target", A, p.target, "SRC is a target: an HF safetensors directory of any architecture dspark runs\n"
+                                          "(text model only: a vision tower is dropped), or a llama .gguf file\n"
+                                          "(written out as an HF directory, its tokenizer as tokenizer.gguf); MoE\n"
+                                          "experts in any layout, routers at 8 bits; streamed: memory stays small"),
+    {.names = "--bits", .arg = "4|8", .type = CLI_INT, .off = CLI_AT_INT(A, p.bits), .lo = 0, .hi = 64,
+     .mark = GIVEN_BITS, .flags = CLI_HELP_ELSEWHERE, .err = "--bits: '%s' is not a number",
+     .help = "bits per quantized weight"},
+    {.names = "--group-size", .arg = "32|64", .type = CLI_INT, .off = CLI_AT_INT(A, p.group_size), .lo = 0,
+     .hi = 1 << 20, .mark = GIVEN_GROUP, .flags = CLI_HELP_ELSEWHERE, .err = "--group-size: '%s' is not a number",
+     .help = "weights per scale and bias"},
+    {.names = "--keep", .arg = "PATTERN", .type = CLI_CALL, .off = offsetof(A, p), .call = add_keep,
+     .flags = CLI_REPEATABLE, .expects = "a module glob",
+     .help = "keep modules matching the glob (e.g. 'layers.0.*') in full precision\n"
+             "(repeatable; recorded as false in config.json)"},
+    {.names = "--override", .arg = "PATTERN=BITS:GROUP", .type = CLI_CALL, .off = offsetof(A, p), .call = add_override,
+     .flags = CLI_REPEATABLE, .expects = "PATTERN=BITS:GROUP", .help = " per-module bits and group size (repeatable)"},
+    {.names = "--max-shard-mb", .arg = "N", .type = CLI_CALL, .off = CLI_AT_(A, p.max_shard_bytes, size_t),
+     .call = set_shard_mb, .expects = "a size in MiB",
+     .help = "shard above N MiB of data (default 5 GiB; fractions allowed)"},
+    CLI_OPT_FLAG("--skip-load-smoke", A, p.skip_load_smoke, "do not reload the result and run one quantized projection"),
+    CLI_OPT_TEXT("Drafters: every 2-D weight whose input width the group size divides is quantized, the\n"
+                 "embed_tokens and markov_w1 gather tables included; confidence_head.* and 1-D tensors stay as they are."),
+    {0},
+};
+#undef A
+
+const cli_command cli_quantize_cmd = {
+    .name = "quantize",
+    .summary = "write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)",
+    .usage = "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]",
+    .col = 25,
+    .opts = quant_opts,
+    .given_off = offsetof(quant_args, given),
+    .positional = take_dir,
+    .unknown = "quantize: unknown option '%s' (see dspark quantize --help)",
+};
 
 static double g_t0;
 static int g_open; // a "\r[i/n] name" line is open on stderr
@@ -36,57 +105,12 @@ static void progress(void *ctx, const char *stage, int i, int n, const char *nam
 }
 
 int cmd_quantize(int argc, char **argv) {
-    ds_quantize_params p = ds_quantize_default();
-    const char *pos[2] = {NULL, NULL};
-    int n_pos = 0, have_bits = 0, have_group = 0, reg = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(o, "--register")) reg = 1;
-        else if (!strcmp(o, "--drafter")) p.target = 0;
-        else if (!strcmp(o, "--target")) p.target = 1;
-        else if (!strcmp(o, "--skip-load-smoke")) p.skip_load_smoke = 1;
-        else if (o[0] == '-' && o[1]) {
-            if (!v) return cli_missing_value(o, "quantize", usage);
-            i++;
-            if (!strcmp(o, "--bits")) {
-                if (!cli_parse_int(v, 0, 64, &n)) return cli_usage_error("--bits: '%s' is not a number", v);
-                p.bits = (int)n;
-                have_bits = 1;
-            } else if (!strcmp(o, "--group-size")) {
-                if (!cli_parse_int(v, 0, 1 << 20, &n)) return cli_usage_error("--group-size: '%s' is not a number", v);
-                p.group_size = (int)n;
-                have_group = 1;
-            } else if (!strcmp(o, "--keep")) {
-                if (p.n_keep == DS_QUANT_MAX_PATTERNS) return cli_usage_error("too many --keep patterns");
-                p.keep[p.n_keep++] = v;
-            } else if (!strcmp(o, "--override")) {
-                static char buf[DS_QUANT_MAX_PATTERNS][256];
-                const char *eq = strrchr(v, '=');
-                int b, g;
-                if (p.n_override == DS_QUANT_MAX_PATTERNS || !eq || eq - v >= 256 || sscanf(eq + 1, "%d:%d", &b, &g) != 2)
-                    return cli_usage_error("--override: expected PATTERN=BITS:GROUP, got '%s'", v);
-                memcpy(buf[p.n_override], v, (size_t)(eq - v));
-                buf[p.n_override][eq - v] = 0;
-                p.override[p.n_override] = buf[p.n_override];
-                p.override_bits[p.n_override] = b;
-                p.override_group[p.n_override++] = g;
-            } else if (!strcmp(o, "--max-shard-mb")) {
-                double mb;
-                if (!cli_parse_float(v, 0.001, 1 << 30, &mb)) return cli_usage_error("--max-shard-mb: '%s' is not a size", v);
-                p.max_shard_bytes = (size_t)(mb * 1048576.0);
-            } else {
-                return cli_usage_error("quantize: unknown option '%s' (see dspark quantize --help)", o);
-            }
-        } else {
-            if (n_pos == 2) return cli_usage_error("quantize takes SRC_DIR OUT_DIR (extra argument '%s')", o);
-            pos[n_pos++] = o;
-        }
-    }
+    quant_args a = {.p = ds_quantize_default()};
+    const int rc = cli_parse(&cli_quantize_cmd, argc, argv, &a);
+    if (rc) return rc == CLI_HELP ? 0 : rc;
+    ds_quantize_params p = a.p;
+    const char *pos[2] = {a.pos[0], a.pos[1]};
+    const int n_pos = a.n_pos, have_bits = a.given & GIVEN_BITS, have_group = a.given & GIVEN_GROUP, reg = a.reg;
     if (n_pos != 2) return cli_usage_error("quantize needs SRC_DIR and OUT_DIR (see dspark quantize --help)");
     if (!have_bits || !have_group) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
     char out[4096];

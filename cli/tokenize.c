@@ -14,43 +14,46 @@ static int is_id(const cJSON *v) {
            v->valuedouble == floor(v->valuedouble);
 }
 
-static void tok_usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark tokenize (-m MODEL | --tokenizer PATH) [--no-special] [--decode] TEXT\n"
-            "  -m, --model PATH     a model (.gguf file or Hugging Face directory) whose tokenizer to use\n"
-            "  --tokenizer PATH     tokenizer.json, a directory holding it (+ tokenizer_config.json), or a .gguf\n"
-            "  --no-special         encode: do not add the special tokens the tokenizer's configuration adds\n"
-            "                       (e.g. <bos>); decode: leave special tokens out of the text\n"
-            "  --decode             TEXT is a JSON array of ids; print the text they decode to\n"
-            "Prints the ids as a JSON array (special tokens written in TEXT, like <|im_start|>, are parsed).\n");
+typedef struct {
+    const char *model, *tokenizer, *text;
+    int no_special, decode; // --no-special, --decode
+} tok_args;
+
+static int take_text(void *args, const char *arg) {
+    tok_args *a = args;
+    if (a->text) return cli_usage_error("tokenize takes one TEXT argument");
+    a->text = arg;
+    return 0;
 }
 
+#define A tok_args
+static const cli_opt tok_opts[] = {
+    CLI_OPT_MODEL(A, model, .help = "a model (.gguf file or Hugging Face directory) whose tokenizer to use"),
+    CLI_OPT_STR("--tokenizer", "PATH", A, tokenizer,
+                "tokenizer.json, a directory holding it (+ tokenizer_config.json), or a .gguf"),
+    CLI_OPT_FLAG("--no-special", A, no_special, "encode: do not add the special tokens the tokenizer's configuration adds\n"
+                                                "(e.g. <bos>); decode: leave special tokens out of the text"),
+    CLI_OPT_FLAG("--decode", A, decode, "TEXT is a JSON array of ids; print the text they decode to"),
+    CLI_OPT_TEXT("Prints the ids as a JSON array (special tokens written in TEXT, like <|im_start|>, are parsed)."),
+    {0},
+};
+#undef A
+
+const cli_command cli_tokenize_cmd = {
+    .name = "tokenize",
+    .summary = "text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer",
+    .usage = "usage: dspark tokenize (-m MODEL | --tokenizer PATH) [--no-special] [--decode] TEXT",
+    .col = 23,
+    .opts = tok_opts,
+    .positional = take_text,
+};
+
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *tokp = NULL, *text = NULL;
-    int no_special = 0, decode = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            tok_usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--no-special")) {
-            no_special = 1;
-        } else if (!strcmp(o, "--decode")) {
-            decode = 1;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model") || !strcmp(o, "--tokenizer")) {
-            if (i + 1 >= argc) return cli_usage_error("option %s needs a value", o);
-            if (!strcmp(o, "--tokenizer")) tokp = argv[++i];
-            else model = argv[++i];
-        } else if (!strcmp(o, "--")) {
-            if (i + 1 < argc) text = argv[++i];
-        } else if (o[0] == '-' && o[1] && !text) {
-            return cli_usage_error("unknown option '%s' (see dspark tokenize --help)", o);
-        } else if (!text) {
-            text = o;
-        } else {
-            return cli_usage_error("tokenize takes one TEXT argument");
-        }
-    }
+    tok_args a = {0};
+    const int prc = cli_parse(&cli_tokenize_cmd, argc, argv, &a);
+    if (prc) return prc == CLI_HELP ? 0 : prc;
+    const char *model = a.model, *tokp = a.tokenizer, *text = a.text;
+    const int no_special = a.no_special, decode = a.decode;
     if (!text) return cli_usage_error("tokenize needs a TEXT argument");
     if (!!model == !!tokp) return cli_usage_error("tokenize needs exactly one of -m MODEL or --tokenizer PATH");
 

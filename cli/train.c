@@ -12,41 +12,118 @@
 
 extern char **environ;
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: dspark train [-m TARGET] --data DATA (--init DIR | shape options) -o OUT [options]\n"
-            "  --steps N        optimizer steps (default 3200)\n"
-            "  --batch SEQS     sequences per step, over all MPI ranks (default 8)\n"
-            "  --anchors A      anchor blocks sampled per sequence (default 64)\n"
-            "  --lr LR          peak learning rate (default 6e-3); --warmup F fraction of steps (0.04)\n"
-            "                   (the defaults are measured on stories260K, docs/results.md; DeepSpec uses\n"
-            "                   --anchors 512 --lr 6e-4 for targets of billions of parameters)\n"
-            "  --clip C         gradient-norm clip (default 1.0; 0 = off)\n"
-            "  --decay D        per-slot loss weight exp(-k/D) (default 4)\n"
-            "  --ce W --l1 W --conf W   loss weights (default 0.1, 0.9, 1.0)\n"
-            "  --kl W           weight of KL(target || drafter), the target's distribution as a soft label (default 0)\n"
-            "  --seed S         data order, anchors and fresh init (default 0)\n"
-            "  --save-every N   checkpoint period (default steps/10); also at the end and on Ctrl-C\n"
-            "  --keep N         complete checkpoints kept in OUT/checkpoints (default 2; older ones are\n"
-            "                   removed once a newer one is current)\n"
-            "  --resume         continue the run in OUT from its newest complete checkpoint, exactly\n"
-            "  --stop-after N   save and stop after N steps of this run (resume later)\n"
-            "  --plot FILE.png  draw the loss curve (and held-out tau) with gnuplot at the end\n"
-            "  --eval-prompts FILE   held-out prompts: decode them with the current weights (full blocks)\n"
-            "                   and record tau and acceptance by position in metrics.jsonl\n"
-            "  --eval-every N   steps between held-out evaluations (default: --save-every); also at the end\n"
-            "  --eval-temp T[,T..]   temperatures evaluated (default 0; up to 4; the first ranks --keep-best)\n"
-            "  --eval-max-tokens L   tokens per held-out prompt (default 128)  --eval-seed S (default 0)\n"
-            "  --keep-best      keep the drafter of the best held-out tau in OUT/best (with heldout.json)\n"
-            "  --patience N     stop when held-out tau has not improved in N evaluations\n"
-            "  --register       record the drafter (OUT/best with --keep-best, else OUT) and its held-out tau\n"
-            "                   in the drafter registry ($DSPARK_REGISTRY; see dspark drafters --help)\n"
-            "  -t THREADS\n"
-            "  shape options for a fresh drafter (no --init): --layers 5 --block 7 --markov-rank R\n"
-            "                   --markov-head vanilla|gated|rnn --taps L1,L2,.. --no-confidence\n"
-            "  --markov-rank 0 --ce 1 --l1 0 --conf 0 trains the DFlash baseline.\n"
-            "  Data-parallel: mpirun -np N dspark train ... (rank 0 writes checkpoints and logs).\n");
+typedef struct {
+    ds_train_opts o;
+    const char *model, *plot;
+    int reg, threads; // --register, -t
+} train_args;
+
+// --seed S: the data order, the anchors and a fresh drafter's initialization.
+static int set_seed(void *field, const char *v) {
+    ds_train_opts *o = field;
+    long n;
+    if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n)) return cli_usage_error("--seed expects a non-negative integer");
+    o->seed = (uint64_t)n;
+    o->shape.seed = (uint64_t)n;
+    return 0;
 }
+
+// --eval-temp T[,T..]
+static int set_eval_temps(void *field, const char *v) {
+    ds_train_opts *o = field;
+    o->n_eval_temps = 0;
+    for (const char *s = v;;) {
+        char num[64];
+        double f;
+        const size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof num || o->n_eval_temps == DS_TRAIN_MAX_EVAL_TEMPS)
+            return cli_usage_error("--eval-temp expects up to %d comma-separated temperatures, got '%s'",
+                                   DS_TRAIN_MAX_EVAL_TEMPS, v);
+        memcpy(num, s, len);
+        num[len] = 0;
+        if (!cli_parse_float(num, 0, 100, &f))
+            return cli_usage_error("--eval-temp expects temperatures in [0, 100], got '%s'", v);
+        o->eval_temps[o->n_eval_temps++] = (float)f;
+        if (!s[len]) return 0;
+        s += len + 1;
+    }
+}
+
+#define A train_args
+#define STEPS(N, f, H) CLI_OPT_INT(N, "N", A, o.f, 1, 100000000, H)
+#define WEIGHT(N, f, H) CLI_OPT_FLOAT(N, "W", A, o.lw.f, 0, 1e6, H)
+static const cli_opt train_opts[] = {
+    {.names = "-m|--model", .arg = "TARGET", .type = CLI_STRING, .off = CLI_AT_STR(A, model), .flags = CLI_HELP_ELSEWHERE,
+     .help = "the frozen target (default: stories260K)"},
+    {.names = "--data", .arg = "DATA", .type = CLI_STRING, .off = CLI_AT_STR(A, o.data), .flags = CLI_HELP_ELSEWHERE,
+     .help = "the training data (dspark datagen)"},
+    {.names = "--init", .arg = "DIR", .type = CLI_STRING, .off = CLI_AT_STR(A, o.init), .flags = CLI_HELP_ELSEWHERE,
+     .help = "the drafter to start from (default: a fresh one of the shape options)"},
+    {.names = "-o|--out", .arg = "OUT", .type = CLI_STRING, .off = CLI_AT_STR(A, o.out), .flags = CLI_HELP_ELSEWHERE,
+     .help = "the run's directory: the drafter, checkpoints, metrics.jsonl"},
+    STEPS("--steps", steps, "optimizer steps (default 3200)"),
+    CLI_OPT_INT("--batch", "SEQS", A, o.batch, 1, 1000000, "sequences per step, over all MPI ranks (default 8)"),
+    CLI_OPT_INT("--anchors", "A", A, o.anchors, 1, 1000000, "anchor blocks sampled per sequence (default 64)"),
+    CLI_OPT_FLOAT("--lr", "LR", A, o.lr, 1e-9, 10,
+                  "peak learning rate (default 6e-3); --warmup F fraction of steps (0.04)\n"
+                  "(the defaults are measured on stories260K, docs/results.md; DeepSpec uses\n"
+                  "--anchors 512 --lr 6e-4 for targets of billions of parameters)"),
+    CLI_OPT_FLOAT("--warmup", "F", A, o.warmup, 0, 1, NULL),
+    CLI_OPT_FLOAT("--clip", "C", A, o.clip, 0, 1e9, "gradient-norm clip (default 1.0; 0 = off)"),
+    CLI_OPT_FLOAT("--decay", "D", A, o.lw.decay, 1e-3, 1e6, "per-slot loss weight exp(-k/D) (default 4)"),
+    {.names = "--ce", .arg = "W", .type = CLI_FLOAT, .off = CLI_AT_FLOAT(A, o.lw.ce), .lo = 0, .hi = 1e6,
+     .show = "--ce W --l1 W --conf W", .help = "  loss weights (default 0.1, 0.9, 1.0)"},
+    WEIGHT("--l1", l1, NULL),
+    WEIGHT("--conf", conf, NULL),
+    WEIGHT("--kl", kl, "weight of KL(target || drafter), the target's distribution as a soft label (default 0)"),
+    {.names = "--seed", .arg = "S", .type = CLI_CALL, .off = offsetof(A, o), .call = set_seed,
+     .expects = "a non-negative integer", .help = "data order, anchors and fresh init (default 0)"},
+    STEPS("--save-every", save_every, "checkpoint period (default steps/10); also at the end and on Ctrl-C"),
+    STEPS("--keep", keep, "complete checkpoints kept in OUT/checkpoints (default 2; older ones are\n"
+                          "removed once a newer one is current)"),
+    CLI_OPT_FLAG("--resume", A, o.resume, "continue the run in OUT from its newest complete checkpoint, exactly"),
+    STEPS("--stop-after", stop_after, "save and stop after N steps of this run (resume later)"),
+    CLI_OPT_STR("--plot", "FILE.png", A, plot, "draw the loss curve (and held-out tau) with gnuplot at the end"),
+    CLI_OPT_STR("--eval-prompts", "FILE", A, o.eval_prompts,
+                "  held-out prompts: decode them with the current weights (full blocks)\n"
+                "and record tau and acceptance by position in metrics.jsonl"),
+    STEPS("--eval-every", eval_every, "steps between held-out evaluations (default: --save-every); also at the end"),
+    {.names = "--eval-temp", .arg = "T[,T..]", .type = CLI_CALL, .off = offsetof(A, o), .call = set_eval_temps,
+     .flags = CLI_LIST, .expects = "up to 4 temperatures in [0, 100]",
+     .help = "  temperatures evaluated (default 0; up to 4; the first ranks --keep-best)"},
+    CLI_OPT_INT("--eval-max-tokens", "L", A, o.eval_max_tokens, 1, 1 << 24,
+                "  tokens per held-out prompt (default 128)  --eval-seed S (default 0)"),
+    {.names = "--eval-seed", .arg = "S", .type = CLI_U64, .off = CLI_AT_U64(A, o.eval_seed), .lo = 0, .hi = CLI_SEED_MAX,
+     .expects = "a non-negative integer", .err = "--eval-seed expects a non-negative integer"},
+    CLI_OPT_FLAG("--keep-best", A, o.keep_best, "keep the drafter of the best held-out tau in OUT/best (with heldout.json)"),
+    CLI_OPT_INT("--patience", "N", A, o.patience, 1, 1000000, "stop when held-out tau has not improved in N evaluations"),
+    CLI_OPT_FLAG("--register", A, reg, "record the drafter (OUT/best with --keep-best, else OUT) and its held-out tau\n"
+                                       "in the drafter registry ($DSPARK_REGISTRY; see dspark drafters --help)"),
+    {.names = "-t", .arg = "THREADS", .type = CLI_INT, .off = CLI_AT_INT(A, threads), .lo = 1, .hi = 1024, .help = ""},
+    CLI_OPT_TEXT("  shape options for a fresh drafter (no --init): --layers 5 --block 7 --markov-rank R\n"
+                 "                   --markov-head vanilla|gated|rnn --taps L1,L2,.. --no-confidence"),
+    CLI_OPT_LAYERS(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "draft layers (default 5)"),
+    CLI_OPT_BLOCK(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "slots per block (default 7)"),
+    CLI_OPT_MARKOV_RANK(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "Markov head rank; 0 = DFlash"),
+    CLI_OPT_MARKOV_HEAD(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "the Markov head"),
+    {.names = "--taps", .arg = "L1,L2,..", .type = CLI_CALL, .off = offsetof(A, o.shape), .call = cli_set_taps,
+     .flags = CLI_LIST | CLI_HELP_ELSEWHERE, .expects = "comma-separated layer ids", .help = "target layers to tap"},
+    CLI_OPT_NO_CONFIDENCE(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "no confidence head"),
+    CLI_OPT_TEXT("  --markov-rank 0 --ce 1 --l1 0 --conf 0 trains the DFlash baseline.\n"
+                 "  Data-parallel: mpirun -np N dspark train ... (rank 0 writes checkpoints and logs)."),
+    {0},
+};
+#undef STEPS
+#undef WEIGHT
+#undef A
+
+const cli_command cli_train_cmd = {
+    .name = "train",
+    .summary = "train a DSpark/DFlash drafter for a frozen target (dspark train --help)",
+    .usage = "usage: dspark train [-m TARGET] --data DATA (--init DIR | shape options) -o OUT [options]",
+    .col = 19,
+    .opts = train_opts,
+};
 
 // ---- progress: one line rewritten in place on a terminal (twice a second), a line every 10 s in a
 // log; held-out evaluations always get their own line.
@@ -192,118 +269,13 @@ static void draw_plot(const char *out, const char *png) {
 
 int cmd_train(int argc, char **argv) {
     ds_mpi_init(&argc, &argv);
-    ds_train_opts o = ds_train_defaults();
-    const char *model = NULL, *plot = NULL;
-    int reg = 0, threads = 0;
-    static int taps[64];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        double f;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            ds_mpi_finalize();
-            return 0;
-        }
-        if (!strcmp(a, "--resume")) {
-            o.resume = 1;
-            continue;
-        }
-        if (!strcmp(a, "--register")) {
-            reg = 1;
-            continue;
-        }
-        if (!strcmp(a, "--keep-best")) {
-            o.keep_best = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-confidence")) {
-            o.shape.confidence = 0;
-            continue;
-        }
-        if (!v) return cli_missing_value(a, "train", usage);
-        i++;
-#define INT(flag, lo, hi, dst)                                                                 \
-    else if (!strcmp(a, flag)) {                                                               \
-        if (!cli_parse_int(v, lo, hi, &n)) return cli_usage_error(flag " expects %ld..%ld, got '%s'", (long)(lo), (long)(hi), v); \
-        dst = (int)n;                                                                          \
-    }
-#define FLT(flag, lo, hi, dst)                                                                 \
-    else if (!strcmp(a, flag)) {                                                               \
-        if (!cli_parse_float(v, lo, hi, &f)) return cli_usage_error(flag " expects a number in [%g, %g], got '%s'", (double)(lo), (double)(hi), v); \
-        dst = (float)f;                                                                        \
-    }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--data")) o.data = v;
-        else if (!strcmp(a, "--init")) o.init = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--out")) o.out = v;
-        else if (!strcmp(a, "--plot")) plot = v;
-        else if (!strcmp(a, "--eval-prompts")) o.eval_prompts = v;
-        INT("--steps", 1, 100000000, o.steps)
-        INT("--batch", 1, 1000000, o.batch)
-        INT("--anchors", 1, 1000000, o.anchors)
-        INT("--save-every", 1, 100000000, o.save_every)
-        INT("--keep", 1, 100000000, o.keep)
-        INT("--stop-after", 1, 100000000, o.stop_after)
-        INT("-t", 1, 1024, threads)
-        INT("--eval-every", 1, 100000000, o.eval_every)
-        INT("--eval-max-tokens", 1, 1 << 24, o.eval_max_tokens)
-        INT("--patience", 1, 1000000, o.patience)
-        INT("--layers", 1, 64, o.shape.n_layers)
-        INT("--block", 1, 64, o.shape.block_size)
-        INT("--markov-rank", 0, 65536, o.shape.markov_rank)
-        FLT("--lr", 1e-9, 10, o.lr)
-        FLT("--warmup", 0, 1, o.warmup)
-        FLT("--clip", 0, 1e9, o.clip)
-        FLT("--decay", 1e-3, 1e6, o.lw.decay)
-        FLT("--ce", 0, 1e6, o.lw.ce)
-        FLT("--l1", 0, 1e6, o.lw.l1)
-        FLT("--conf", 0, 1e6, o.lw.conf)
-        FLT("--kl", 0, 1e6, o.lw.kl)
-        else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n)) return cli_usage_error("--seed expects a non-negative integer");
-            o.seed = (uint64_t)n;
-            o.shape.seed = (uint64_t)n;
-        } else if (!strcmp(a, "--eval-seed")) {
-            if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n)) return cli_usage_error("--eval-seed expects a non-negative integer");
-            o.eval_seed = (uint64_t)n;
-        } else if (!strcmp(a, "--eval-temp")) {
-            o.n_eval_temps = 0;
-            for (const char *s = v;;) {
-                char num[64];
-                const size_t len = strcspn(s, ",");
-                if (len == 0 || len >= sizeof num || o.n_eval_temps == DS_TRAIN_MAX_EVAL_TEMPS)
-                    return cli_usage_error("--eval-temp expects up to %d comma-separated temperatures, got '%s'",
-                                           DS_TRAIN_MAX_EVAL_TEMPS, v);
-                memcpy(num, s, len);
-                num[len] = 0;
-                if (!cli_parse_float(num, 0, 100, &f))
-                    return cli_usage_error("--eval-temp expects temperatures in [0, 100], got '%s'", v);
-                o.eval_temps[o.n_eval_temps++] = (float)f;
-                if (!s[len]) break;
-                s += len + 1;
-            }
-        } else if (!strcmp(a, "--markov-head")) {
-            if (strcmp(v, "vanilla") && strcmp(v, "gated") && strcmp(v, "rnn"))
-                return cli_usage_error("--markov-head expects vanilla, gated or rnn, got '%s'", v);
-            o.shape.markov_head = v;
-        } else if (!strcmp(a, "--taps")) {
-            o.shape.n_taps = 0;
-            for (const char *s = v; *s;) {
-                char *end;
-                long id = strtol(s, &end, 10);
-                if (end == s || (*end && *end != ',') || o.shape.n_taps == 64)
-                    return cli_usage_error("--taps expects comma-separated layer ids, got '%s'", v);
-                taps[o.shape.n_taps++] = (int)id;
-                s = *end ? end + 1 : end;
-            }
-            o.shape.tap_layers = taps;
-        } else {
-            return cli_usage_error("unknown option '%s' (see dspark train --help)", a);
-        }
-#undef INT
-#undef FLT
-    }
+    train_args a = {.o = ds_train_defaults()};
+    const int prc = cli_parse(&cli_train_cmd, argc, argv, &a);
+    if (prc == CLI_HELP) ds_mpi_finalize();
+    if (prc) return prc == CLI_HELP ? 0 : prc;
+    ds_train_opts o = a.o;
+    const char *model = a.model, *plot = a.plot;
+    const int reg = a.reg, threads = a.threads;
     if (!o.data) return cli_usage_error("train needs --data DATA (make it with dspark datagen)");
     if (!o.out) return cli_usage_error("train needs an output directory (-o OUT)");
     if (!(o.target = cli_model_path(model))) return 1;

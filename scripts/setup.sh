@@ -17,6 +17,7 @@ PKGS=(
   gnuplot-nox                        # optional loss-curve PNG of dspark train --plot
   python3-numpy python3-torch        # independent reference implementations inside tests/
   python3-jinja2                     # reference for the chat-template interpreter (tests/reference/test_chat_template.py)
+  pmccabe                            # cyclomatic complexity of the CLI functions (issue 27: none above 50)
 )
 
 missing=()
