@@ -27,8 +27,9 @@ static void serve_usage(FILE *f) {
             "  --spec KIND            none | dspark | ngram (default: dspark with -d, else none)\n"
             "  --draft-max K, --conf-threshold C, --costs FILE, --ngram N   as for dspark generate\n"
             "  --verify RULE          coupled | residual: how sampled drafts are verified when a request\n"
-            "                         does not say (\"verify\"); coupled (default): a seeded request gives\n"
-            "                         the text of generate --seed --spec none whatever the drafter and load\n"
+            "                         does not say (\"verify\"). Default: coupled for a seeded request (it\n"
+            "                         gives the text of generate --seed --spec none whatever the drafter and\n"
+            "                         load), residual for one without a seed (nothing to reproduce; accepts more)\n"
             "  --cache-mb N           prompt cache in MiB: a prompt that starts like an earlier one skips\n"
             "                         prefilling its whole 256-token chunks, output unchanged (default 1024;\n"
             "                         0 = off; a request's \"cache_prompt\": false opts out)\n"
@@ -83,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
             ds_sampler_params tmp = ds_sampler_default();
             if ((r = cli_sampling_option(o, v, &tmp)) < 0) return -r;
             sp.verify = tmp.verify;
+            sp.verify_unseeded = 1;
         } else if (!strcmp(o, "--host")) sp.host = v;
         else if (!strcmp(o, "--api-key")) {
             if (!*v) return cli_usage_error("--api-key must not be empty");
