@@ -16,11 +16,12 @@ typedef struct {
     int schedule; // a ds_schedule_kind, or SCHEDULE_NONE
     ds_spec_params spec;
     ds_cost_table costs;
-    unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN | CLI_COSTS_GIVEN
+    unsigned given; // CLI_SPEC_GIVEN | CLI_SCHEDULE_GIVEN | CLI_COSTS_GIVEN | VERIFY_GIVEN
     ds_serve_params sp;
 } serve_args;
 
 enum { SCHEDULE_NONE = -1 }; // --schedule none: no speculation
+enum { VERIFY_GIVEN = 8 };    // (beside CLI_SPEC_GIVEN, ... in `given`)
 static const char *const schedule_names[] = {"auto", "fixed", "threshold", "none", NULL};
 static const int schedule_kinds[] = {DS_SCHEDULE_AUTO, DS_SCHEDULE_FIXED, DS_SCHEDULE_THRESHOLD, SCHEDULE_NONE};
 
@@ -61,9 +62,11 @@ static const cli_opt serve_opts[] = {
     CLI_OPT_CONF_THRESHOLD(A, spec, .help = NULL),
     CLI_OPT_COSTS(A, costs, .help = NULL),
     CLI_OPT_NGRAM(A, spec, .help = NULL),
-    CLI_OPT_VERIFY(A, sp.verify, .help = "coupled | residual: how sampled drafts are verified when a request\n"
-                                         "does not say (\"verify\"); coupled (default): a seeded request gives\n"
-                                         "the text of generate --seed --spec none whatever the drafter and load"),
+    CLI_OPT_VERIFY(A, sp.verify, .mark = VERIFY_GIVEN,
+                   .help = "coupled | residual: how sampled drafts are verified when a request\n"
+                           "does not say (\"verify\"). Default: coupled for a seeded request (it\n"
+                           "gives the text of generate --seed --spec none whatever the drafter and\n"
+                           "load), residual for one without a seed (nothing to reproduce; accepts more)"),
     CLI_OPT_CACHE_MB(A, spec, .help = "prompt cache in MiB: a prompt that starts like an earlier one skips\n"
                                       "prefilling its whole 256-token chunks, output unchanged (default 1024;\n"
                                       "0 = off; a request's \"cache_prompt\": false opts out)"),
@@ -114,6 +117,7 @@ int cmd_serve(int argc, char **argv) {
     ds_spec_params spec = a.spec;
     unsigned given = a.given;
     ds_serve_params sp = a.sp;
+    sp.verify_unseeded = (given & VERIFY_GIVEN) != 0; // the operator's rule, also for unseeded requests
     const int no_spec = a.schedule == SCHEDULE_NONE;
     if (!no_spec) spec.schedule = (ds_schedule_kind)a.schedule;
     if (no_spec) { // --schedule none: plain decoding, whatever else was given

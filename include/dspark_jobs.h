@@ -329,7 +329,11 @@ typedef struct {
                                   // complete, or between requests, is closed (default 10)
     const char *model_name;       // the id /v1/models reports and responses carry
     int step_delay_ms;            // testing: sleep this long after every engine round (a slow target)
-    ds_verify_rule verify;        // requests that do not say ("verify") use this rule (default coupled)
+    ds_verify_rule verify;        // seeded requests that do not say ("verify") use this rule (default
+                                  // coupled: the seed's text whatever the drafter, load or batch)
+    int verify_unseeded;          // requests with neither a seed nor "verify": 0 (default) residual
+                                  // (no text to reproduce, and min(1, p/q) accepts more: docs/results.md);
+                                  // 1: the rule in verify (set when the operator names one)
     const char *api_key;          // non-NULL: every endpoint but /health needs "Authorization: Bearer KEY" (else 401)
     const char *cors_origin;      // non-NULL: Access-Control-Allow-Origin on every response, OPTIONS preflights answered
 } ds_serve_params;

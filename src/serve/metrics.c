@@ -98,6 +98,9 @@ char *ds_metrics_render(const ds_metrics *mt, const char *model_name) {
     gauge(&b, "spec_decode_mean_accepted_length", "Tokens committed per round that verified drafts (accepted / drafts + 1).",
           mt->drafts ? 1.0 + (double)mt->accepted / (double)mt->drafts : 0.0);
     counter(&b, "requests_constrained_total", "Admitted requests whose output a grammar constrains.", mt->constrained);
+    head(&b, "requests_sampled_total", "counter", "Admitted sampled requests (temperature > 0) by how their drafts are verified.");
+    put(&b, "dspark_requests_sampled_total{verify=\"coupled\"} %llu\n", (unsigned long long)mt->sampled[DS_VERIFY_COUPLED]);
+    put(&b, "dspark_requests_sampled_total{verify=\"residual\"} %llu\n", (unsigned long long)mt->sampled[DS_VERIFY_RESIDUAL]);
     counter(&b, "prefix_cache_queries_total", "Prompt tokens looked up in the prompt cache.", mt->cache_queries);
     counter(&b, "prefix_cache_hits_total", "Prompt tokens found in the prompt cache (not prefilled).", mt->cache_hits);
     gauge(&b, "prefix_cache_bytes", "Bytes the prompt cache holds.", (double)mt->cache_bytes);

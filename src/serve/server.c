@@ -310,6 +310,7 @@ static void *engine_main(void *arg) {
             }
             s->mt.prompt_tokens += (uint64_t)r->oa.prompt_tokens;
             s->mt.constrained += r->oa.grammar != NULL;
+            if (r->oa.sp.temperature > 0) s->mt.sampled[r->oa.sp.verify == DS_VERIFY_RESIDUAL]++;
         }
         s->mt.queue_depth = s->q_len;
         s->mt.active = s->n_active;
@@ -875,7 +876,9 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
     const uint64_t n = ++s->next_id;
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)n);
     if (!r->oa.has_seed) r->oa.seed = s->seed_base + n * 0x9E3779B97F4A7C15ull;
-    if (!r->oa.has_verify) r->oa.sp.verify = s->p.verify;
+    // A seeded request keeps the rule that makes its text the seed's (coupled by default); one
+    // without a seed has no text to reproduce, so it takes the rule with the higher acceptance.
+    if (!r->oa.has_verify) r->oa.sp.verify = r->oa.has_seed || s->p.verify_unseeded ? s->p.verify : DS_VERIFY_RESIDUAL;
     for (int k = 0; k < r->n_ch; k++) // (the logit bias was copied at init: this cannot fail)
         ds_gen_set_sampling(r->ch[k].g, &r->oa.sp, r->oa.seed + (uint64_t)(k % r->oa.n));
     if (s->q_tail) s->q_tail->next = r;

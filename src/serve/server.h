@@ -87,6 +87,8 @@ typedef struct {
     uint64_t drafts;                    // rounds that verified at least one draft (vLLM's num_drafts)
     uint64_t constrained;               // admitted requests with a grammar (grammar, json_schema,
                                         // response_format, a forced tool call)
+    uint64_t sampled[2];                // admitted sampled requests (temperature > 0) by verify rule
+                                        // (ds_verify_rule: coupled, residual)
     uint64_t cache_queries, cache_hits; // prompt tokens looked up in the prompt cache, and found there
     size_t cache_bytes, cache_cap;      // the prompt cache now
     int cache_entries;

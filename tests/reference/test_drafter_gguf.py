@@ -26,8 +26,10 @@ import make_deepspec  # noqa: E402
 import test_drafter_parity as tdp  # noqa: E402
 
 
-def deepspec_to_gguf(d, path, drop=(), extra=(), arch="dflash", taps_shift=1, keys=None):
-    """The conversion as llama.cpp's converter does it (tensor names, keys), into `path`."""
+def deepspec_to_gguf(d, path, drop=(), extra=(), arch="dflash", taps_shift=1, keys=None, dtype="F32"):
+    """The conversion as llama.cpp's converter does it (tensor names, keys), into `path`; a key's
+    value may be (value, GGUF value type). Matrices in `dtype` (F32, F16, BF16), 1-D tensors in F32
+    (as the converter keeps norms)."""
     cfg = json.load(open(os.path.join(d, "config.json")))
     t = llama_ref.read_safetensors(os.path.join(d, "model.safetensors"))
     w = gguf_py.GGUFWriter()
@@ -46,7 +48,7 @@ def deepspec_to_gguf(d, path, drop=(), extra=(), arch="dflash", taps_shift=1, ke
     w.add("dflash.target_layers", [i + taps_shift for i in cfg["target_layer_ids"]], gguf_py.T_INT32)
     w.add("tokenizer.ggml.mask_token_id", cfg["mask_token_id"])
     for k, v in (keys or {}).items():
-        w.add(k, v)
+        w.add(k, *v) if isinstance(v, tuple) else w.add(k, v)
     names = {"fc.weight": "fc.weight", "hidden_norm.weight": "enc.output_norm.weight", "norm.weight": "output_norm.weight",
              "markov_head.markov_w1.weight": "markov_w1.weight", "markov_head.markov_w2.weight": "markov_w2.weight",
              "confidence_head.proj.weight": "conf_proj.weight", "confidence_head.proj.bias": "conf_proj.bias"}
@@ -68,7 +70,7 @@ def deepspec_to_gguf(d, path, drop=(), extra=(), arch="dflash", taps_shift=1, ke
             g = names[name]
         if g in drop:
             continue
-        w.add_tensor(g, a, "F32")
+        w.add_tensor(g, a, dtype if a.ndim >= 2 else "F32")
     for g, shape in extra:
         w.add_tensor(g, np.zeros(shape, np.float32), "F32")
     return w.write(path)
