@@ -43,13 +43,9 @@ static const cli_opt cal_opts[] = {
 };
 #undef A
 
-const cli_command cli_calibrate_cmd = {
-    .name = "calibrate",
+const cli_command cli_calibrate_cmd = {.name = "calibrate",
     .summary = "fit the drafter's confidence calibration (STS) on held-out prompts",
-    .usage = "usage: dspark calibrate [-m TARGET] -d DRAFTER --prompts FILE [options]",
-    .col = 23,
-    .opts = cal_opts,
-};
+    .usage = "usage: dspark calibrate [-m TARGET] -d DRAFTER --prompts FILE [options]", .col = 23, .opts = cal_opts};
 
 static int parse_args(int argc, char **argv, cal_args *a) {
     memset(a, 0, sizeof *a);

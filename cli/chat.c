@@ -52,14 +52,9 @@ static const cli_opt chat_opts[] = {
 };
 #undef A
 
-const cli_command cli_chat_cmd = {
-    .name = "chat",
-    .summary = "interactive chat with a model (reads lines from stdin)",
-    .usage = "usage: dspark chat [-m MODEL] [--system TEXT] [-n N] [options]   (one user message per line)",
-    .col = 21,
-    .opts = chat_opts,
-    .given_off = offsetof(chat_args, given),
-};
+const cli_command cli_chat_cmd = {.name = "chat", .summary = "interactive chat with a model (reads lines from stdin)",
+    .usage = "usage: dspark chat [-m MODEL] [--system TEXT] [-n N] [options]   (one user message per line)", .col = 21,
+    .opts = chat_opts, .given_off = offsetof(chat_args, given)};
 
 static int parse_args(int argc, char **argv, chat_args *a) {
     memset(a, 0, sizeof *a);

@@ -29,14 +29,10 @@ static const cli_opt ct_opts[] = {
 };
 #undef A
 
-const cli_command cli_chat_template_cmd = {
-    .name = "chat-template",
+const cli_command cli_chat_template_cmd = {.name = "chat-template",
     .summary = "render a conversation with a Jinja chat template (as transformers does)",
-    .usage = "usage: dspark chat-template --template FILE --messages FILE.json [options]",
-    .col = 25,
-    .opts = ct_opts,
-    .unknown = "unknown argument '%s' (see dspark chat-template --help)",
-};
+    .usage = "usage: dspark chat-template --template FILE --messages FILE.json [options]", .col = 25, .opts = ct_opts,
+    .unknown = "unknown argument '%s' (see dspark chat-template --help)"};
 
 // The whole file, NUL-ended (NULL with a message on stderr).
 static char *slurp(const char *path) {

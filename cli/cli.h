@@ -207,7 +207,7 @@ enum { CLI_SPEC_GIVEN = 1, CLI_SCHEDULE_GIVEN = 2, CLI_COSTS_GIVEN = 4 };
      .choices = cli_markov_head_names, __VA_ARGS__}
 #define CLI_OPT_TAPS(T, P, ...)                                                                                \
     {.names = "--taps", .arg = "L1,L2,..", .type = CLI_CALL, .off = offsetof(T, P), .call = cli_set_taps,      \
-     .flags = CLI_LIST, .expects = "comma-separated layer ids", __VA_ARGS__}
+     .flags = CLI_LIST, .expects = "layer ids", __VA_ARGS__}
 #define CLI_OPT_NO_CONFIDENCE(T, P, ...) \
     {.names = "--no-confidence", .type = CLI_FLAG, .off = CLI_AT_INT(T, P.confidence), .set = 0, __VA_ARGS__}
 extern const char *const cli_markov_head_names[];

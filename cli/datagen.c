@@ -55,13 +55,10 @@ static const cli_opt dg_opts[] = {
 };
 #undef A
 
-const cli_command cli_datagen_cmd = {
-    .name = "datagen",
+const cli_command cli_datagen_cmd = {.name = "datagen",
     .summary = "write drafter training data with the target (dspark datagen --help)",
     .usage = "usage: dspark datagen [-m TARGET] (--prompts FILE | --unconditional) -n COUNT --max-tokens L -o DATA [options]",
-    .col = 23,
-    .opts = dg_opts,
-};
+    .col = 23, .opts = dg_opts};
 
 static int parse_args(int argc, char **argv, dg_args *a) {
     memset(a, 0, sizeof *a);

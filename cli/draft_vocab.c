@@ -25,13 +25,9 @@ static const cli_opt dv_opts[] = {
 };
 #undef A
 
-const cli_command cli_draft_vocab_cmd = {
-    .name = "draft-vocab",
+const cli_command cli_draft_vocab_cmd = {.name = "draft-vocab",
     .summary = "let the drafter propose only the target's k most frequent tokens (cheaper drafting)",
-    .usage = "usage: dspark draft-vocab [-m TARGET] -d DRAFTER --data FILE -k K",
-    .col = 21,
-    .opts = dv_opts,
-};
+    .usage = "usage: dspark draft-vocab [-m TARGET] -d DRAFTER --data FILE -k K", .col = 21, .opts = dv_opts};
 
 int cmd_draft_vocab(int argc, char **argv) {
     dv_args a = {0};

@@ -21,13 +21,9 @@ static const cli_opt drafters_opts[] = {
     {0},
 };
 
-const cli_command cli_drafters_cmd = {
-    .name = "drafters",
-    .summary = "list the registered drafters (dspark drafters --help)",
-    .usage = "usage: dspark drafters [-m TARGET]",
-    .col = 14,
-    .opts = drafters_opts,
-};
+const cli_command cli_drafters_cmd = {.name = "drafters",
+    .summary = "list the registered drafters (dspark drafters --help)", .usage = "usage: dspark drafters [-m TARGET]",
+    .col = 14, .opts = drafters_opts};
 
 int cmd_drafters(int argc, char **argv) {
     drafters_args a = {0};

@@ -58,14 +58,10 @@ static const cli_opt ev_opts[] = {
 };
 #undef A
 
-const cli_command cli_eval_cmd = {
-    .name = "eval",
+const cli_command cli_eval_cmd = {.name = "eval",
     .summary = "measure speculative decoding against plain decoding on a prompt set",
     .usage = "usage: dspark eval [-m TARGET] [-d DRAFTER] [--spec none|dspark|ngram] --prompts FILE [options]",
-    .col = 23,
-    .opts = ev_opts,
-    .given_off = offsetof(ev_args, given),
-};
+    .col = 23, .opts = ev_opts, .given_off = offsetof(ev_args, given)};
 
 static int parse_args(int argc, char **argv, ev_args *a) {
     memset(a, 0, sizeof *a);

@@ -57,14 +57,10 @@ static const cli_opt gen_opts[] = {
 };
 #undef A
 
-const cli_command cli_generate_cmd = {
-    .name = "generate",
+const cli_command cli_generate_cmd = {.name = "generate",
     .summary = "generate text, optionally with speculative decoding (dspark generate --help)",
-    .usage = "usage: dspark generate [-m MODEL] -p PROMPT [-n N] [options]",
-    .col = 21,
-    .opts = gen_opts,
-    .given_off = offsetof(gen_args, given),
-};
+    .usage = "usage: dspark generate [-m MODEL] -p PROMPT [-n N] [options]", .col = 21, .opts = gen_opts,
+    .given_off = offsetof(gen_args, given)};
 
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);

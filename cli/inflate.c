@@ -36,14 +36,10 @@ static const cli_opt inflate_opts[] = {
 #undef SIZE
 #undef A
 
-const cli_command cli_inflate_cmd = {
-    .name = "inflate",
+const cli_command cli_inflate_cmd = {.name = "inflate",
     .summary = "grow a small target + drafter to a realistic size, computing exactly the same",
-    .usage = "usage: dspark inflate [-m TARGET] -d DRAFTER -o OUT [options]",
-    .col = 21,
-    .opts = inflate_opts,
-    .unknown = "inflate: unknown option '%s' (see dspark inflate --help)",
-};
+    .usage = "usage: dspark inflate [-m TARGET] -d DRAFTER -o OUT [options]", .col = 21, .opts = inflate_opts,
+    .unknown = "inflate: unknown option '%s' (see dspark inflate --help)"};
 
 static double g_t0;
 static int g_line_open; // a progress line without its newline yet

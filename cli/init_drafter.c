@@ -35,13 +35,9 @@ static const cli_opt init_opts[] = {
 };
 #undef A
 
-const cli_command cli_init_drafter_cmd = {
-    .name = "init-drafter",
+const cli_command cli_init_drafter_cmd = {.name = "init-drafter",
     .summary = "write a freshly initialized DeepSpec drafter for a target",
-    .usage = "usage: dspark init-drafter [-m TARGET] -o DIR [options]",
-    .col = 22,
-    .opts = init_opts,
-};
+    .usage = "usage: dspark init-drafter [-m TARGET] -o DIR [options]", .col = 22, .opts = init_opts};
 
 int cmd_init_drafter(int argc, char **argv) {
     init_args a = {.p = ds_drafter_init_default()};

@@ -198,18 +198,17 @@ static void markdown_row(const cli_opt *o, const cli_opt *described_by, FILE *f)
     if (o->flags & CLI_REPEATABLE) fputs(", repeatable", f);
     if (o->flags & CLI_LIST) fputs(", comma-separated", f);
     fputs(" | ", f);
-    if (o->help && *o->help) cell(f, o->help);
+    if (o->help && *o->help) cell(f, o->help + strspn(o->help, " \n"));
     else if (!o->help && described_by) {
-        char col[256];
-        option_column(described_by, col, sizeof col);
-        fputs("see ", f);
-        cell(f, col);
+        char name[64];
+        first_name(described_by, name, sizeof name);
+        fprintf(f, "with `%s`", name);
     }
     fputs(" |\n", f);
 }
 
 void cli_markdown(const cli_command *c, FILE *f) {
-    fprintf(f, "### dspark %s\n\n%s.\n\n```text\n%s\n```\n\n", c->name, c->summary, c->usage);
+    fprintf(f, "#### dspark %s\n\n```text\n%s\n```\n\n", c->name, c->usage);
     const cli_opt *last = NULL;
     int rows = 0, texts = 0;
     for (const cli_opt *o = c->opts; !at_end(o); o++) {

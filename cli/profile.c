@@ -30,13 +30,9 @@ static const cli_opt prof_opts[] = {
 };
 #undef A
 
-const cli_command cli_profile_cmd = {
-    .name = "profile",
+const cli_command cli_profile_cmd = {.name = "profile",
     .summary = "measure the target's verification cost table SPS(B) for --schedule auto",
-    .usage = "usage: dspark profile [-m TARGET] [-d DRAFTER] [options]",
-    .col = 21,
-    .opts = prof_opts,
-};
+    .usage = "usage: dspark profile [-m TARGET] [-d DRAFTER] [options]", .col = 21, .opts = prof_opts};
 
 static int parse_args(int argc, char **argv, prof_args *a) {
     memset(a, 0, sizeof *a);

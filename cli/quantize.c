@@ -81,16 +81,11 @@ static const cli_opt quant_opts[] = {
 };
 #undef A
 
-const cli_command cli_quantize_cmd = {
-    .name = "quantize",
+const cli_command cli_quantize_cmd = {.name = "quantize",
     .summary = "write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)",
-    .usage = "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]",
-    .col = 25,
-    .opts = quant_opts,
-    .given_off = offsetof(quant_args, given),
-    .positional = take_dir,
-    .unknown = "quantize: unknown option '%s' (see dspark quantize --help)",
-};
+    .usage = "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]", .col = 25,
+    .opts = quant_opts, .given_off = offsetof(quant_args, given), .positional = take_dir,
+    .unknown = "quantize: unknown option '%s' (see dspark quantize --help)"};
 
 static double g_t0;
 static int g_open; // a "\r[i/n] name" line is open on stderr

@@ -89,14 +89,9 @@ static const cli_opt serve_opts[] = {
 };
 #undef A
 
-const cli_command cli_serve_cmd = {
-    .name = "serve",
-    .summary = "an OpenAI-compatible HTTP server (dspark serve --help)",
-    .usage = "usage: dspark serve [-m MODEL] [-d DRAFTER] [options]",
-    .col = 25,
-    .opts = serve_opts,
-    .given_off = offsetof(serve_args, given),
-};
+const cli_command cli_serve_cmd = {.name = "serve", .summary = "an OpenAI-compatible HTTP server (dspark serve --help)",
+    .usage = "usage: dspark serve [-m MODEL] [-d DRAFTER] [options]", .col = 25, .opts = serve_opts,
+    .given_off = offsetof(serve_args, given)};
 
 // A second SIGINT/SIGTERM while draining: leave at once.
 static void *second_signal(void *arg) {

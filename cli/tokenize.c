@@ -39,14 +39,10 @@ static const cli_opt tok_opts[] = {
 };
 #undef A
 
-const cli_command cli_tokenize_cmd = {
-    .name = "tokenize",
+const cli_command cli_tokenize_cmd = {.name = "tokenize",
     .summary = "text -> token ids (or --decode ids -> text) with a model's or a standalone tokenizer",
-    .usage = "usage: dspark tokenize (-m MODEL | --tokenizer PATH) [--no-special] [--decode] TEXT",
-    .col = 23,
-    .opts = tok_opts,
-    .positional = take_text,
-};
+    .usage = "usage: dspark tokenize (-m MODEL | --tokenizer PATH) [--no-special] [--decode] TEXT", .col = 23,
+    .opts = tok_opts, .positional = take_text};
 
 int cmd_tokenize(int argc, char **argv) {
     tok_args a = {0};

@@ -107,7 +107,7 @@ static const cli_opt train_opts[] = {
     CLI_OPT_MARKOV_RANK(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "Markov head rank; 0 = DFlash"),
     CLI_OPT_MARKOV_HEAD(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "the Markov head"),
     {.names = "--taps", .arg = "L1,L2,..", .type = CLI_CALL, .off = offsetof(A, o.shape), .call = cli_set_taps,
-     .flags = CLI_LIST | CLI_HELP_ELSEWHERE, .expects = "comma-separated layer ids", .help = "target layers to tap"},
+     .flags = CLI_LIST | CLI_HELP_ELSEWHERE, .expects = "layer ids", .help = "target layers to tap"},
     CLI_OPT_NO_CONFIDENCE(A, o.shape, .flags = CLI_HELP_ELSEWHERE, .help = "no confidence head"),
     CLI_OPT_TEXT("  --markov-rank 0 --ce 1 --l1 0 --conf 0 trains the DFlash baseline.\n"
                  "  Data-parallel: mpirun -np N dspark train ... (rank 0 writes checkpoints and logs)."),
@@ -117,13 +117,10 @@ static const cli_opt train_opts[] = {
 #undef WEIGHT
 #undef A
 
-const cli_command cli_train_cmd = {
-    .name = "train",
+const cli_command cli_train_cmd = {.name = "train",
     .summary = "train a DSpark/DFlash drafter for a frozen target (dspark train --help)",
-    .usage = "usage: dspark train [-m TARGET] --data DATA (--init DIR | shape options) -o OUT [options]",
-    .col = 19,
-    .opts = train_opts,
-};
+    .usage = "usage: dspark train [-m TARGET] --data DATA (--init DIR | shape options) -o OUT [options]", .col = 19,
+    .opts = train_opts};
 
 // ---- progress: one line rewritten in place on a terminal (twice a second), a line every 10 s in a
 // log; held-out evaluations always get their own line.
