@@ -19,7 +19,8 @@ static void serve_usage(FILE *f) {
             "  --max-concurrency R    requests decoded together in one batch (default 8)\n"
             "  --queue N              requests that may wait for a slot; more get 503 (default 64)\n"
             "  --max-body BYTES       request body limit; larger bodies get 413 (default 1048576)\n"
-            "  --max-connections N    open connections at once (default 256)\n"
+            "  --max-connections N    open connections at once (default 4096, fewer if the open-file limit\n"
+            "                         is lower; an idle one costs a socket, no thread)\n"
             "  --max-per-client N     open connections from one IP address (default: a quarter of them)\n"
             "  --header-timeout S     close a connection idle this long before its request is in (default 10)\n"
             "  --schedule S           auto | fixed | threshold | none (none = no speculation;\n"
@@ -52,7 +53,7 @@ static void *second_signal(void *arg) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *drafter = NULL;
-    long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20, max_conn = 256, per_client = 0,
+    long threads = 0, port = 8080, maxc = 8, queue = 64, max_body = 1 << 20, max_conn = 0, per_client = 0,
          header_timeout = 10;
     double drain = 30;
     ds_spec_params spec = {.schedule = DS_SCHEDULE_AUTO, .prompt_cache_bytes = (size_t)1024 << 20};
