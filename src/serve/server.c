@@ -1337,6 +1337,16 @@ int ds_server_drain(ds_server *s, double timeout_s) {
     pthread_mutex_unlock(&s->mu);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     s->engine_started = 0;
+    // The requests just cut off have been resumed: let their answers (a 503, a stream's error
+    // event) go out before libmicrohttpd closes every connection, for up to 2 s.
+    for (const double t_sent = now_s() + 2; s->d && now_s() < t_sent;) {
+        pthread_mutex_lock(&s->mu);
+        const int sending = s->n_inflight;
+        pthread_mutex_unlock(&s->mu);
+        if (!sending) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     // Every request is done now, so every suspended connection has been resumed (libmicrohttpd
     // requires that before it stops): the ones not answered yet are closed (on_completed and
     // stream_free release their requests).

@@ -14,7 +14,8 @@ slow-header clients (half a request line, then nothing). While the server holds 
     over 2,200) and its RSS grows by less than 200 MB (VmRSS);
   - none of the held connections was closed by the server (the header timeout is set long).
 Then they are closed: the server closes its ends, it still serves, and it exits 0
-on SIGTERM. The test raises its own open-file limit (resource) and skips, saying why, only when the
+on SIGTERM. A second server is stopped (SIGTERM, drain timeout 1 s) while 4 requests wait for a
+slow engine with their connections suspended: each is answered as cut off and the server exits 0. The test raises its own open-file limit (resource) and skips, saying why, only when the
 hard limit is too low.
 
     test_serve_idle.py
@@ -145,7 +146,72 @@ def main():
         signal.alarm(0)
         if srv.poll() is None:
             srv.kill()
+    log = os.path.join(common.tmp_dir(), "serve_idle_stop_%d.log" % os.getpid())
+    srv, port = common.start_server(["-m", common.stories_model(), "--schedule", "none", "--step-delay-ms", "100",
+                                     "--max-concurrency", "2", "--drain-timeout", "1"], log)
+    signal.alarm(240)
+    try:
+        stop_while_suspended(srv, port, chk)
+    finally:
+        signal.alarm(0)
+        if srv.poll() is None:
+            srv.kill()
     chk.finish()
+
+
+def metric(port, name):
+    st, body = get(port, "/metrics")
+    for line in body.decode(errors="replace").splitlines() if st == 200 else []:
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def stop_while_suspended(srv, port, chk):
+    """SIGTERM with requests waiting for a slow engine (their connections suspended: 2 running, 2
+    queued, streamed and not) and 50 idle connections: once the drain timeout runs out they are
+    answered as cut off (503 / an error event and [DONE]) and the server exits 0."""
+    idle = []
+    for k in range(50):
+        s = socket.socket()
+        s.bind((SOURCES[k], 0))
+        s.settimeout(BOUND_S)
+        s.connect(("127.0.0.1", port))
+        idle.append(s)
+    results = []
+
+    def one(stream):
+        body = {"prompt": "Once upon a time", "max_tokens": 200, "stream": stream}
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            raw = r.read().decode()
+            results.append((stream, r.status, raw))
+        except (OSError, http.client.HTTPException) as e:
+            results.append((stream, -1, repr(e)))
+        finally:
+            c.close()
+
+    ts = [threading.Thread(target=one, args=(k % 2 == 0,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    started = wait_for(lambda: (metric(port, "dspark_active_requests") or 0) + (metric(port, "dspark_queue_depth") or 0) >= 4, 30)
+    chk.equal("4 requests in the server before SIGTERM", bool(started), True)
+    srv.send_signal(signal.SIGTERM)
+    for t in ts:
+        t.join(60)
+    chk.equal("exit status after SIGTERM with suspended connections", srv.wait(60), 0)
+    for stream, st, raw in sorted(results):
+        if stream:
+            ok = st == 200 and "shutting down" in raw and raw.endswith("data: [DONE]\n\n")
+        else:
+            ok = st == 503 and "shutting down" in raw
+        chk.equal("a %s request cut off by the shutdown (%d %r)" % ("streamed" if stream else "non-streamed", st, raw[-120:]),
+                  ok, True)
+    chk.equal("requests answered", len(results), 4)
+    for s in idle:
+        s.close()
 
 
 def held_and_after(srv, port, chk):
