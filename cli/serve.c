@@ -47,7 +47,8 @@ static const cli_opt serve_opts[] = {
     CLI_OPT_LONG("--queue", "N", A, queue, 0, 1 << 20, "requests that may wait for a slot; more get 503 (default 64)"),
     {.names = "--max-body", .arg = "BYTES", .type = CLI_LONG, .off = CLI_AT_LONG(A, max_body), .lo = 64, .hi = 1L << 30,
      .expects = "64..2^30 bytes", .help = "request body limit; larger bodies get 413 (default 1048576)"},
-    CLI_OPT_LONG("--max-connections", "N", A, max_conn, 1, 16384, "open connections at once (default 256)"),
+    CLI_OPT_LONG("--max-connections", "N", A, max_conn, 1, 16384,
+                 "open connections at once (default 4096, fewer if the open-file limit\nis lower; an idle one costs a socket, no thread)"),
     CLI_OPT_LONG("--max-per-client", "N", A, per_client, 1, 16384,
                  "open connections from one IP address (default: a quarter of them)"),
     {.names = "--header-timeout", .arg = "S", .type = CLI_LONG, .off = CLI_AT_LONG(A, header_timeout), .lo = 1,
@@ -102,7 +103,7 @@ static void *second_signal(void *arg) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    serve_args a = {.port = 8080, .maxc = 8, .queue = 64, .max_body = 1 << 20, .max_conn = 256, .header_timeout = 10,
+    serve_args a = {.port = 8080, .maxc = 8, .queue = 64, .max_body = 1 << 20, .max_conn = 0, .header_timeout = 10,
                     .drain = 30, .schedule = DS_SCHEDULE_AUTO,
                     .spec = {.schedule = DS_SCHEDULE_AUTO, .prompt_cache_bytes = (size_t)1024 << 20},
                     .sp = {.host = "127.0.0.1"}};

@@ -322,7 +322,9 @@ typedef struct {
     int max_concurrency;          // requests decoded together (default 8)
     int queue_max;                // requests waiting beyond those; more get 503 (default 64)
     size_t max_body;              // request body limit in bytes (default 1 MiB); larger gets 413
-    int max_connections;          // open connections (threads) at once (default 256)
+    int max_connections;          // open connections at once (default 4096, fewer if the open-file
+                                  // limit is lower; the soft limit is raised to the hard one at start;
+                                  // more than it allows fails); event-driven: an idle one holds no thread
     int max_per_client;           // open connections from one IP address (default max_connections / 4):
                                   // one client holding idle connections cannot take them all
     int header_timeout_s;         // a connection idle this long before its request headers are

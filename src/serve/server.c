@@ -1,6 +1,9 @@
-// The server: libmicrohttpd handlers (one thread per connection) and the one engine thread that
-// owns the ds_engine. They share, under s->mu: the bounded queue of admitted requests, each
-// request's output (detokenized text, how much of it may be sent, finish reason) and the metrics.
+// The server: libmicrohttpd handlers (one epoll thread for every connection, handlers never block)
+// and the one engine thread that owns the ds_engine. They share, under s->mu: the bounded queue of
+// admitted requests, each request's output (detokenized text, how much of it may be sent, finish
+// reason) and the metrics. A connection that waits for the engine is suspended
+// (MHD_suspend_connection, under mu) and the engine thread resumes it (under mu) when there is
+// something to send: the request is done, or a stream has new text.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -66,9 +70,12 @@ typedef struct srv_req {
     int failed;            // it failed (engine error, shutdown): error says why
     char error[256];
     int error_status;      // HTTP status for a non-streamed failure
-    pthread_cond_t cv;     // signalled on new output and when done
-    // HTTP side only (streaming).
+    // The connection waiting for it (under mu): suspended while it waits for the engine, which
+    // resumes it (conn_wake) and, meanwhile, peeks at fd to notice a client that left.
     struct MHD_Connection *conn;
+    int suspended;
+    int fd;
+    // HTTP side only (streaming).
     struct ds_server *srv;
     int phase;
     char *out;             // (out_cap) formatted events not yet handed to libmicrohttpd
@@ -110,7 +117,6 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     (void)s;
     if (--r->refs > 0) return;
     ds_oa_request_free(&r->oa);
-    pthread_cond_destroy(&r->cv);
     for (int i = 0; i < r->n_ch; i++) {
         ds_gen_free(r->ch[i].g);
         free(r->ch[i].lp);
@@ -124,6 +130,33 @@ static void req_release(ds_server *s, srv_req *r) { // under mu
     free(r->out);
     free(r);
 }
+
+// Suspend r's connection until the engine has something for it (called from r's own libmicrohttpd
+// callback, under mu: a wake can never come before its suspend).
+static void conn_sleep(srv_req *r) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+    r->suspended = 1;
+    MHD_suspend_connection(r->conn);
+}
+
+// Resume r's connection if it is suspended (any thread, under mu): exactly one resume per suspend.
+static void conn_wake(srv_req *r) {
+    if (!r->suspended) return;
+    r->suspended = 0;
+    MHD_resume_connection(r->conn);
+}
+
+// Whether the client has closed its end of a suspended connection (libmicrohttpd does not look
+// at a suspended connection's socket).
+static int peer_gone(int fd) {
+    if (fd < 0) return 0;
+    char b;
+    const ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static int stream_ready(srv_req *r);
 
 // ---------------------------------------------------------------------------------------------
 // Engine thread
@@ -179,7 +212,7 @@ static void req_done(ds_server *s, srv_req *r, const char *error, int status) {
         m->latency_sum += r->t_done - r->t_arrive;
         m->latency_n++;
     }
-    pthread_cond_broadcast(&r->cv);
+    conn_wake(r);
     req_release(s, r);
 }
 
@@ -255,7 +288,7 @@ static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
 static int deliver(ds_server *s, srv_req *r) {
     int done = 1;
     for (int i = 0; i < r->n_ch; i++) done &= deliver_choice(s, r, &r->ch[i]);
-    pthread_cond_broadcast(&r->cv);
+    if (r->oa.stream && stream_ready(r)) conn_wake(r); // (a non-streamed one: once done)
     return done;
 }
 
@@ -269,6 +302,28 @@ static void drop_active(ds_server *s, int i) { // under mu
     s->active[i] = s->active[--s->n_active];
 }
 
+// Clients gone while their connection is suspended (checked every 50 ms): an active request is
+// dropped at the next round, a queued one leaves the queue now. Under mu.
+static void check_peers(ds_server *s) {
+    for (int i = 0; i < s->n_active; i++) {
+        srv_req *r = s->active[i];
+        if (r->suspended && !r->cancelled && peer_gone(r->fd)) r->cancelled = 1;
+    }
+    for (srv_req **pp = &s->q_head, *prev = NULL; *pp;) {
+        srv_req *r = *pp;
+        if (!r->cancelled && !(r->suspended && peer_gone(r->fd))) {
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
+        r->cancelled = 1;
+        *pp = r->next;
+        if (s->q_tail == r) s->q_tail = prev;
+        s->q_len--;
+        req_done(s, r, s->stopping ? "the server is shutting down" : NULL, 503);
+    }
+}
+
 static void *engine_main(void *arg) {
     ds_server *s = arg;
     const int maxc = s->p.max_concurrency;
@@ -278,8 +333,14 @@ static void *engine_main(void *arg) {
     // main thread gets it from openblas_set_num_threads). Without it a one-thread engine nested
     // OpenBLAS's own team (and deadlocked in the clang build, whose libomp then serialized that team).
     omp_set_num_threads(1);
+    double t_peers = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        const double t = now_s();
+        if (t - t_peers >= 0.05) {
+            check_peers(s);
+            t_peers = t;
+        }
         for (int i = s->n_active - 1; i >= 0; i--) {
             srv_req *r = s->active[i];
             if (!r->cancelled) continue;
@@ -356,6 +417,7 @@ typedef struct {
     char *body;
     size_t n, cap;
     int too_big;
+    srv_req *req; // a non-streamed completion this connection waits for (its HTTP side's reference)
 } conn_ctx;
 
 static void count_status(ds_server *s, unsigned status) {
@@ -415,26 +477,6 @@ static enum MHD_Result respond_error(ds_server *s, struct MHD_Connection *c, uns
     const char *code = status == 503 ? "overloaded" : status == 404 ? "not_found" : status == 413 ? "request_too_large"
                        : status == 401 ? "invalid_api_key" : NULL;
     return respond_json(s, c, status, error_body(msg, type, param, code));
-}
-
-// Whether the client has closed its end (checked while a request waits for tokens).
-static int peer_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
-    char b;
-    const ssize_t r = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-static void wait_tick(srv_req *r, pthread_mutex_t *mu) { // under mu: up to 50 ms
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&r->cv, mu, &ts);
 }
 
 static void cancel(ds_server *s, srv_req *r) { // under mu
@@ -789,9 +831,17 @@ static int prompt_logprobs_ready(const srv_req *r) {
     return 1;
 }
 
+// Whether a stream has events to format now (under mu; the engine thread asks too, to wake it).
+static int stream_ready(srv_req *r) {
+    return r->state == RQ_DONE || (r->phase == PH_START ? prompt_logprobs_ready(r) : stream_pending(r));
+}
+
+// libmicrohttpd asks for the next bytes of the stream; never blocks: with nothing to send yet it
+// suspends the connection and returns 0 (the engine thread resumes it when there is).
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_req *r = cls;
     ds_server *s = r->srv;
+    (void)pos;
     for (;;) {
         if (r->out_off < r->out_len) {
             const size_t n = r->out_len - r->out_off < max ? r->out_len - r->out_off : max;
@@ -802,13 +852,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_len = r->out_off = 0;
         if (r->phase == PH_END) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&s->mu);
-        while (r->state != RQ_DONE && (r->phase == PH_START ? !prompt_logprobs_ready(r) : !stream_pending(r))) {
-            wait_tick(r, &s->mu);
-            if (r->state != RQ_DONE && !stream_pending(r) && peer_gone(r->conn)) {
-                cancel(s, r);
-                pthread_mutex_unlock(&s->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
+        if (!stream_ready(r)) {
+            conn_sleep(r);
+            pthread_mutex_unlock(&s->mu);
+            return 0;
         }
         const int ok = stream_next(s, r);
         pthread_mutex_unlock(&s->mu);
@@ -820,9 +867,33 @@ static void stream_free(void *cls) {
     srv_req *r = cls;
     ds_server *s = r->srv;
     pthread_mutex_lock(&s->mu);
-    cancel(s, r); // a client gone mid-stream frees its slot
+    r->suspended = 0; // (its connection is being closed: nothing to resume)
+    cancel(s, r);     // a client gone mid-stream frees its slot
     req_release(s, r);
     pthread_mutex_unlock(&s->mu);
+}
+
+// A non-streamed completion: answer once the engine is done with it, else suspend until it is
+// (called again when resumed). The HTTP side's reference is cx->req until then.
+static enum MHD_Result completion_answer(ds_server *s, struct MHD_Connection *c, conn_ctx *cx) {
+    srv_req *r = cx->req;
+    pthread_mutex_lock(&s->mu);
+    if (r->state != RQ_DONE) {
+        conn_sleep(r);
+        pthread_mutex_unlock(&s->mu);
+        return MHD_YES;
+    }
+    cx->req = NULL;
+    if (r->cancelled && !r->failed) { // its client left while it waited: nobody to answer, close
+        req_release(s, r);
+        pthread_mutex_unlock(&s->mu);
+        return MHD_NO;
+    }
+    cJSON *o = r->failed ? error_body(r->error, "server_error", NULL, NULL) : completion_json(s, r);
+    const unsigned status = r->failed ? (unsigned)r->error_status : 200;
+    req_release(s, r);
+    pthread_mutex_unlock(&s->mu);
+    return respond_json(s, c, status, o);
 }
 
 static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c, conn_ctx *cx, int chat) {
@@ -856,7 +927,6 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         free(r);
         return respond_error(s, c, 500, "out of memory", NULL);
     }
-    pthread_cond_init(&r->cv, NULL);
     r->refs = 2;
     r->srv = s;
     r->conn = c;
@@ -903,20 +973,9 @@ static enum MHD_Result handle_completion(ds_server *s, struct MHD_Connection *c,
         count_status(s, 200);
         return ret;
     }
-    while (r->state != RQ_DONE) {
-        wait_tick(r, &s->mu);
-        if (r->state != RQ_DONE && peer_gone(c)) { // nobody to answer: free the slot, close
-            cancel(s, r);
-            req_release(s, r);
-            pthread_mutex_unlock(&s->mu);
-            return MHD_NO;
-        }
-    }
-    cJSON *o = r->failed ? error_body(r->error, "server_error", NULL, NULL) : completion_json(s, r);
-    const unsigned status = r->failed ? (unsigned)r->error_status : 200;
-    req_release(s, r);
     pthread_mutex_unlock(&s->mu);
-    return respond_json(s, c, status, o);
+    cx->req = r;
+    return completion_answer(s, c, cx);
 }
 
 // Two Content-Length headers that disagree (a request-smuggling shape): libmicrohttpd reads the
@@ -1058,6 +1117,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cx->body[cx->n] = 0;
         return MHD_YES;
     }
+    if (cx->req) return completion_answer(s, c, cx); // resumed: the engine is done with it
     const int get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
     if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->p.cors_origin) { // a browser's CORS preflight
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
@@ -1140,10 +1200,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     conn_ctx *cx = *con_cls;
     if (!cx) return;
+    ds_server *s = cls;
+    if (cx->req) { // closed before its answer was sent (the client left, or the server stops)
+        pthread_mutex_lock(&s->mu);
+        cx->req->suspended = 0;
+        cancel(s, cx->req);
+        req_release(s, cx->req);
+        pthread_mutex_unlock(&s->mu);
+    }
     free(cx->body);
     free(cx);
     *con_cls = NULL;
-    ds_server *s = cls;
     // Waiting for the next request on a kept-alive connection is idle time again.
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->p.header_timeout_s);
     pthread_mutex_lock(&s->mu);
@@ -1154,6 +1221,32 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 // ---------------------------------------------------------------------------------------------
 // Life cycle
 
+// Open files besides the connections: the listening socket, epoll, the resume channel, stdio,
+// model files.
+#define DS_FD_RESERVE 64
+#define DS_DEFAULT_CONNECTIONS 4096
+
+// Raise the soft open-file limit to the hard one; default max_connections to what it allows (up to
+// 4096), and refuse an explicit one it does not.
+static ds_status fit_open_files(ds_serve_params *p) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) rl.rlim_cur = rl.rlim_max = 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {rl.rlim_max, rl.rlim_max};
+        if (!setrlimit(RLIMIT_NOFILE, &up)) rl = up; // (else the soft limit stays as it was)
+    }
+    const unsigned long long lim = (unsigned long long)rl.rlim_cur;
+    if (p->max_connections < 1) {
+        p->max_connections = DS_DEFAULT_CONNECTIONS;
+        if (lim < (unsigned long long)DS_DEFAULT_CONNECTIONS + DS_FD_RESERVE)
+            p->max_connections = lim > DS_FD_RESERVE + 16 ? (int)(lim - DS_FD_RESERVE) : 16;
+    }
+    if ((unsigned long long)p->max_connections + DS_FD_RESERVE > lim)
+        return ds_fail(DS_ERR_INVALID, "serve: %d connections need %d open files, the limit is %llu (raise ulimit -n, or lower --max-connections)",
+                       p->max_connections, p->max_connections + DS_FD_RESERVE, lim);
+    return DS_OK;
+}
+
 ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     *out = NULL;
     ds_server *s = ds_calloc(1, sizeof *s);
@@ -1163,9 +1256,6 @@ ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     if (s->p.max_concurrency < 1) s->p.max_concurrency = 8;
     if (s->p.queue_max < 0) s->p.queue_max = 0;
     if (!s->p.max_body) s->p.max_body = 1 << 20;
-    if (s->p.max_connections < 1) s->p.max_connections = 256;
-    if (s->p.max_per_client < 1) s->p.max_per_client = s->p.max_connections >= 4 ? s->p.max_connections / 4 : 1;
-    if (s->p.max_per_client > s->p.max_connections) s->p.max_per_client = s->p.max_connections;
     if (s->p.header_timeout_s < 1) s->p.header_timeout_s = 10;
     snprintf(s->model_name, sizeof s->model_name, "%s", p->model_name ? p->model_name : ds_model_get_info(p->model)->name);
     s->tok = ds_model_tokenizer(p->model);
@@ -1182,6 +1272,9 @@ ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     else if (s->p.port < 0 || s->p.port > 65535) st = ds_fail(DS_ERR_INVALID, "serve: port %d outside 0..65535", s->p.port);
     else if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         st = ds_fail(DS_ERR_INVALID, "serve: host '%s' is not an IPv4 address", s->p.host);
+    if (!st) st = fit_open_files(&s->p);
+    if (!st && s->p.max_per_client < 1) s->p.max_per_client = s->p.max_connections >= 4 ? s->p.max_connections / 4 : 1;
+    if (!st && s->p.max_per_client > s->p.max_connections) s->p.max_per_client = s->p.max_connections;
     if (st) goto fail;
     s->active = calloc((size_t)s->p.max_concurrency, sizeof *s->active);
     s->take_buf = malloc(sizeof(int32_t) * 256);
@@ -1196,7 +1289,9 @@ ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
         goto fail;
     }
     s->engine_started = 1;
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, (uint16_t)s->p.port, NULL, NULL,
+    // One epoll thread for every connection (an idle one costs a socket and a little memory, no
+    // thread); suspend / resume (with its inter-thread channel) for the ones that wait for tokens.
+    s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)s->p.port, NULL, NULL,
                             on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)s->p.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                             (unsigned)s->p.max_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -1245,7 +1340,20 @@ int ds_server_drain(ds_server *s, double timeout_s) {
     pthread_mutex_unlock(&s->mu);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     s->engine_started = 0;
-    if (s->d) MHD_stop_daemon(s->d); // waits for the connection threads (every request is done now)
+    // The requests just cut off have been resumed: let their answers (a 503, a stream's error
+    // event) go out before libmicrohttpd closes every connection, for up to 2 s.
+    for (const double t_sent = now_s() + 2; s->d && now_s() < t_sent;) {
+        pthread_mutex_lock(&s->mu);
+        const int sending = s->n_inflight;
+        pthread_mutex_unlock(&s->mu);
+        if (!sending) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    // Every request is done now, so every suspended connection has been resumed (libmicrohttpd
+    // requires that before it stops): the ones not answered yet are closed (on_completed and
+    // stream_free release their requests).
+    if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
     return left;
 }

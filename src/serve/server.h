@@ -1,11 +1,12 @@
 // dspark serve: an OpenAI-compatible HTTP server (libmicrohttpd) over the batched engine.
 //
-// Threads: libmicrohttpd runs one thread per connection; ONE engine thread owns the ds_engine (it is
-// not thread-safe) and loops: admit queued requests (up to max_concurrency active), one
-// ds_engine_step for all of them, hand newly committed tokens to each request (detokenized, stop
-// strings applied), finish or drop cancelled ones. Handlers and the engine thread meet in a bounded
-// queue and per-request text buffers under one mutex; the engine thread sleeps on a condition
-// variable when there is nothing to do.
+// Threads: libmicrohttpd runs one epoll thread for every connection (its handlers never block: a
+// connection waiting for tokens is suspended); ONE engine thread owns the ds_engine (it is not
+// thread-safe) and loops: admit queued requests (up to max_concurrency active), one ds_engine_step
+// for all of them, hand newly committed tokens to each request (detokenized, stop strings applied),
+// resume the connections that have something to send, finish or drop cancelled ones. Handlers and
+// the engine thread meet in a bounded queue and per-request text buffers under one mutex; the
+// engine thread sleeps on a condition variable when there is nothing to do.
 #ifndef DS_SERVE_SERVER_H
 #define DS_SERVE_SERVER_H
 
