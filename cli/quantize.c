@@ -8,6 +8,10 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]\n"
+            "       dspark quantize SRC OUT.gguf --gguf TYPE [--skip-load-smoke]\n"
+            "  --gguf TYPE            write the target SRC (an HF directory or a GGUF) as one GGUF file of a\n"
+            "                         llama-quantize type with its per-tensor mix: F32 F16 BF16 Q8_0 Q4_0 Q5_0\n"
+            "                         Q5_1 Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (docs/formats/gguf.md)\n"
             "  --drafter              SRC_DIR is a DeepSpec drafter (default)\n"
             "  --register             record the quantized drafter in the registry (dspark drafters --help)\n"
             "  --target               SRC is a target: an HF safetensors directory of any architecture dspark runs\n"
@@ -53,7 +57,9 @@ int cmd_quantize(int argc, char **argv) {
         else if (o[0] == '-' && o[1]) {
             if (!v) return cli_missing_value(o, "quantize", usage);
             i++;
-            if (!strcmp(o, "--bits")) {
+            if (!strcmp(o, "--gguf")) {
+                p.gguf_type = v;
+            } else if (!strcmp(o, "--bits")) {
                 if (!cli_parse_int(v, 0, 64, &n)) return cli_usage_error("--bits: '%s' is not a number", v);
                 p.bits = (int)n;
                 have_bits = 1;
@@ -88,7 +94,9 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (n_pos != 2) return cli_usage_error("quantize needs SRC_DIR and OUT_DIR (see dspark quantize --help)");
-    if (!have_bits || !have_group) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
+    if (p.gguf_type && (have_bits || have_group || p.n_keep || p.n_override || reg))
+        return cli_usage_error("--gguf does not combine with --bits, --group-size, --keep, --override or --register");
+    if (!p.gguf_type && (!have_bits || !have_group)) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
     char out[4096];
     snprintf(out, sizeof out, "%s", pos[1]);
     for (size_t k = strlen(out); k > 1 && out[k - 1] == '/'; k--) out[k - 1] = 0;
@@ -101,6 +109,12 @@ int cmd_quantize(int argc, char **argv) {
     ds_status st = ds_quantize(pos[0], pos[1], &p, &s);
     if (st && g_open) fputc('\n', stderr); // the error on a line of its own
     if (st) return cli_fail(st);
+    if (p.gguf_type) {
+        printf("{\"out\": \"%s\", \"gguf\": \"%s\", \"tensors\": %d, \"quantized\": %d, \"src_bytes\": %zu, "
+               "\"out_bytes\": %zu, \"ratio\": %.4f}\n", pos[1], p.gguf_type, s.n_tensors, s.n_quantized, s.src_bytes,
+               s.out_bytes, s.src_bytes ? (double)s.out_bytes / (double)s.src_bytes : 0.0);
+        return 0;
+    }
     printf("{\"out\": \"%s\", \"bits\": %d, \"group_size\": %d, \"tensors\": %d, \"quantized\": %d, "
            "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d, \"dropped\": %d}\n",
            pos[1], p.bits, p.group_size, s.n_tensors, s.n_quantized, s.src_bytes, s.out_bytes,
