@@ -17,6 +17,8 @@ static void usage(FILE *f) {
             "  --layers L         target layers (default 24; the drafter keeps its own)\n"
             "  --dtype bf16|f32   matrix type (default bf16; vectors are f32)\n"
             "  --seed S           the random padding (default 1)\n"
+            "  --gguf TYPE        also write DIR/target.gguf, the inflated target as GGUF of a llama-quantize\n"
+            "                     type (Q4_K_M, Q8_0, BF16, ...: see dspark quantize --help)\n"
             "The inflated pair computes what the small pair computes (zero-padded residual stream, compensated\n"
             "RMSNorms, identity layers), with weights of the given size: a memory-bound target whose drafter's\n"
             "acceptance is the small drafter's.\n");
@@ -57,6 +59,8 @@ int cmd_inflate(int argc, char **argv) {
             if (!strcmp(v, "bf16")) p.dtype = DS_BF16;
             else if (!strcmp(v, "f32")) p.dtype = DS_F32;
             else return cli_usage_error("--dtype expects bf16 or f32, got '%s'", v);
+        } else if (!strcmp(o, "--gguf")) {
+            p.gguf_type = v;
         } else if (!strcmp(o, "--seed")) {
             if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n))
                 return cli_usage_error("--seed expects a non-negative integer, got '%s'", v);

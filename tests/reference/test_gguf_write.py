@@ -19,7 +19,9 @@
 4. llama.cpp's gguf-py reader (DSPARK_LLAMA_CPP=<llama.cpp tree>) reads the files: types and shapes.
 5. Greedy speculative decoding on a Q4_K_M target written by quantize --gguf equals plain decoding
    (stories-inflated, the bigram drafter of test_spec_sampling.py, drafted tokens accepted).
-6. Bad inputs: unknown TYPE, OUT a directory / FIFO / an existing file not written by dspark: exit
+6. inflate --gguf F32 / Q4_K_M: OUT/target.gguf computes what OUT/target computes (1e-4), and the
+   inflated drafter's greedy speculative output on the Q4_K_M target equals plain decoding.
+7. Bad inputs: unknown TYPE, OUT a directory / FIFO / an existing file not written by dspark: exit
    status 1, one line naming it, nothing replaced; a previous dspark output is replaced.
 """
 
@@ -239,6 +241,37 @@ def check_spec(chk, tmp):
             chk.equal(f"Q4_K_M {prompt!r} draft-max {dm or 'default'}: drafted tokens accepted ({acc}) >= 4", acc >= 4, True)
 
 
+def check_inflate(chk, tmp):
+    """inflate --gguf: OUT/target.gguf is the inflated target; F32 computes what OUT/target computes,
+    and on Q4_K_M the inflated drafter's greedy speculative output equals plain decoding."""
+    import make_deepspec
+    base = dict(layers=2, heads=4, kv_heads=2, head_dim=16, ffn=96, block=7, markov_rank=16, mask_token=3,
+                num_target_layers=5)
+    drafter = make_deepspec.make_deepspec(os.path.join(tmp, "inf_d"), embed_from=common.stories_model(),
+                                          markov_head="vanilla", conf=True, conf_with_markov=True, taps=(1, 3),
+                                          seed=201, **base)
+    outs = {}
+    for t in ("F32", "Q4_K_M"):
+        out = os.path.join(tmp, f"inf_{t}")
+        common.run([common.tool("dspark"), "inflate", "-m", common.stories_model(), "-d", drafter, "-o", out,
+                    "--hidden", "256", "--ffn", "512", "--layers", "8", "--dtype", "f32", "--gguf", t])
+        outs[t] = out
+        g = GGUFFile(os.path.join(out, "target.gguf"))
+        chk.equal(f"inflate --gguf {t}: target.gguf file_type", g.metadata.get("general.file_type"), FILE_TYPE[t])
+    toks = [1, 403, 407, 261, 378, 8, 55]
+    a = common.ref_dump(os.path.join(outs["F32"], "target"), toks, tag="gw_inf_hf")["logits"]
+    b = common.ref_dump(os.path.join(outs["F32"], "target.gguf"), toks, tag="gw_inf_g")["logits"]
+    chk.close("inflate --gguf F32: target.gguf logits equal OUT/target's", b, a, 1e-4)
+    path, d = os.path.join(outs["Q4_K_M"], "target.gguf"), os.path.join(outs["Q4_K_M"], "drafter")
+    for prompt in ("Once upon a time", "Lily wanted to"):
+        want = common.generate_json(path, prompt, 32, ["--spec", "none"]).get("tokens")
+        got = common.generate_json(path, prompt, 32, ["--spec", "dspark", "-d", d]).get("tokens")
+        chk.equal(f"inflate --gguf Q4_K_M {prompt!r}: speculative tokens equal plain decoding", got, want)
+    p = dspark("inflate", "-m", common.stories_model(), "-d", drafter, "-o", os.path.join(tmp, "inf_bad"), "--gguf", "Q9")
+    chk.equal(f"inflate --gguf Q9: one-line error naming it: {p.stderr.strip()!r}",
+              p.returncode == 1 and "Q9" in p.stderr and not os.path.exists(os.path.join(tmp, "inf_bad")), True)
+
+
 def check_bad(chk, tmp):
     src = common.stories_model()
 
@@ -287,6 +320,7 @@ def main():
     check_round_trips(chk, tmp, hf)
     check_gguf_py(chk, tmp)
     check_spec(chk, tmp)
+    check_inflate(chk, tmp)
     check_bad(chk, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(hf, ignore_errors=True)
