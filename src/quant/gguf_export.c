@@ -67,7 +67,7 @@ static ds_status add_mat(tensor_list *l, const char *name, const ds_weight *w, i
     t->w = w;
     t->perm_hd = perm_hd;
     t->ne[0] = w->cols, t->ne[1] = w->rows;
-    t->n_dims = w->rows == 1 ? 1 : 2; // (ggml_n_dims: a (1, n) matrix is a vector)
+    t->n_dims = 2; // (a (1, n) matrix stays 2-D, as the converter writes it; the type rule sees a vector)
     return DS_OK;
 }
 
@@ -83,6 +83,13 @@ static ds_status add_vec(tensor_list *l, const char *name, const float *v, int n
 }
 
 static int64_t n_rows(const out_tensor *t) { return t->n_dims == 1 ? 1 : t->n_dims == 2 ? t->ne[1] : t->ne[1] * t->ne[2]; }
+
+// ggml_n_dims: trailing dimensions of 1 do not count (what llama-quantize's rule looks at).
+static int ggml_dims(const out_tensor *t) {
+    int n = t->n_dims;
+    while (n > 1 && t->ne[n - 1] == 1) n--;
+    return n;
+}
 
 // llama.cpp's interleaved order: output index h·d + 2i is HF's h·d + i, h·d + 2i + 1 is h·d + d/2 + i.
 static int64_t perm(int64_t r, int d) {
@@ -218,18 +225,23 @@ static ds_status list_tensors(const ds_model *m, tensor_list *l, const float *ro
     return st ? ds_fail(st, "out of memory") : DS_OK;
 }
 
-// rope[0]'s divisors of theta^(-2i/d) when they are not all 1 (llama3 / linear scaling), else NULL.
-static float *rope_divisors(const ds_model *m) {
+// rope[0]'s divisors of theta^(-2i/d): NULL when they are all 1 (no scaling) or all equal (linear
+// scaling: *linear receives the factor, written as rope.scaling.type/factor as the converter does);
+// else the per-frequency divisors (llama3 scaling), written as rope_freqs.weight.
+static float *rope_divisors(const ds_model *m, double *linear) {
     const int hd = m->info.head_dim, half = hd / 2;
+    *linear = 1;
     if (!m->rope[0].inv_freq) return NULL;
     float *ff = malloc(sizeof(float) * (size_t)half);
-    int any = 0;
+    int any = 0, same = 1;
     for (int i = 0; ff && i < half; i++) {
         const double base = pow((double)m->info.rope_theta, -2.0 * i / hd);
         ff[i] = (float)(base / m->rope[0].inv_freq[i]);
         any |= fabs(ff[i] - 1.0) > 1e-6;
+        same &= fabs(ff[i] - ff[0]) <= 1e-6 * ff[0];
     }
-    if (!any) free(ff), ff = NULL;
+    if (ff && any && same) *linear = ff[0];
+    if (!any || same) free(ff), ff = NULL;
     return ff;
 }
 
@@ -247,7 +259,7 @@ static void key_f32(ds_gguf_writer *w, const char *A, const char *suffix, float 
     ds_gguf_writer_f32(w, key, v);
 }
 
-static void write_hparams(ds_gguf_writer *w, const ds_model *m, const char *A) {
+static void write_hparams(ds_gguf_writer *w, const ds_model *m, const char *A, double linear) {
     const ds_model_info *in = &m->info;
     key_u32(w, A, "context_length", (uint32_t)in->max_ctx);
     key_u32(w, A, "embedding_length", (uint32_t)in->dim);
@@ -257,9 +269,13 @@ static void write_hparams(ds_gguf_writer *w, const ds_model *m, const char *A) {
     key_u32(w, A, "attention.head_count_kv", (uint32_t)in->n_kv_heads);
     key_f32(w, A, "rope.freq_base", in->rope_theta);
     key_f32(w, A, "attention.layer_norm_rms_epsilon", in->norm_eps);
-    if (in->head_dim * in->n_heads != in->dim || strcmp(A, "llama")) {
-        key_u32(w, A, "attention.key_length", (uint32_t)in->head_dim);
-        key_u32(w, A, "attention.value_length", (uint32_t)in->head_dim);
+    key_u32(w, A, "attention.key_length", (uint32_t)in->head_dim); // (the converter: whenever config.json has head_dim)
+    key_u32(w, A, "attention.value_length", (uint32_t)in->head_dim);
+    if (linear != 1) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", A);
+        ds_gguf_writer_str(w, key, "linear", 6);
+        key_f32(w, A, "rope.scaling.factor", (float)linear);
     }
     if (!strcmp(A, "llama")) {
         key_u32(w, A, "vocab_size", (uint32_t)in->vocab_size);
@@ -483,7 +499,8 @@ ds_status ds_gguf_export(const ds_model *m, const char *out, const ds_gguf_expor
     const ds_model_info *in = &m->info;
     tensor_list l = {0};
     ds_gguf_writer *w = NULL;
-    float *ff = rope_divisors(m);
+    double linear;
+    float *ff = rope_divisors(m, &linear);
     if ((st = list_tensors(m, &l, ff)) || (st = ds_gguf_writer_init(&w))) goto done;
     // Types: llama-quantize's mix (attn_v counted in file order).
     ds_gguf_mix mix = {in->n_layers, 0, in->n_heads / in->n_kv_heads, m->n_moe ? m->moe[0].n_experts : 0,
@@ -494,7 +511,7 @@ ds_status ds_gguf_export(const ds_model *m, const char *out, const ds_gguf_expor
     int n_quant = 0;
     for (int i = 0; i < l.n; i++) {
         out_tensor *t = &l.t[i];
-        t->type = ds_gguf_tensor_type(p->preset, &mix, t->name, t->n_dims, t->ne[0], i_v);
+        t->type = ds_gguf_tensor_type(p->preset, &mix, t->name, ggml_dims(t), t->ne[0], i_v);
         i_v += strstr(t->name, "attn_v.weight") != NULL;
         n_quant += t->type != DS_F32 && t->type != DS_F16 && t->type != DS_BF16;
         const size_t nb = ds_gguf_write_row_bytes(t->type, t->ne[0]) * (size_t)n_rows(t);
@@ -507,7 +524,7 @@ ds_status ds_gguf_export(const ds_model *m, const char *out, const ds_gguf_expor
     ds_gguf_writer_str(w, "general.type", "model", 5);
     ds_gguf_writer_str(w, "general.name", m->name, strlen(m->name));
     ds_gguf_writer_str(w, "general.quantized_by", "dspark", 6);
-    write_hparams(w, m, A);
+    write_hparams(w, m, A, linear);
     ds_gguf_writer_u32(w, "general.file_type", (uint32_t)p->preset->file_type);
     ds_gguf_writer_u32(w, "general.quantization_version", 2);
     ds_gguf_writer_u32(w, "general.alignment", 32);

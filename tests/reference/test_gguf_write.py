@@ -16,6 +16,8 @@
 3. Round trips: stories260K.gguf -> F32 gives bit-identical logits; llama-tiny BF16 -> BF16 too; the
    HF directory -> BF16 gives the same greedy tokens (and logits to 1e-4: Q/K permuted heads sum
    in another order).
+   Every architecture of test_gguf_archs.py (llama3, mistral, qwen2, qwen3, qwen2/3 MoE, gemma3):
+   keys, tensor names / types / values equal hf_to_gguf.py's, logits equal the HF directory's.
 4. llama.cpp's gguf-py reader (DSPARK_LLAMA_CPP=<llama.cpp tree>) reads the files: types and shapes.
 5. Greedy speculative decoding on a Q4_K_M target written by quantize --gguf equals plain decoding
    (stories-inflated, the bigram drafter of test_spec_sampling.py, drafted tokens accepted).
@@ -187,6 +189,44 @@ def check_metadata(chk, tmp):
     return hf
 
 
+def check_archs(chk, tmp):
+    """Every architecture test_gguf_archs.py covers (its CASES: tiny random HF checkpoints of
+    make_hf_models.py): quantize --gguf in the checkpoint's dtype writes the <arch>.* keys, tensor
+    names, types and values of the reference converter hf_to_gguf.py, and gives the HF directory's
+    logits (bit-identical where test_gguf_archs.py finds the converter's file bit-identical)."""
+    import test_gguf_archs as tga
+    toks = [1, 5, 9, 2, 7, 3]
+    for name, arch, opts, tol in tga.CASES:
+        hf, ref_path = tga.make_pair(name, arch, opts)
+        t = "BF16" if opts.get("dtype") == "bf16" else "F32"
+        mine = GGUFFile(quantize(hf, os.path.join(tmp, f"arch_{name}.gguf"), t))
+        ref = GGUFFile(ref_path)
+        A = ref.metadata["general.architecture"]
+        chk.equal(f"{name}: general.architecture", mine.metadata.get("general.architecture"), A)
+        for k, v in ref.metadata.items():
+            if k.startswith(A + "."):
+                got = mine.metadata.get(k)
+                ok = got == v or (isinstance(v, float) and isinstance(got, float) and abs(got - v) <= 1e-6 * abs(v))
+                chk.equal(f"{name}: {k} (the reference converter's)", got if not ok else v, v)
+        m_inf, r_inf = infos(mine), infos(ref)
+        chk.equal(f"{name}: tensor names", sorted(m_inf), sorted(r_inf))
+        for n in sorted(set(m_inf) & set(r_inf)):
+            chk.equal(f"{name} {n}: type", NAMES[m_inf[n].ggml_type], NAMES[r_inf[n].ggml_type])
+            chk.equal(f"{name} {n}: shape", tuple(m_inf[n].ne), tuple(r_inf[n].ne))
+            if n == "rope_freqs.weight":  # llama3 divisors: ours from the loaded f32 frequencies, the converter's in f32 torch
+                chk.close(f"{name} {n}: values", mine.tensor(n), ref.tensor(n), 1e-5)
+            else:
+                chk.equal(f"{name} {n}: values equal the converter's", np.array_equal(mine.tensor(n), ref.tensor(n)), True)
+        a = common.ref_dump(hf, toks, tag=f"gw_a_{name}")["logits"]
+        b = common.ref_dump(mine.path, toks, tag=f"gw_b_{name}")["logits"]
+        if tol == 0:
+            chk.equal(f"{name}: logits bit-identical to the HF directory's", np.array_equal(a, b), True)
+        else:
+            chk.close(f"{name}: logits", b, a, tol)
+        shutil.rmtree(hf, ignore_errors=True)
+        os.remove(ref_path)
+
+
 def check_round_trips(chk, tmp, hf):
     stories = common.stories_model()
     toks = [1, 403, 407, 261, 378, 8, 1237 % 512, 55]
@@ -318,6 +358,7 @@ def main():
     check_types_and_error(chk, tmp)
     hf = check_metadata(chk, tmp)
     check_round_trips(chk, tmp, hf)
+    check_archs(chk, tmp)
     check_gguf_py(chk, tmp)
     check_spec(chk, tmp)
     check_inflate(chk, tmp)
