@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
+#include "base/threads.h"
 #include "io/gguf.h"
 #include "io/json.h"
 #include "io/mapfile.h"
@@ -468,27 +469,40 @@ static ds_status write_tokenizer(ds_gguf_writer *w, const ds_model *m, const cha
 
 // ---- writing -------------------------------------------------------------------------------------
 
+// One chunk of rows, quantized in parallel (rows are independent; each worker has its own f32 row).
+typedef struct {
+    const out_tensor *t;
+    int64_t r0;
+    size_t rb;
+    float *f;            // (ds_threads_max(), cols) per-worker rows
+    unsigned char *o;    // (chunk, rb) output
+} chunk_job;
+
+static void chunk_row(void *ctx, int r, int worker) {
+    const chunk_job *j = ctx;
+    float *f = j->f + (size_t)worker * (size_t)j->t->ne[0];
+    row_f32(j->t, j->r0 + r, f);
+    ds_gguf_quantize_row(j->t->type, f, j->t->ne[0], j->o + (size_t)r * j->rb);
+}
+
 static ds_status write_tensor(ds_gguf_writer *w, const out_tensor *t, const ds_gguf_export_params *p) {
     const int64_t cols = t->ne[0], rows = n_rows(t);
     const size_t rb = ds_gguf_write_row_bytes(t->type, cols);
     int64_t chunk = ((int64_t)1 << 22) / (cols * 4);
     if (chunk < 1) chunk = 1;
     if (chunk > rows) chunk = rows;
-    float *f = malloc(sizeof(float) * (size_t)cols);
-    unsigned char *o = malloc(rb * (size_t)chunk);
-    ds_status st = f && o ? DS_OK : ds_fail(DS_ERR_NOMEM, "out of memory (%s)", t->name);
+    chunk_job j = {t, 0, rb, malloc(sizeof(float) * (size_t)cols * (size_t)ds_threads_max()), malloc(rb * (size_t)chunk)};
+    ds_status st = j.f && j.o ? DS_OK : ds_fail(DS_ERR_NOMEM, "out of memory (%s)", t->name);
     for (int64_t r0 = 0; r0 < rows && !st; r0 += chunk) {
         const int64_t k = rows - r0 < chunk ? rows - r0 : chunk;
-        for (int64_t r = 0; r < k; r++) {
-            row_f32(t, r0 + r, f);
-            ds_gguf_quantize_row(t->type, f, cols, o + (size_t)r * rb);
-        }
-        st = ds_gguf_writer_data(w, o, rb * (size_t)k);
-        if (!st && p->interrupted && *p->interrupted) st = ds_fail(DS_ERR_INTERRUPTED, "interrupted");
+        j.r0 = r0;
+        ds_parallel_for((int)k, chunk_row, &j);
+        st = ds_gguf_writer_data(w, j.o, rb * (size_t)k);
+        if (!st && p->interrupted && *p->interrupted) st = ds_fail(DS_ERR_INTERRUPTED, "interrupted; nothing was written");
     }
     drop_source(t);
-    free(f);
-    free(o);
+    free(j.f);
+    free(j.o);
     return st;
 }
 
