@@ -140,6 +140,12 @@ static ds_status check_model(const ds_model *m, const char *src) {
             (L->head_dim && L->head_dim != in->head_dim) || (L->n_kv_heads && L->n_kv_heads != in->n_kv_heads))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer %d has a geometry GGUF's %s does not describe (per-layer "
                            "heads, KV sharing, V norm or a layer scale)", src, l, A);
+        if (!strcmp(A, "gemma3") && L->attn_scale != 0) { // GGUF gemma3 has no query_pre_attn_scalar: llama.cpp's rule
+            const float want = 1.0f / sqrtf((float)(in->n_layers == 62 ? in->dim / in->n_heads : in->head_dim));
+            if (fabsf(L->attn_scale - want) > 1e-6f * want)
+                return ds_fail(DS_ERR_UNSUPPORTED, "%s: attention scale %g is not the %g GGUF's gemma3 implies "
+                               "(query_pre_attn_scalar != head_dim)", src, (double)L->attn_scale, (double)want);
+        }
         if (L->moe && (L->moe->router_scale || L->moe->expert_scale || L->moe->pre_norm || L->moe->post_norm))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer %d's experts have Gemma 4 norms/scales, not in GGUF's %s",
                            src, l, A);
@@ -381,12 +387,17 @@ static ds_status bpe_tokenizer(ds_gguf_writer *w, const ds_model *m, const char 
         cJSON_Delete(tj);
         return DS_OK; // (a SentencePiece-style tokenizer.json is not converted)
     }
-    int n = m->info.vocab_size;
+    int n = m->info.vocab_size; // ids must lie in the embedding's rows (the loader checks the same)
     const cJSON *it, *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
-    cJSON_ArrayForEach(it, vocab) if (cJSON_IsNumber(it) && it->valueint >= n) n = it->valueint + 1;
-    cJSON_ArrayForEach(it, added) {
+    cJSON_ArrayForEach(it, vocab) if (cJSON_IsNumber(it) && (it->valueint < 0 || it->valueint >= n)) break;
+    const cJSON *bad = it;
+    if (!bad) cJSON_ArrayForEach(it, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-        if (cJSON_IsNumber(id) && id->valueint >= n) n = id->valueint + 1;
+        if (cJSON_IsNumber(id) && (id->valueint < 0 || id->valueint >= n)) break;
+    }
+    if (bad || it) {
+        cJSON_Delete(tj);
+        return ds_fail(DS_ERR_FORMAT, "%s: token id outside the embedding's %d rows", path, n);
     }
     const char **tok = calloc((size_t)n, sizeof *tok);
     char (*pad)[24] = calloc((size_t)n, sizeof *pad);
