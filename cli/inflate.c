@@ -28,6 +28,9 @@ static const cli_opt inflate_opts[] = {
     {.names = "--dtype", .arg = "bf16|f32", .type = CLI_ENUM, .off = CLI_AT_ENUM(A, p.dtype), .choices = dtype_names,
      .values = dtype_values, .help = "matrix type (default bf16; vectors are f32)"},
     CLI_OPT_SEED(A, p.seed, U64, .help = "the random padding (default 1)"),
+    CLI_OPT_STR("--gguf", "TYPE", A, p.gguf_type,
+                "also write DIR/target.gguf, the inflated target as GGUF of a llama-quantize\n"
+                "type (Q4_K_M, Q8_0, BF16, ...: see dspark quantize --help)"),
     CLI_OPT_TEXT("The inflated pair computes what the small pair computes (zero-padded residual stream, compensated\n"
                  "RMSNorms, identity layers), with weights of the given size: a memory-bound target whose drafter's\n"
                  "acceptance is the small drafter's."),

@@ -52,6 +52,10 @@ static int set_shard_mb(void *field, const char *v) {
 
 #define A quant_args
 static const cli_opt quant_opts[] = {
+    CLI_OPT_STR("--gguf", "TYPE", A, p.gguf_type,
+                "write the target SRC (an HF directory or a GGUF) as one GGUF file of a\n"
+                "llama-quantize type with its per-tensor mix: F32 F16 BF16 Q8_0 Q4_0 Q5_0\n"
+                "Q5_1 Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (docs/formats/gguf.md)"),
     {.names = "--drafter", .type = CLI_FLAG, .off = CLI_AT_INT(A, p.target), .set = 0,
      .help = "SRC_DIR is a DeepSpec drafter (default)"},
     CLI_OPT_FLAG("--register", A, reg, "record the quantized drafter in the registry (dspark drafters --help)"),
@@ -83,7 +87,8 @@ static const cli_opt quant_opts[] = {
 
 const cli_command cli_quantize_cmd = {.name = "quantize",
     .summary = "write a drafter or target in MLX's affine 4/8-bit format (dspark quantize --help)",
-    .usage = "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]", .col = 25,
+    .usage = "usage: dspark quantize SRC_DIR OUT_DIR --bits 4|8 --group-size 32|64 [options]\n"
+             "       dspark quantize SRC OUT.gguf --gguf TYPE [--skip-load-smoke]", .col = 25,
     .opts = quant_opts, .given_off = offsetof(quant_args, given), .positional = take_dir,
     .unknown = "quantize: unknown option '%s' (see dspark quantize --help)"};
 
@@ -107,7 +112,9 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[2] = {a.pos[0], a.pos[1]};
     const int n_pos = a.n_pos, have_bits = a.given & GIVEN_BITS, have_group = a.given & GIVEN_GROUP, reg = a.reg;
     if (n_pos != 2) return cli_usage_error("quantize needs SRC_DIR and OUT_DIR (see dspark quantize --help)");
-    if (!have_bits || !have_group) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
+    if (p.gguf_type && (have_bits || have_group || p.n_keep || p.n_override || reg))
+        return cli_usage_error("--gguf does not combine with --bits, --group-size, --keep, --override or --register");
+    if (!p.gguf_type && (!have_bits || !have_group)) return cli_usage_error("quantize needs --bits 4|8 and --group-size 32|64");
     char out[4096];
     snprintf(out, sizeof out, "%s", pos[1]);
     for (size_t k = strlen(out); k > 1 && out[k - 1] == '/'; k--) out[k - 1] = 0;
@@ -120,6 +127,12 @@ int cmd_quantize(int argc, char **argv) {
     ds_status st = ds_quantize(pos[0], pos[1], &p, &s);
     if (st && g_open) fputc('\n', stderr); // the error on a line of its own
     if (st) return cli_fail(st);
+    if (p.gguf_type) {
+        printf("{\"out\": \"%s\", \"gguf\": \"%s\", \"tensors\": %d, \"quantized\": %d, \"src_bytes\": %zu, "
+               "\"out_bytes\": %zu, \"ratio\": %.4f}\n", pos[1], p.gguf_type, s.n_tensors, s.n_quantized, s.src_bytes,
+               s.out_bytes, s.src_bytes ? (double)s.out_bytes / (double)s.src_bytes : 0.0);
+        return 0;
+    }
     printf("{\"out\": \"%s\", \"bits\": %d, \"group_size\": %d, \"tensors\": %d, \"quantized\": %d, "
            "\"src_bytes\": %zu, \"out_bytes\": %zu, \"ratio\": %.4f, \"shards\": %d, \"dropped\": %d}\n",
            pos[1], p.bits, p.group_size, s.n_tensors, s.n_quantized, s.src_bytes, s.out_bytes,

@@ -260,6 +260,11 @@ typedef struct {
     int n_override;
     size_t max_shard_bytes;  // 0 = 5 GiB
     int skip_load_smoke;     // skip the reload + one projection check
+    // Non-NULL: write OUT as one GGUF file of this llama-quantize type instead ("F32", "F16", "BF16",
+    // "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL",
+    // "IQ4_XS"; llama-quantize's per-tensor mix; docs/formats/gguf.md). SRC: any target dspark loads
+    // (target is implied; bits, group size, keep and override do not apply).
+    const char *gguf_type;
     volatile int *interrupted; // polled between tensors: nonzero = stop, leave nothing behind
     // Progress (may be NULL): stage "quantize" for tensor i of n, then "write", "smoke", "done".
     void (*progress)(void *ctx, const char *stage, int i, int n, const char *name);
@@ -287,6 +292,8 @@ typedef struct {
     int hidden, ffn, layers;  // inflated shape (defaults 2048, 5632, 24); each >= the source's
     ds_dtype dtype;           // DS_BF16 (default) or DS_F32: the matrices; vectors are f32
     uint64_t seed;            // random padding
+    const char *gguf_type;    // non-NULL: also write OUT/target.gguf, the inflated target as GGUF of this
+                              // type (as ds_quantize_params.gguf_type)
     volatile int *interrupted; // polled between tensors: nonzero = stop, leave nothing behind
     // Progress (may be NULL): stage "target" / "drafter" for tensor i of n, then "write" (the
     // directory), "check" (reloading both), "done".

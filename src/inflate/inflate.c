@@ -37,6 +37,7 @@
 #include "kernels/half.h"
 #include "model/hf_export.h"
 #include "model/model.h"
+#include "quant/gguf_export.h"
 
 ds_inflate_params ds_inflate_default(void) {
     ds_inflate_params p;
@@ -489,7 +490,16 @@ static ds_status run(const char *target, const char *drafter, const char *tmp, c
     stats->drafter_bytes = o.bytes;
     out_free(&o);
     if (p->progress) p->progress(p->progress_ctx, "check", 1, 2, ddir);
-    if ((st = ds_drafter_load(ddir, big, &dbig))) st = ds_fail_prefix(st, "reloading the inflated drafter");
+    if ((st = ds_drafter_load(ddir, big, &dbig))) {
+        st = ds_fail_prefix(st, "reloading the inflated drafter");
+        goto done;
+    }
+    if (p->gguf_type) { // OUT/target.gguf: the inflated target as GGUF (quant/gguf_export.c), reloaded there
+        snprintf(path, sizeof path, "%s/target.gguf", tmp);
+        if (p->progress) p->progress(p->progress_ctx, "write", 0, 1, path);
+        ds_gguf_export_params ep = {ds_gguf_preset_find(p->gguf_type), tdir, 0, p->interrupted, NULL, NULL};
+        st = ds_gguf_export(big, path, &ep, NULL);
+    }
 done:
     out_free(&o);
     free(src_of);
@@ -505,6 +515,10 @@ ds_status ds_inflate(const char *target, const char *drafter, const char *out_ar
     ds_inflate_stats *dummy = NULL;
     if (!stats && !(stats = dummy = malloc(sizeof *stats))) return ds_fail(DS_ERR_NOMEM, "out of memory");
     memset(stats, 0, sizeof *stats);
+    if (p->gguf_type && !ds_gguf_preset_find(p->gguf_type)) {
+        free(dummy);
+        return ds_fail(DS_ERR_INVALID, "GGUF type '%s' is not supported (%s)", p->gguf_type, ds_gguf_preset_names());
+    }
     char tmp[4200];
     ds_status st = ds_atomic_dir_open(out_arg, tmp, sizeof tmp);
     if (!st) {

@@ -89,4 +89,35 @@ const char *ds_ggml_type_name(uint32_t type);
 // values unchanged. (dspark quantize carries a GGUF's tokenizer this way.)
 ds_status ds_gguf_write_metadata(const ds_gguf *g, const char *const *keep, const char *path);
 
+// ---- writing (io/gguf_write.c) ---------------------------------------------------------------------
+// A GGUF v3 file, alignment 32: add metadata (in file order) and declare every tensor (name, ggml
+// type, dims in ggml order, byte size), then open (writes the header atomically into a temporary
+// file), stream each tensor's bytes in declaration order with ds_gguf_writer_data (any chunking),
+// and commit (fsync + rename). Free without commit discards everything. The open refuses what
+// io/atomic.h refuses and an existing file that is not a GGUF with general.quantized_by = "dspark".
+typedef struct ds_gguf_writer ds_gguf_writer;
+ds_status ds_gguf_writer_init(ds_gguf_writer **w);
+void ds_gguf_writer_free(ds_gguf_writer *w);
+void ds_gguf_writer_str(ds_gguf_writer *w, const char *key, const char *s, size_t n);
+void ds_gguf_writer_u32(ds_gguf_writer *w, const char *key, uint32_t v);
+void ds_gguf_writer_i32(ds_gguf_writer *w, const char *key, int32_t v);
+void ds_gguf_writer_f32(ds_gguf_writer *w, const char *key, float v);
+void ds_gguf_writer_bool(ds_gguf_writer *w, const char *key, int v);
+// An array of n fixed-size elements (elem_size bytes each, little-endian) / of n strings (len NULL:
+// NUL-terminated).
+void ds_gguf_writer_arr(ds_gguf_writer *w, const char *key, ds_gguf_type elem, uint64_t n, const void *data,
+                        size_t elem_size);
+void ds_gguf_writer_arr_str(ds_gguf_writer *w, const char *key, uint64_t n, const char *const *s, const size_t *len);
+// A key/value pair of a file being read, unchanged.
+void ds_gguf_writer_copy(ds_gguf_writer *w, const ds_gguf_kv *kv);
+ds_status ds_gguf_writer_tensor(ds_gguf_writer *w, const char *name, ds_dtype type, int n_dims, const int64_t *ne,
+                                uint64_t nbytes);
+// Whether `path` may be written (before a long job starts).
+ds_status ds_gguf_writer_check(const char *path);
+ds_status ds_gguf_writer_open(ds_gguf_writer *w, const char *path);
+ds_status ds_gguf_writer_data(ds_gguf_writer *w, const void *p, size_t n);
+ds_status ds_gguf_writer_commit(ds_gguf_writer *w);
+// Flush what was written and return the temporary file's path (to reload it before commit), or NULL.
+const char *ds_gguf_writer_flush(ds_gguf_writer *w);
+
 #endif

@@ -39,6 +39,7 @@
 #include "model/st_weights.h"
 #include "kernels/affine.h"
 #include "io/qconfig.h"
+#include "quant/gguf_export.h"
 
 ds_quantize_params ds_quantize_default(void) {
     ds_quantize_params p;
@@ -579,6 +580,21 @@ static ds_status write_out(source *s, const char *tmp, const ds_quantize_params 
     return st;
 }
 
+// --gguf TYPE: load the target (any loader) and write it as one GGUF file (quant/gguf_export.c).
+static ds_status quantize_gguf(const char *src, const char *out, const ds_quantize_params *p, ds_quantize_stats *stats) {
+    const ds_gguf_preset *preset = ds_gguf_preset_find(p->gguf_type);
+    if (!preset)
+        return ds_fail(DS_ERR_INVALID, "GGUF type '%s' is not supported (%s)", p->gguf_type, ds_gguf_preset_names());
+    ds_status st = ds_gguf_writer_check(out); // before the (possibly long) load
+    if (st) return st;
+    ds_model *m = NULL;
+    if ((st = ds_model_load(src, NULL, &m))) return st;
+    ds_gguf_export_params ep = {preset, src, p->skip_load_smoke, p->interrupted, p->progress, p->progress_ctx};
+    st = ds_gguf_export(m, out, &ep, stats);
+    ds_model_free(m);
+    return st;
+}
+
 ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_params *p, ds_quantize_stats *stats) {
     char out[4096]; // without trailing slashes: OUT.tmp.<pid> must be its sibling
     snprintf(out, sizeof out, "%s", out_arg);
@@ -586,6 +602,7 @@ ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_pa
     ds_quantize_stats dummy;
     if (!stats) stats = &dummy;
     memset(stats, 0, sizeof *stats);
+    if (p->gguf_type) return quantize_gguf(src, out, p, stats);
     if (!ds_affine_supported(p->bits, p->group_size))
         return ds_fail(DS_ERR_INVALID, "bits %d, group size %d: supported are bits 4 or 8 and group size 32 or 64",
                        p->bits, p->group_size);
