@@ -627,10 +627,218 @@ VNNI_TARGET INLINE void kz_blk(const int T, float *y, int ldy, const int8_t *xq,
     }
 DEF_KZ(kz_q2k, KT_Q2, ds_block_q2_k)
 DEF_KZ(kz_q3k, KT_Q3, ds_block_q3_k)
-DEF_KZ(kz_q4k, KT_Q4, ds_block_q4_k)
-DEF_KZ(kz_q5k, KT_Q5, ds_block_q5_k)
-DEF_KZ(kz_q6k, KT_Q6, ds_block_q6_k)
 DEF_KZ(kz_iq4xs, KT_IQ4XS, ds_block_iq4_xs)
+
+// ---- Q4_K, Q5_K, Q6_K with AVX512-VNNI on the transposed input (ds_qx_pack with DS_QX_KPERM) -------
+// The input of each super-block is stored so that vector c (64 bytes) holds, in int32 lane L, the
+// four elements 16L + 4c .. 16L + 4c + 3 (qmatmul.h): over the 4 vectors, lane L sees exactly the
+// 16 elements of sub-block of 16 number L. The weights are unpacked once per super-block into the
+// same order (unsigned bytes), so each input row costs 4 VPDPBUSD into ONE int32 vector a (lane L =
+// Σ_{i in 16-block L} u_i r_i, exact: at most 16·63·127 < 2^17), then one VPMULLD by the lane's
+// sub-block scale (Q4_K / Q5_K: the 32-element sub-block L/2; Q6_K: L), and Q6_K's offset -32
+// through the per-16 sums bs (VPDPWSSD into the same lanes); the mins (Q4_K, Q5_K) are bs·m in
+// lanes of their own. Bounds: |lane| < 2^17·2^7 plus the offsets, 16 lanes: |Σ| < 2^29. Then, as
+// the kernels above, one integer isum (and imin) per super-block and row, and the scalar kernel's
+// float operations in its order: acc = fma(d·d_x, isum, acc), acc = fma(-(dmin·d_x), imin, acc);
+// so these give ds_ggq_rows_scalar's bits too, for every number of input rows.
+// One input row (decode): 8 weight rows per pass, their float parts in the 8 lanes of one vector
+// (so the input is loaded once per 8 weight rows, and the lanes' sums are transposed once per 8).
+// More rows (verify): one weight row per pass, unpacked once for all (up to 8) input rows.
+typedef struct {
+    __m512i w[4]; // (256) unsigned values, vector c lane L = elements 16L + 4c .. + 3
+    __m512i sc;   // (16) int32 scale of the lane's sub-block
+    __m256i aux;  // (16) int16 per 16 elements: Q4_K / Q5_K the min, Q6_K the offset -32·sc
+    float d, dmin;
+} kpsb;
+
+// Lane index vectors: L -> f(L) for L = 15 .. 0 (set_epi32 order).
+#define LANES(f) _mm512_set_epi32(f(15), f(14), f(13), f(12), f(11), f(10), f(9), f(8), f(7), f(6), f(5), f(4), f(3), f(2), f(1), f(0))
+// Q4_K / Q5_K: lane L = 4c' + 2h + t holds elements 64c' + 32h + 16t + 4c + k: qs dword 8c' + 4t + c,
+// nibble h; the fifth bit: qh dword 4t + c, bit 2c' + h of each byte.
+#define K4_QS(L) (8 * ((L) >> 2) + 4 * ((L)&1))
+#define K4_NIB(L) (4 * (((L) >> 1) & 1))
+#define K4_QH(L) (4 * ((L)&1))
+#define K4_HROT(L) ((2 * ((L) >> 2) + (((L) >> 1) & 1) - 4) & 31) // bit 2c' + h to bit 4
+// Q6_K: lane L = 8h' + 2c'' + t holds elements 128h' + 32c'' + 16t + 4c + k: ql dword
+// 16h' + 8(c''&1) + 4t + c, nibble c''>>1; qh dword 8h' + 4t + c, bits 2c'' and 2c'' + 1.
+#define K6_QL(L) (16 * ((L) >> 3) + 8 * (((L) >> 1) & 1) + 4 * ((L)&1))
+#define K6_NIB(L) (4 * (((L) >> 2) & 1))
+#define K6_QH(L) (8 * ((L) >> 3) + 4 * ((L)&1))
+#define K6_HROT(L) ((2 * (((L) >> 1) & 3) - 4) & 31) // bits 2c'', 2c'' + 1 to bits 4, 5
+
+VNNI_TARGET INLINE void kp_prep(const int T, const uint8_t *blk, kpsb *s) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    if (T == KT_Q4 || T == KT_Q5) {
+        const ds_block_q4_k *b = (const ds_block_q4_k *)(const void *)blk;
+        const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)(const void *)blk)->qs;
+        uint8_t sm[16];
+        k4_scales(b->scales, sm);
+        s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
+        const __m128i smv = _mm_loadu_si128((const __m128i *)sm), mins = _mm_srli_si128(smv, 8);
+        s->sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(smv, smv));
+        s->aux = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
+        const __m512i r0 = _mm512_loadu_si512((const void *)qs), r1 = _mm512_loadu_si512((const void *)(qs + 64));
+        const __m512i iqs = LANES(K4_QS), nib = LANES(K4_NIB);
+        __m512i qh = _mm512_setzero_si512(), iqh = _mm512_setzero_si512(), rot = _mm512_setzero_si512();
+        if (T == KT_Q5) {
+            qh = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)(const void *)blk)->qh));
+            iqh = LANES(K4_QH), rot = LANES(K4_HROT);
+        }
+        for (int c = 0; c < 4; c++) {
+            const __m512i ci = _mm512_set1_epi32(c);
+            const __m512i v = _mm512_permutex2var_epi32(r0, _mm512_add_epi32(iqs, ci), r1);
+            s->w[c] = _mm512_and_si512(_mm512_srlv_epi32(v, nib), lo4);
+            if (T == KT_Q5) {
+                const __m512i h = _mm512_rorv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(iqh, ci), qh), rot);
+                s->w[c] = _mm512_ternarylogic_epi32(s->w[c], h, _mm512_set1_epi8(0x10), 0xF8); // w | (h & 0x10)
+            }
+        }
+    } else { // Q6_K
+        const ds_block_q6_k *b = (const ds_block_q6_k *)(const void *)blk;
+        s->d = _cvtsh_ss(b->d), s->dmin = 0.0f;
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales);
+        s->sc = _mm512_cvtepi8_epi32(sc8);
+        s->aux = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), 5));
+        const __m512i l0 = _mm512_loadu_si512((const void *)b->ql), l1 = _mm512_loadu_si512((const void *)(b->ql + 64));
+        const __m512i qh = _mm512_loadu_si512((const void *)b->qh);
+        const __m512i iql = LANES(K6_QL), nib = LANES(K6_NIB), iqh = LANES(K6_QH), rot = LANES(K6_HROT);
+        for (int c = 0; c < 4; c++) {
+            const __m512i ci = _mm512_set1_epi32(c);
+            const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(l0, _mm512_add_epi32(iql, ci), l1), nib), lo4);
+            const __m512i h = _mm512_rorv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(iqh, ci), qh), rot);
+            s->w[c] = _mm512_ternarylogic_epi32(lo, h, _mm512_set1_epi8(0x30), 0xF8); // lo | (h & 0x30)
+        }
+    }
+}
+
+// One input row's 256 transposed int8 x against an unpacked super-block: the 16 scaled lanes (isum
+// with Q6_K's offsets), and for Q4_K / Q5_K the 8 min lanes (imin).
+VNNI_TARGET INLINE __m512i kp_row(const int T, const kpsb *s, const int8_t *x, const int16_t *bs16, __m256i *im) {
+    __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), s->w[0], _mm512_loadu_si512((const void *)x));
+    __m512i a2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), s->w[1], _mm512_loadu_si512((const void *)(x + 64)));
+    a = _mm512_dpbusd_epi32(a, s->w[2], _mm512_loadu_si512((const void *)(x + 128)));
+    a2 = _mm512_dpbusd_epi32(a2, s->w[3], _mm512_loadu_si512((const void *)(x + 192)));
+    __m512i is = _mm512_mullo_epi32(_mm512_add_epi32(a, a2), s->sc);
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bs16);
+    if (T == KT_Q6) is = _mm512_dpwssd_epi32(is, _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(s->aux));
+    else *im = _mm256_madd_epi16(bs, s->aux);
+    return is;
+}
+
+// One input row against weight rows [r0, r1), 8 per pass (a last partial pass repeats its last row
+// and stores only the real ones). row_bytes: bytes per weight row.
+VNNI_TARGET INLINE void kp_rows1(const int T, float *y, const ds_qx *px, const ds_weight *w, int r0, int r1,
+                                 const size_t bb) {
+    const int cols = w->cols, nsb = cols / 256, HASMIN = T != KT_Q6;
+    const size_t row_bytes = (size_t)nsb * bb;
+    // d (and dmin) of 8 rows' super-blocks by one gather: Q4_K / Q5_K d | dmin << 16 at offset 0;
+    // Q6_K: d in the high half of the dword at 206 (the dword at 208 would pass the block's end).
+    const int doff = T == KT_Q6 ? 206 : 0;
+    for (int r = r0; r < r1; r += 8) {
+        const int n = r1 - r < 8 ? r1 - r : 8;
+        const uint8_t *rows[8];
+        int off[8];
+        for (int k = 0; k < 8; k++) {
+            rows[k] = (const uint8_t *)w->data + (size_t)(r + (k < n ? k : n - 1)) * row_bytes;
+            off[k] = (int)(rows[k] - rows[0]);
+        }
+        const __m256i voff = _mm256_loadu_si256((const __m256i *)off);
+        __m256 acc = _mm256_setzero_ps();
+        for (int sb = 0; sb < nsb; sb++) {
+            const int8_t *x = px->q + (size_t)sb * 256;
+            const int16_t *bs = px->bs + (size_t)sb * 16;
+            __m512i is[8], mp[4];
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *b = rows[k] + (size_t)sb * bb;
+                __builtin_prefetch(b + 6 * bb);
+                __builtin_prefetch(b + 6 * bb + 64);
+                __builtin_prefetch(b + 6 * bb + 128);
+                if (T == KT_Q6) __builtin_prefetch(b + 6 * bb + 192);
+                kpsb s;
+                kp_prep(T, b, &s);
+                __m256i im = _mm256_setzero_si256();
+                is[k] = kp_row(T, &s, x, bs, &im);
+                if (HASMIN) mp[k / 2] = k % 2 ? _mm512_inserti64x4(mp[k / 2], im, 1) : _mm512_zextsi256_si512(im);
+            }
+            const __m256i dw = _mm256_i32gather_epi32((const int *)(const void *)(rows[0] + (size_t)sb * bb + doff), voff, 1);
+            const __m256 dx = _mm256_set1_ps(px->d[sb]);
+            const __m256 d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(T == KT_Q6 ? _mm256_srli_epi32(dw, 16) : dw));
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(hsum_8x16(is)), acc);
+            if (HASMIN) {
+                const __m256 dm = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dw, 16)));
+                acc = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), acc);
+            }
+        }
+        _mm256_mask_storeu_ps(y + r, (__mmask8)((1u << n) - 1), acc);
+    }
+}
+
+// M (2..8) input rows against one weight row (as kz_blk).
+VNNI_TARGET INLINE void kp_blk(const int T, float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb,
+                               int cols, const uint8_t *row, const size_t bb, const int M) {
+    const int nsb = cols / 256, HASMIN = T != KT_Q6;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i vidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nsb));
+    const __mmask8 live = (__mmask8)((1u << M) - 1);
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *b = row + (size_t)sb * bb;
+        __builtin_prefetch(b + 8 * bb);
+        __builtin_prefetch(b + 8 * bb + 64);
+        __builtin_prefetch(b + 8 * bb + 128);
+        kpsb s;
+        kp_prep(T, b, &s);
+        __m512i is[8], mp[4];
+        for (int k = 0; k < 8; k++) is[k] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) mp[k] = _mm512_setzero_si512();
+        for (int k = 0; k < M; k++) {
+            __m256i im = _mm256_setzero_si256();
+            is[k] = kp_row(T, &s, xq + (size_t)k * cols + (size_t)sb * 256, xb + (size_t)k * (cols / 16) + (size_t)sb * 16, &im);
+            if (HASMIN) mp[k / 2] = k % 2 ? _mm512_inserti64x4(mp[k / 2], im, 1) : _mm512_zextsi256_si512(im);
+        }
+        const __m256 dx = _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), live, vidx, xd + sb, 4);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.d), dx), _mm256_cvtepi32_ps(hsum_8x16(is)), acc);
+        if (HASMIN) acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), acc);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = o[k];
+}
+
+#define DEF_KP(NAME, T, BT)                                                                                   \
+    VNNI_TARGET static void NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
+        const int cols = w->cols, nsb = cols / 256;                                                           \
+        if (nb == 1) {                                                                                        \
+            kp_rows1(T, y, px, w, r0, r1, sizeof(BT));                                                        \
+            return;                                                                                           \
+        }                                                                                                     \
+        for (int i = 0; i < nb; i += 8) {                                                                     \
+            const int m = nb - i < 8 ? nb - i : 8;                                                            \
+            const int8_t *xq = px->q + (size_t)i * cols;                                                      \
+            const float *xd = px->d + (size_t)i * nsb;                                                        \
+            const int16_t *xb = px->bs + (size_t)i * (cols / 16);                                             \
+            if (m == 1) { /* the last of 9, 17, ... rows: the one-row kernel (the same bits) */               \
+                const ds_qx one = {xq, xd, px->s + (size_t)i * nsb, xb};                                      \
+                kp_rows1(T, y + (size_t)i * ldy, &one, w, r0, r1, sizeof(BT));                                \
+                continue;                                                                                     \
+            }                                                                                                 \
+            for (int r = r0; r < r1; r++) {                                                                   \
+                const uint8_t *row = (const uint8_t *)((const BT *)w->data + (size_t)r * nsb);                \
+                float *yi = y + (size_t)i * ldy + r;                                                          \
+                switch (m) {                                                                                  \
+                case 2: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 2); break;                      \
+                case 3: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 3); break;                      \
+                case 4: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 4); break;                      \
+                case 5: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 5); break;                      \
+                case 6: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 6); break;                      \
+                case 7: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 7); break;                      \
+                default: kp_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 8); break;                     \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+DEF_KP(kp_q4k, KT_Q4, ds_block_q4_k)
+DEF_KP(kp_q5k, KT_Q5, ds_block_q5_k)
+DEF_KP(kp_q6k, KT_Q6, ds_block_q6_k)
 
 static int kquant_rows(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
     switch (w->type) {
@@ -664,9 +872,9 @@ void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
     case DS_IQ4_NL: k32_iq4_nl_vnni(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q2_K: kz_q2k(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q3_K: kz_q3k(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q4_K: kz_q4k(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q5_K: kz_q5k(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q6_K: kz_q6k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q4_K: kp_q4k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_K: kp_q5k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q6_K: kp_q6k(y, ldy, px, nb, w, r0, r1); break;
     case DS_IQ4_XS: kz_iq4xs(y, ldy, px, nb, w, r0, r1); break;
     default: break;
     }
