@@ -34,11 +34,6 @@ typedef struct {
                        // 16 columns, else NULL
 } ds_qx;
 
-// ch of the transposed K-quant layout (gs = 256; the VNNI Q4_K / Q5_K / Q6_K kernels, ggml_qdot.c):
-// per 256 columns, byte 64c + 4L + k holds element 16L + 4c + k (c < 4, L < 16, k < 4), so int32 lane
-// L of each 64-byte vector sees only the 16-column sub-block L; d, s and bs stay as in natural order.
-#define DS_QX_KPERM (-1)
-
 // Bytes ds_qx_pack needs for n rows of `cols` in groups of gs (16-byte aligned buffer; gs = 256 adds
 // the per-16 sums).
 size_t ds_qx_bytes(int n, int cols, int gs);

@@ -101,16 +101,15 @@ ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
     float *d = buf, *s = d + (size_t)n * ng;
     int8_t *q = (int8_t *)(s + (size_t)n * ng);
     const int wide = gs <= 256 && has_avx512();
-    const int qch = ch == DS_QX_KPERM ? 0 : ch; // the transposed layout: natural first, then per 256
     for (size_t i = 0; i < (size_t)n; i++)
         for (size_t g = 0; g < ng; g++) {
             const float *xg = x + i * (size_t)cols + g * (size_t)gs;
             int8_t *qg = q + i * (size_t)cols + g * (size_t)gs;
             int sum;
 #if defined(__GNUC__)
-            const float dg = wide ? quantize_group_avx512(xg, gs, qg, qch, &sum) : quantize_group(xg, gs, qg, qch, &sum);
+            const float dg = wide ? quantize_group_avx512(xg, gs, qg, ch, &sum) : quantize_group(xg, gs, qg, ch, &sum);
 #else
-            const float dg = quantize_group(xg, gs, qg, qch, &sum);
+            const float dg = quantize_group(xg, gs, qg, ch, &sum);
 #endif
             d[i * ng + g] = dg;
             s[i * ng + g] = dg * (float)sum;
@@ -127,13 +126,6 @@ ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
             bs[i] = (int16_t)sum;
         }
         p.bs = bs;
-        if (ch == DS_QX_KPERM) // per 256: position 64c + 4L + k <- element 16L + 4c + k
-            for (size_t g = 0; g < (size_t)n * (size_t)(cols / 256); g++) {
-                int8_t t[256];
-                memcpy(t, q + 256 * g, 256);
-                for (int c = 0; c < 4; c++)
-                    for (int L = 0; L < 16; L++) memcpy(q + 256 * g + 64 * c + 4 * L, t + 16 * L + 4 * c, 4);
-            }
     }
     return p;
 }
@@ -410,7 +402,6 @@ void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
 }
 
 int ds_qirows_ch(const char *isa, const ds_weight *w) {
-    if (!strcmp(isa, "vnni") && (w->type == DS_Q4_K || w->type == DS_Q5_K || w->type == DS_Q6_K)) return DS_QX_KPERM;
     if (ds_weight_bits(w) != 4) return 0; // 8 bits: natural order everywhere
     if (!strcmp(isa, "scalar")) return 0;
     if (!strcmp(isa, "vnni")) return w->group_size == 32 ? 32 : 64;
