@@ -1,6 +1,6 @@
 // MLX affine quantization: file sizes, quantized GEMV bandwidth, and decode speed.
 //
-//   bench_quant [--rows 4096 --cols 4096] [--repeats R] [--threads T] [--ggq]
+//   bench_quant [--rows 4096 --cols 4096] [--repeats R] [--threads T] [--ggq [--ggq-types q4_k,q5_k]]
 //               [--dim 1024 --layers 8 --ffn 2816 --heads 16 --kv-heads 4 --vocab 32000] [--no-decode]
 //
 // Prints JSON lines, every ratio against a baseline measured in the same run:
@@ -9,7 +9,7 @@
 //    effective GB/s (weight bytes incl. scales/biases / time), fraction of the bandwidth bound and
 //    (the *_int8 kinds: the integer path drafters take)
 //    speed-up over BF16 (types f32, bf16, GGUF q8_0, affine q8/q4 in groups of 32/64); matrices are cycled through ~1 GiB of copies so they come from DRAM;
-//  - "ggq": GGUF block types (Q4_K on Qwen3-8B shapes; Q4_0, Q6_K, Q8_0 on 4096²): decode (n = 1) and
+//  - "ggq": GGUF block types (Q4_K on Qwen3-8B shapes; Q4_0, Q5_K, Q6_K, Q8_0 on 4096²): decode (n = 1) and
 //    verify (n = 8) GB/s on the integer kernels and the fraction of the bound; "ggq_crossover": those
 //    kernels against sgemm over dequantized tiles (--ggq: this section only);
 //  - "multirow": n = 1..64 input rows, our kernel (f32 inputs), the integer kernel (inputs rounded
@@ -143,7 +143,20 @@ static void *ggq_make(ds_dtype t, int rows, int cols) {
 
 // Median seconds of one n-row product, cycling through copies of the matrix (~512 MiB) so the
 // weights come from DRAM.
+// *cpu (when not NULL): the median thread CPU seconds of the same (one thread: the product runs on
+// the calling thread), which a loaded machine's time slicing does not inflate.
+static double ggq_seconds_cpu(ds_dtype t, int rows, int cols, int n, int repeats, float *scratch, int min_rows,
+                              double *cpu);
 static double ggq_seconds(ds_dtype t, int rows, int cols, int n, int repeats, float *scratch, int min_rows) {
+    return ggq_seconds_cpu(t, rows, cols, n, repeats, scratch, min_rows, NULL);
+}
+static double thread_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static double ggq_seconds_cpu(ds_dtype t, int rows, int cols, int n, int repeats, float *scratch, int min_rows,
+                              double *cpu) {
     const size_t bytes = (size_t)rows * ds_ggml_row_bytes(t, cols);
     int copies = (int)(((size_t)1 << 29) / bytes) + 1;
     copies = copies > 64 ? 64 : copies;
@@ -156,15 +169,19 @@ static double ggq_seconds(ds_dtype t, int rows, int cols, int n, int repeats, fl
     }
     float *x = malloc(sizeof(float) * (size_t)n * cols), *y = malloc(sizeof(float) * (size_t)n * rows);
     for (size_t j = 0; j < (size_t)n * cols; j++) x[j] = bench_frand();
-    double *tm = malloc(sizeof(double) * (size_t)repeats);
+    double *tm = malloc(sizeof(double) * (size_t)repeats), *tc = malloc(sizeof(double) * (size_t)repeats);
     for (int c = 0; c < copies; c++) ds_matmul_ex(y, x, &ws[c], n, scratch, min_rows);
     for (int r = 0; r < repeats; r++) {
-        const double t0 = bench_now();
+        const double t0 = bench_now(), c0 = thread_cpu_now();
         for (int c = 0; c < copies; c++) ds_matmul_ex(y, x, &ws[c], n, scratch, min_rows);
         tm[r] = (bench_now() - t0) / copies;
+        tc[r] = (thread_cpu_now() - c0) / copies;
     }
     qsort(tm, (size_t)repeats, sizeof *tm, bench_cmp_double);
+    qsort(tc, (size_t)repeats, sizeof *tc, bench_cmp_double);
     const double med = tm[repeats / 2];
+    if (cpu) *cpu = tc[repeats / 2];
+    free(tc);
     for (int c = 0; c < copies; c++) free((void *)ws[c].data);
     free(ws), free(src), free(x), free(y), free(tm);
     return med;
@@ -173,28 +190,31 @@ static double ggq_seconds(ds_dtype t, int rows, int cols, int n, int repeats, fl
 // "ggq" lines: decode (n = 1) and verify (n = 8) GB/s of GGUF block types on Qwen3-8B-shaped
 // matrices (4096 x 4096 attention, 12288 x 4096 gate/up, 4096 x 12288 down) against the read
 // bandwidth bound `bw`; "ggq_crossover": the integer kernel against sgemm over dequantized tiles.
-static void ggq_bench(double bw, int nt, int repeats) {
-    const ds_dtype types[] = {DS_Q4_K, DS_Q4_0, DS_Q6_K, DS_Q8_0};
-    const char *names[] = {"q4_k", "q4_0", "q6_k", "q8_0"};
+static void ggq_bench(double bw, int nt, int repeats, const char *only) {
+    const ds_dtype types[] = {DS_Q4_K, DS_Q4_0, DS_Q5_K, DS_Q6_K, DS_Q8_0};
+    const char *names[] = {"q4_k", "q4_0", "q5_k", "q6_k", "q8_0"};
     const int shapes[3][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}};
     float *scratch = NULL;
     for (size_t k = 0; k < sizeof types / sizeof *types; k++)
         for (int sh = 0; sh < 3; sh++) {
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             if (k && sh) continue; // the other types: one shape, for comparison
+            if (only && !strstr(only, names[k])) continue;
             const size_t bytes = (size_t)rows * ds_ggml_row_bytes(types[k], cols);
-            const double t1 = ggq_seconds(types[k], rows, cols, 1, repeats, NULL, INT_MAX);
-            const double t8 = ggq_seconds(types[k], rows, cols, 8, repeats, NULL, INT_MAX);
+            double c1, c8;
+            const double t1 = ggq_seconds_cpu(types[k], rows, cols, 1, repeats, NULL, INT_MAX, &c1);
+            const double t8 = ggq_seconds_cpu(types[k], rows, cols, 8, repeats, NULL, INT_MAX, &c8);
             for (int v = 0; v < 2; v++) {
                 const double t = v ? t8 : t1, gbs = (double)bytes / t;
                 printf("{\"bench\": \"ggq\", \"weights\": \"%s\", \"rows\": %d, \"cols\": %d, \"n\": %d, \"threads\": %d, "
                        "\"isa\": \"%s\", \"bytes\": %zu, \"us\": %.1f, \"gb_per_s\": %.2f, \"fraction_of_bound\": %.3f, "
-                       "\"verify_over_decode\": %.2f}\n",
+                       "\"verify_over_decode\": %.2f, \"cpu_us\": %.1f, \"cpu_fraction_of_bound\": %.3f}\n",
                        names[k], rows, cols, v ? 8 : 1, nt, ds_matmul_isa(), bytes, t * 1e6, gbs / 1e9, gbs / bw,
-                       v ? t8 / t1 : 1.0);
+                       v ? t8 / t1 : 1.0, (v ? c8 : c1) * 1e6, (double)bytes / (v ? c8 : c1) / bw);
                 fflush(stdout);
             }
         }
+    if (only) return; // --ggq-types: those types' lines only
     // The crossover (DS_GGQ_GEMM_ROWS in kernels/matmul.c): Q4_K 4096 x 4096.
     ds_weight w = {DS_Q4_K, 4096, 4096, NULL};
     scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&w) * (size_t)nt);
@@ -242,6 +262,7 @@ static double decode_tps(const char *dir, int n, int repeats, size_t *wbytes) {
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     int rows = 4096, cols = 4096, repeats = 9, threads = 0, decode = 1, n = 16, ggq_only = 0;
+    const char *only = NULL;
     bench_shape s = {1024, 8, 2816, 16, 4, 32000, DS_F32, 0, 0, "1e-5"};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "0";
@@ -254,6 +275,10 @@ int main(int argc, char **argv) {
             continue;
         }
         i++;
+        if (!strcmp(o, "--ggq-types")) { // with --ggq: only these types (e.g. q4_k,q6_k), no crossover
+            only = v;
+            continue;
+        }
         if (bench_shape_option(o, v, &s)) continue;
         if (!strcmp(o, "--rows")) rows = atoi(v);
         else if (!strcmp(o, "--cols")) cols = atoi(v);
@@ -274,7 +299,7 @@ int main(int argc, char **argv) {
     const double bw = bench_read_bandwidth(nt);
     printf("{\"bench\": \"bandwidth\", \"threads\": %d, \"read_gb_per_s\": %.2f}\n", nt, bw / 1e9);
     fflush(stdout);
-    ggq_bench(bw, nt, repeats);
+    ggq_bench(bw, nt, repeats, only);
     if (ggq_only) return 0;
 
     // GEMV per type; BF16 is the baseline of the speed-ups.
