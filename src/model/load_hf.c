@@ -362,76 +362,52 @@ static ds_status read_moe(const cJSON *c, const char *path, int n_layers, hf_con
     return DS_OK;
 }
 
-static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    cJSON *cfg;
-    ds_status st0 = ds_json_load(path, 1 << 20, &cfg);
-    if (st0) return st0;
-    ds_status st = DS_OK;
-    ds_model_info *in = &m->info;
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
-    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
-    const char *arch = cJSON_IsString(a0) ? a0->valuestring : "";
-    static const struct { const char *hf, *name; int fam, multimodal, moe; } known[] = {
-        {"LlamaForCausalLM", "llama", FAM_LLAMA, 0},
-        {"Qwen2MoeForCausalLM", "qwen2_moe", FAM_QWEN2, 0, 1},
-        {"Qwen3MoeForCausalLM", "qwen3_moe", FAM_QWEN3, 0, 1},
-        {"MistralForCausalLM", "llama", FAM_LLAMA, 0},
-        {"Qwen2ForCausalLM", "qwen2", FAM_QWEN2, 0},
-        {"Qwen3ForCausalLM", "qwen3", FAM_QWEN3, 0},
-        {"Gemma3ForCausalLM", "gemma3", FAM_GEMMA3, 0},
-        {"Gemma3ForConditionalGeneration", "gemma3", FAM_GEMMA3, 1},
-        {"Gemma4ForCausalLM", "gemma4", FAM_GEMMA4, 0},
-        {"Gemma4ForConditionalGeneration", "gemma4", FAM_GEMMA4, 1},
-    };
-    int k = -1;
-    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-        if (strcmp(arch, known[i].hf) == 0) k = (int)i;
-    if (k < 0) {
-        st = ds_fail(DS_ERR_UNSUPPORTED,
-                     "%s: architecture '%s' is not supported (Llama, Mistral, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, "
-                     "Gemma3, Gemma4 *ForCausalLM and Gemma3/Gemma4ForConditionalGeneration are)",
-                     path, arch);
-        goto done;
-    }
-    snprintf(m->arch, sizeof m->arch, "%s", known[k].name);
-    const int fam = h->fam = known[k].fam;
-    // The text model's fields: config.json itself, or its text_config (multimodal checkpoints).
-    const cJSON *c = cfg;
-    if (known[k].multimodal) {
-        c = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
-        if (!cJSON_IsObject(c)) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: %s without a text_config object", path, arch);
-            goto done;
-        }
-        if ((st = refuse_unsupported(cfg, path, fam, 0))) goto done;
-    }
-    if ((st = refuse_unsupported(c, path, fam, known[k].moe))) goto done;
-    const int gemma = fam == FAM_GEMMA3 || fam == FAM_GEMMA4;
-    const int g3 = fam == FAM_GEMMA3;
-    // Activation.
+// The supported architectures (config.json "architectures"[0]).
+static const struct {
+    const char *hf, *name;
+    int fam, multimodal, moe;
+} k_archs[] = {
+    {"LlamaForCausalLM", "llama", FAM_LLAMA, 0},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", FAM_QWEN2, 0, 1},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", FAM_QWEN3, 0, 1},
+    {"MistralForCausalLM", "llama", FAM_LLAMA, 0},
+    {"Qwen2ForCausalLM", "qwen2", FAM_QWEN2, 0},
+    {"Qwen3ForCausalLM", "qwen3", FAM_QWEN3, 0},
+    {"Gemma3ForCausalLM", "gemma3", FAM_GEMMA3, 0},
+    {"Gemma3ForConditionalGeneration", "gemma3", FAM_GEMMA3, 1},
+    {"Gemma4ForCausalLM", "gemma4", FAM_GEMMA4, 0},
+    {"Gemma4ForConditionalGeneration", "gemma4", FAM_GEMMA4, 1},
+};
+
+// The MLP activation: SiLU, or Gemma's tanh GELU.
+static ds_status read_activation(ds_model *m, const cJSON *c, const char *path, int gemma) {
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(c, gemma ? "hidden_activation" : "hidden_act");
     if (gemma && (!act || cJSON_IsNull(act))) act = cJSON_GetObjectItemCaseSensitive(c, "hidden_act");
     const char *want = gemma ? "gelu_pytorch_tanh" : "silu";
-    if (act && !cJSON_IsNull(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, want) != 0)) {
-        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (%s is)", path, act->string,
-                     cJSON_IsString(act) ? act->valuestring : "?", want);
-        goto done;
-    }
+    if (act && !cJSON_IsNull(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, want) != 0))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (%s is)", path, act->string,
+                       cJSON_IsString(act) ? act->valuestring : "?", want);
     m->act = gemma ? DS_ACT_GELU_TANH : DS_ACT_SILU;
-    // Shape (Gemma 3 defaults are Gemma3TextConfig's, which its multimodal configs rely on).
+    return DS_OK;
+}
+
+// The shape, the norm epsilon, tied embeddings, biases, the final softcap (Gemma 3 defaults are
+// Gemma3TextConfig's, which its multimodal configs rely on). cfg: the whole config.json, c: the text model's.
+static ds_status read_shape(ds_model *m, const cJSON *cfg, const cJSON *c, const char *path, int fam, int multimodal,
+                            hf_config *h) {
+    ds_model_info *in = &m->info;
+    const int gemma = fam == FAM_GEMMA3 || fam == FAM_GEMMA4;
+    const int g3 = fam == FAM_GEMMA3;
+    ds_status st;
     if ((st = ds_json_int(c, path, "hidden_size", g3 ? 2304 : -1, 1 << 16, &in->dim)) ||
         (st = ds_json_int(c, path, "intermediate_size", g3 ? 9216 : -1, 1 << 20, &in->ffn_dim)) ||
         (st = ds_json_int(c, path, "num_hidden_layers", g3 ? 26 : -1, 4096, &in->n_layers)) ||
         (st = ds_json_int(c, path, "num_attention_heads", g3 ? 8 : -1, 4096, &in->n_heads)) ||
         (st = ds_json_int(c, path, "vocab_size", g3 ? 262208 : -1, 1 << 24, &in->vocab_size)))
-        goto done;
-    if (in->n_heads == 0 || (!gemma && in->dim % in->n_heads)) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: hidden_size %d is not divisible by num_attention_heads %d", path, in->dim,
-                     in->n_heads);
-        goto done;
-    }
+        return st;
+    if (in->n_heads == 0 || (!gemma && in->dim % in->n_heads))
+        return ds_fail(DS_ERR_FORMAT, "%s: hidden_size %d is not divisible by num_attention_heads %d", path, in->dim,
+                       in->n_heads);
     double eps;
     if ((st = ds_json_int(c, path, "num_key_value_heads", g3 ? 4 : in->n_heads, 4096, &in->n_kv_heads)) ||
         (st = ds_json_int(c, path, "head_dim", g3 ? 256 : fam == FAM_GEMMA4 ? -1 : in->dim / in->n_heads, 4096,
@@ -441,85 +417,123 @@ static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
         (st = ds_json_bool(c, path, "tie_word_embeddings", gemma, &h->tied)) ||
         (st = ds_json_bool(c, path, "attention_bias", 0, &h->attn_bias)) ||
         (st = num_or_null(c, path, "final_logit_softcapping", 0, &h->final_softcap)))
-        goto done;
-    if (known[k].multimodal && !cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings") &&
+        return st;
+    if (multimodal && !cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings") &&
         (st = ds_json_bool(cfg, path, "tie_word_embeddings", 1, &h->tied)))
-        goto done;
-    if (in->n_layers > 4096 || in->n_layers <= 0) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: num_hidden_layers %d is implausible", path, in->n_layers);
-        goto done;
-    }
+        return st;
+    if (in->n_layers > 4096 || in->n_layers <= 0)
+        return ds_fail(DS_ERR_FORMAT, "%s: num_hidden_layers %d is implausible", path, in->n_layers);
+    in->norm_eps = (float)eps;
     h->qkv_bias = fam == FAM_QWEN2;
     h->qk_norm = fam == FAM_QWEN3 || gemma;
     h->v_norm = fam == FAM_GEMMA4;
     h->norm_plus_one = g3;
     h->global_head_dim = in->head_dim;
     h->global_kv_heads = in->n_kv_heads;
-    if (g3) {
+    return DS_OK;
+}
+
+// Gemma 3's attention scale; Gemma 4's global layers, per-layer embeddings and KV sharing.
+static ds_status read_gemma(const cJSON *c, const char *path, int fam, const ds_model_info *in, hf_config *h) {
+    ds_status st;
+    if (fam == FAM_GEMMA3) {
         double qpas;
-        if ((st = num_or_null(c, path, "query_pre_attn_scalar", 256, &qpas))) goto done;
-        if (!(qpas > 0)) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive", path);
-            goto done;
-        }
+        if ((st = num_or_null(c, path, "query_pre_attn_scalar", 256, &qpas))) return st;
+        if (!(qpas > 0)) return ds_fail(DS_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive", path);
         h->attn_scale = pow(qpas, -0.5);
     }
-    if (fam == FAM_GEMMA4) {
-        h->attn_scale = 1.0; // q/k norms replace the 1/sqrt(d) scale
-        if ((st = ds_json_int(c, path, "global_head_dim", in->head_dim, 4096, &h->global_head_dim)) ||
-            (st = ds_json_bool(c, path, "attention_k_eq_v", 0, &h->k_eq_v)) ||
-            (st = ds_json_int(c, path, "num_global_key_value_heads", in->n_kv_heads, 4096, &h->global_kv_heads)))
-            goto done;
-        if (!h->k_eq_v) h->global_kv_heads = in->n_kv_heads;
-        if ((st = ds_json_int(c, path, "hidden_size_per_layer_input", 0, 1 << 16, &h->ple_dim)) ||
-            (st = ds_json_int(c, path, "vocab_size_per_layer_input", in->vocab_size, 1 << 24, &h->ple_vocab)) ||
-            (st = ds_json_int(c, path, "num_kv_shared_layers", 0, 4096, &h->n_kv_shared)) ||
-            (st = ds_json_bool(c, path, "use_double_wide_mlp", 0, &h->double_wide)))
-            goto done;
-        if (h->ple_dim && h->ple_vocab < in->vocab_size) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: vocab_size_per_layer_input %d is smaller than vocab_size %d", path,
-                         h->ple_vocab, in->vocab_size);
-            goto done;
-        }
-        if (h->n_kv_shared >= in->n_layers) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: num_kv_shared_layers %d leaves no layer to share from (num_hidden_layers %d)",
-                         path, h->n_kv_shared, in->n_layers);
-            goto done;
-        }
-    }
-    if (h->final_softcap < 0) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: final_logit_softcapping must be positive", path);
-        goto done;
-    }
-    if ((st = read_layer_types(c, path, in->n_layers, fam, h)) || (st = read_rope(c, path, fam, h))) goto done;
-    if (fam == FAM_GEMMA4 && (st = ds_json_bool(c, path, "enable_moe_block", 0, &h->moe))) goto done;
-    h->moe = known[k].moe ? MOE_QWEN : h->moe ? MOE_GEMMA4 : MOE_NONE;
-    if (h->moe && (st = read_moe(c, path, in->n_layers, h))) goto done;
-    for (int l = in->n_layers - h->n_kv_shared; l < in->n_layers; l++) { // every shared layer needs a source
+    if (fam != FAM_GEMMA4) return DS_OK;
+    h->attn_scale = 1.0; // q/k norms replace the 1/sqrt(d) scale
+    if ((st = ds_json_int(c, path, "global_head_dim", in->head_dim, 4096, &h->global_head_dim)) ||
+        (st = ds_json_bool(c, path, "attention_k_eq_v", 0, &h->k_eq_v)) ||
+        (st = ds_json_int(c, path, "num_global_key_value_heads", in->n_kv_heads, 4096, &h->global_kv_heads)))
+        return st;
+    if (!h->k_eq_v) h->global_kv_heads = in->n_kv_heads;
+    if ((st = ds_json_int(c, path, "hidden_size_per_layer_input", 0, 1 << 16, &h->ple_dim)) ||
+        (st = ds_json_int(c, path, "vocab_size_per_layer_input", in->vocab_size, 1 << 24, &h->ple_vocab)) ||
+        (st = ds_json_int(c, path, "num_kv_shared_layers", 0, 4096, &h->n_kv_shared)) ||
+        (st = ds_json_bool(c, path, "use_double_wide_mlp", 0, &h->double_wide)))
+        return st;
+    if (h->ple_dim && h->ple_vocab < in->vocab_size)
+        return ds_fail(DS_ERR_FORMAT, "%s: vocab_size_per_layer_input %d is smaller than vocab_size %d", path,
+                       h->ple_vocab, in->vocab_size);
+    if (h->n_kv_shared >= in->n_layers)
+        return ds_fail(DS_ERR_FORMAT, "%s: num_kv_shared_layers %d leaves no layer to share from (num_hidden_layers %d)",
+                       path, h->n_kv_shared, in->n_layers);
+    return DS_OK;
+}
+
+// Every KV-shared layer needs an unshared layer of its type before it to read the cache of.
+static ds_status check_kv_sharing(const char *path, int n_layers, const hf_config *h) {
+    for (int l = n_layers - h->n_kv_shared; l < n_layers; l++) {
         int src = -1;
-        for (int j = 0; j < in->n_layers - h->n_kv_shared; j++)
+        for (int j = 0; j < n_layers - h->n_kv_shared; j++)
             if (h->sliding[j] == h->sliding[l]) src = j;
-        if (src < 0) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: num_kv_shared_layers %d: shared layer %d (%s) has no unshared %s layer "
-                         "before it in layer_types", path, h->n_kv_shared, l, h->sliding[l] ? "sliding_attention" :
-                         "full_attention", h->sliding[l] ? "sliding_attention" : "full_attention");
-            goto done;
-        }
+        if (src < 0)
+            return ds_fail(DS_ERR_FORMAT, "%s: num_kv_shared_layers %d: shared layer %d (%s) has no unshared %s layer "
+                           "before it in layer_types", path, h->n_kv_shared, l, h->sliding[l] ? "sliding_attention" :
+                           "full_attention", h->sliding[l] ? "sliding_attention" : "full_attention");
     }
-    in->norm_eps = (float)eps;
-    in->rope_theta = (float)h->rope_global.theta;
-    in->rope_layout = DS_ROPE_HALVES;
-    // Token ids: every eos_token_id (int or list) stops generation; the first is the EOS id.
+    return DS_OK;
+}
+
+// Token ids: every eos_token_id (int or list) stops generation; the first is the EOS id.
+static ds_status read_token_ids(ds_model *m, const cJSON *cfg, const cJSON *c, const char *path) {
+    ds_status st;
     const cJSON *bos = cJSON_GetObjectItemCaseSensitive(c, "bos_token_id");
     if (!bos) bos = cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id");
-    if (cJSON_IsNumber(bos) && !ds_json_is_int(bos, 0, INT32_MAX)) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: bos_token_id must be a token id", path);
-        goto done;
+    if (cJSON_IsNumber(bos) && !ds_json_is_int(bos, 0, INT32_MAX)) return ds_fail(DS_ERR_FORMAT, "%s: bos_token_id must be a token id", path);
+    m->info.bos_id = cJSON_IsNumber(bos) ? (int)bos->valuedouble : -1;
+    if ((st = read_eos(m, cJSON_GetObjectItemCaseSensitive(c, "eos_token_id"), path))) return st;
+    if (c != cfg && (st = read_eos(m, cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id"), path))) return st;
+    return DS_OK;
+}
+
+// The text model's fields of config.json: those of config.json itself, or of its text_config
+// (multimodal checkpoints).
+static ds_status read_text_config(ds_model *m, const cJSON *cfg, const char *path, hf_config *h) {
+    ds_model_info *in = &m->info;
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    const char *arch = cJSON_IsString(a0) ? a0->valuestring : "";
+    int k = -1;
+    for (size_t i = 0; i < sizeof k_archs / sizeof *k_archs; i++)
+        if (strcmp(arch, k_archs[i].hf) == 0) k = (int)i;
+    if (k < 0)
+        return ds_fail(DS_ERR_UNSUPPORTED,
+                       "%s: architecture '%s' is not supported (Llama, Mistral, Qwen2, Qwen3, Qwen2Moe, Qwen3Moe, "
+                       "Gemma3, Gemma4 *ForCausalLM and Gemma3/Gemma4ForConditionalGeneration are)",
+                       path, arch);
+    snprintf(m->arch, sizeof m->arch, "%s", k_archs[k].name);
+    const int fam = h->fam = k_archs[k].fam;
+    const cJSON *c = cfg;
+    ds_status st;
+    if (k_archs[k].multimodal) {
+        c = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
+        if (!cJSON_IsObject(c)) return ds_fail(DS_ERR_FORMAT, "%s: %s without a text_config object", path, arch);
+        if ((st = refuse_unsupported(cfg, path, fam, 0))) return st;
     }
-    in->bos_id = cJSON_IsNumber(bos) ? (int)bos->valuedouble : -1;
-    if ((st = read_eos(m, cJSON_GetObjectItemCaseSensitive(c, "eos_token_id"), path))) goto done;
-    if (c != cfg && (st = read_eos(m, cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id"), path))) goto done;
-done:
+    if ((st = refuse_unsupported(c, path, fam, k_archs[k].moe)) ||
+        (st = read_activation(m, c, path, fam == FAM_GEMMA3 || fam == FAM_GEMMA4)) ||
+        (st = read_shape(m, cfg, c, path, fam, k_archs[k].multimodal, h)) || (st = read_gemma(c, path, fam, in, h)))
+        return st;
+    if (h->final_softcap < 0) return ds_fail(DS_ERR_FORMAT, "%s: final_logit_softcapping must be positive", path);
+    if ((st = read_layer_types(c, path, in->n_layers, fam, h)) || (st = read_rope(c, path, fam, h))) return st;
+    if (fam == FAM_GEMMA4 && (st = ds_json_bool(c, path, "enable_moe_block", 0, &h->moe))) return st;
+    h->moe = k_archs[k].moe ? MOE_QWEN : h->moe ? MOE_GEMMA4 : MOE_NONE;
+    if ((h->moe && (st = read_moe(c, path, in->n_layers, h))) || (st = check_kv_sharing(path, in->n_layers, h))) return st;
+    in->rope_theta = (float)h->rope_global.theta;
+    in->rope_layout = DS_ROPE_HALVES;
+    return read_token_ids(m, cfg, c, path);
+}
+
+static ds_status read_config(ds_model *m, const char *dir, hf_config *h) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *cfg;
+    ds_status st = ds_json_load(path, 1 << 20, &cfg);
+    if (st) return st;
+    st = read_text_config(m, cfg, path, h);
     cJSON_Delete(cfg);
     return st;
 }
@@ -623,6 +637,224 @@ static ds_status load_moe_layer(ds_model *m, const ds_safetensors *sf, const cha
     return take_experts(sf, dir, mp, sp, n, h->moe_ffn, D, qc, E->gate, E->up, E->down);
 }
 
+// The model's own float storage (norm vectors, RoPE frequencies, ...: sized for the shape), the
+// layers and the MoE layers' slots.
+static ds_status alloc_storage(ds_model *m, const hf_config *h) {
+    const ds_model_info *in = &m->info;
+    const size_t mhd = (size_t)(in->head_dim > h->global_head_dim ? in->head_dim : h->global_head_dim);
+    const size_t mkv = (size_t)(in->n_kv_heads > h->global_kv_heads ? in->n_kv_heads : h->global_kv_heads);
+    m->owned_cap = (size_t)in->n_layers * (7 * (size_t)in->dim + 3 * mhd + (size_t)in->n_heads * mhd + 2 * mkv * mhd + 2) +
+                   in->dim + 2 * mhd + (size_t)h->ple_dim + 16 +
+                   (h->moe ? (size_t)in->n_layers * (4 * (size_t)in->dim + (size_t)h->n_experts) : 0);
+    m->owned = ds_malloc(m->owned_cap * sizeof(float));
+    m->layers = ds_calloc((size_t)in->n_layers, sizeof *m->layers);
+    if (!m->owned || !m->layers) return DS_ERR_NOMEM;
+    if (h->moe) {
+        for (int l = 0; l < in->n_layers; l++) m->n_moe += h->sparse[l];
+        m->moe = ds_calloc((size_t)m->n_moe + 1, sizeof *m->moe);
+        m->experts = ds_calloc((size_t)(m->n_moe + 1) * 3 * h->n_experts, sizeof *m->experts);
+        if (!m->moe || !m->experts) return DS_ERR_NOMEM;
+    }
+    return DS_OK;
+}
+
+// The token embeddings, the output projection (or the tied embeddings) and the final norm.
+static ds_status load_ends(ds_model *m, const ds_safetensors *sf, const char *dir, const char *pre, const hf_config *h,
+                           const ds_quant_config *qc) {
+    char name[160];
+    ds_status st;
+    snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
+    if ((st = take_weight(sf, dir, name, &m->tok_embd, 0, qc))) return st;
+    if ((st = take_weight(sf, dir, "lm_head.weight", &m->output, 1, qc))) return st;
+    if (!m->output.data && (st = take_weight(sf, dir, "language_model.lm_head.weight", &m->output, 1, qc))) return st;
+    if (!m->output.data && !h->tied)
+        return ds_fail(DS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", dir);
+    snprintf(name, sizeof name, "%snorm.weight", pre);
+    if ((st = take_vector(m, sf, dir, name, m->info.dim, &m->out_norm))) return st;
+    if (h->norm_plus_one) add_one(m->out_norm, m->info.dim);
+    if (!m->output.data) m->output = m->tok_embd;
+    return DS_OK;
+}
+
+// RoPE sets: 0 = full-attention layers, 1 = sliding-window layers (when there are any).
+static ds_status setup_rope(ds_model *m, const hf_config *h) {
+    const ds_model_info *in = &m->info;
+    int any_sliding = 0, any_full = 0;
+    for (int l = 0; l < in->n_layers; l++) any_sliding |= h->sliding[l], any_full |= !h->sliding[l];
+    const int full_hd = h->global_head_dim;
+    m->n_rope = any_sliding ? 2 : 1;
+    m->rope[0].half = full_hd / 2;
+    m->rope[0].inv_freq = ds_model_own(m, (size_t)full_hd / 2);
+    if (any_sliding) {
+        m->rope[1].half = in->head_dim / 2;
+        m->rope[1].inv_freq = ds_model_own(m, (size_t)in->head_dim / 2);
+    }
+    if (!m->rope[0].inv_freq || (any_sliding && !m->rope[1].inv_freq))
+        return ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
+    rope_fill(&h->rope_global, full_hd, m->rope[0].inv_freq);
+    if (any_sliding) rope_fill(&h->rope_local, in->head_dim, m->rope[1].inv_freq);
+    if (!any_full && full_hd != in->head_dim) { // only sliding layers: rope[0] unused, keep it consistent
+        m->rope[0] = m->rope[1];
+    }
+    return DS_OK;
+}
+
+// Gemma 4 E-series per-layer embeddings: the packed table, its projection from the hidden state
+// and that projection's norm.
+static ds_status load_ple(ds_model *m, const ds_safetensors *sf, const char *dir, const char *pre, const hf_config *h,
+                          const ds_quant_config *qc) {
+    const int pw = m->info.n_layers * h->ple_dim;
+    char name[160];
+    ds_status st;
+    m->ple_dim = h->ple_dim;
+    snprintf(name, sizeof name, "%sembed_tokens_per_layer.weight", pre);
+    if ((st = take_weight(sf, dir, name, &m->ple_embd, 0, qc))) return st;
+    if (m->ple_embd.rows != h->ple_vocab || m->ple_embd.cols != pw)
+        return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has shape (%d, %d), expected (%d, %d) (vocab_size_per_layer_input, "
+                       "num_hidden_layers x hidden_size_per_layer_input)", dir, name, m->ple_embd.rows,
+                       m->ple_embd.cols, h->ple_vocab, pw);
+    m->ple_embed_scale = scale_in_dtype(&m->ple_embd, sqrtf((float)h->ple_dim));
+    snprintf(name, sizeof name, "%sper_layer_model_projection.weight", pre);
+    if ((st = take_weight(sf, dir, name, &m->ple_model_proj, 0, qc))) return st;
+    snprintf(name, sizeof name, "%sper_layer_projection_norm.weight", pre);
+    return take_vector(m, sf, dir, name, h->ple_dim, &m->ple_proj_norm);
+}
+
+// Layer l: its attention shape (sliding or global, KV sharing), its tensors, its experts (MoE
+// layers take the next of m->moe; *n_moe counts them).
+static ds_status load_layer(ds_model *m, const ds_safetensors *sf, const char *dir, const char *pre, int l,
+                            const hf_config *h, const ds_quant_config *qc, int *n_moe) {
+    const ds_model_info *in = &m->info;
+    const int gemma = h->fam == FAM_GEMMA3 || h->fam == FAM_GEMMA4;
+    char name[160];
+    ds_status st;
+    ds_layer *L = &m->layers[l];
+    const int sl = h->sliding[l];
+    L->head_dim = sl ? in->head_dim : h->global_head_dim;
+    L->n_kv_heads = sl ? in->n_kv_heads : h->global_kv_heads;
+    L->window = sl ? h->window : 0;
+    L->rope = sl ? 1 : 0;
+    L->attn_scale = (float)h->attn_scale;
+    L->v_norm = h->v_norm;
+    const int first_shared = in->n_layers - h->n_kv_shared;
+    if (l >= first_shared) { // attends over the last unshared layer of its type (read_config checked it exists)
+        L->kv_shared = 1;
+        for (int j = 0; j < first_shared; j++)
+            if (h->sliding[j] == sl) L->kv_src = j;
+        if (h->double_wide) L->ffn_dim = 2 * in->ffn_dim;
+    }
+    const int hd = L->head_dim, qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
+#define W(field, suffix, optional)                                        \
+    snprintf(name, sizeof name, "%slayers.%d.%s.weight", pre, l, suffix); \
+    if ((st = take_weight(sf, dir, name, &L->field, optional, qc))) return st;
+#define V(field, suffix, n)                                               \
+    snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix);        \
+    if ((st = take_vector(m, sf, dir, name, n, &L->field))) return st;    \
+    if (h->norm_plus_one && strstr(suffix, "norm")) add_one(L->field, n);
+    W(wq, "self_attn.q_proj", 0) W(wo, "self_attn.o_proj", 0)
+    if (!L->kv_shared) { // (a checkpoint may still carry a shared layer's k/v tensors; they are unused)
+        W(wk, "self_attn.k_proj", 0)
+        W(wv, "self_attn.v_proj", h->k_eq_v && !sl) // K = V layers have no v_proj
+    }
+    if (h->moe && h->sparse[l]) {
+        if ((st = load_moe_layer(m, sf, dir, pre, l, h, qc, &m->moe[*n_moe], m->experts + (size_t)*n_moe * 3 * h->n_experts)))
+            return st;
+        L->moe = &m->moe[(*n_moe)++];
+    }
+    if (h->moe == MOE_QWEN && h->sparse[l]) { // Qwen2-MoE: the shared expert is the layer's dense MLP
+        if (h->shared_ffn) {
+            L->ffn_dim = h->shared_ffn;
+            W(w_gate, "mlp.shared_expert.gate_proj", 0) W(w_up, "mlp.shared_expert.up_proj", 0)
+            W(w_down, "mlp.shared_expert.down_proj", 0)
+        }
+    } else {
+        W(w_gate, "mlp.gate_proj", 0) W(w_up, "mlp.up_proj", 0) W(w_down, "mlp.down_proj", 0)
+    }
+    V(attn_norm, "input_layernorm.weight", in->dim)
+    if (gemma) {
+        V(attn_post_norm, "post_attention_layernorm.weight", in->dim)
+        V(ffn_norm, "pre_feedforward_layernorm.weight", in->dim)
+        V(ffn_post_norm, "post_feedforward_layernorm.weight", in->dim)
+    } else {
+        V(ffn_norm, "post_attention_layernorm.weight", in->dim)
+    }
+    if (h->qk_norm) {
+        V(q_norm, "self_attn.q_norm.weight", hd)
+        if (!L->kv_shared) {
+            V(k_norm, "self_attn.k_norm.weight", hd)
+        }
+    }
+    if (h->ple_dim) {
+        W(ple_gate, "per_layer_input_gate", 0) W(ple_proj, "per_layer_projection", 0)
+        V(ple_post_norm, "post_per_layer_input_norm.weight", in->dim)
+    }
+    if (h->attn_bias || h->qkv_bias) {
+        V(bq, "self_attn.q_proj.bias", qd)
+        if (!L->kv_shared) {
+            V(bk, "self_attn.k_proj.bias", kvd)
+        }
+        if (L->wv.data) {
+            V(bv, "self_attn.v_proj.bias", kvd)
+        }
+    }
+    if (h->attn_bias) {
+        V(bo, "self_attn.o_proj.bias", in->dim)
+    }
+#undef W
+#undef V
+    if (h->fam == FAM_GEMMA4) { // layer_scalar [1]; absent = 1
+        snprintf(name, sizeof name, "%slayers.%d.layer_scalar", pre, l);
+        if (ds_st_find(sf, name)) {
+            float *s;
+            if ((st = take_vector(m, sf, dir, name, 1, &s))) return st;
+            L->out_scale = s[0];
+            if (!(L->out_scale != 0 && isfinite(L->out_scale)))
+                return ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' must be finite and nonzero", dir, name);
+        }
+    }
+    return DS_OK;
+}
+
+// The tokenizer, when the directory has one: tokenizer.json + tokenizer_config.json, or a GGUF
+// conversion's tokenizer.gguf (dspark quantize --target).
+static ds_status load_tokenizer(ds_model *m, const char *dir) {
+    char tokjson[4096];
+    ds_status st;
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", dir);
+    if (access(tokjson, F_OK) == 0 && (st = ds_tokenizer_load(dir, &m->tok))) return st;
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.gguf", dir);
+    if (!m->tok && access(tokjson, R_OK) == 0 && (st = ds_model_load_gguf_tokenizer(m, tokjson))) return st;
+    return DS_OK;
+}
+
+// config.json (+ generation_config.json) and the quantization config, then the tensors.
+static ds_status load_hf(ds_model *m, const char *dir, hf_config *h, ds_quant_config *qc) {
+    ds_status st = read_config(m, dir, h);
+    if (!st) st = ds_quant_config_load(dir, qc); // MLX affine weights (dspark quantize)
+    if (st) return st;
+    if ((st = read_generation_config(m, dir))) return st;
+    const char *base = strrchr(dir, '/');
+    snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
+    ds_model_info *in = &m->info;
+    if (in->n_layers > 4096 || in->dim > (1 << 16) || in->head_dim > 4096 || h->global_head_dim > 4096 ||
+        h->global_head_dim <= 0 || h->global_head_dim % 2 || in->head_dim % 2)
+        return ds_fail(DS_ERR_FORMAT, "%s: implausible model shape (layers %d, dim %d, head_dim %d)", dir, in->n_layers,
+                       in->dim, in->head_dim);
+    ds_safetensors *sf = NULL;
+    if ((st = ds_st_open(dir, &sf))) return st;
+    m->backing = sf;
+    m->backing_free = st_backing_free;
+    const char *pre = find_prefix(sf);
+    if ((st = alloc_storage(m, h)) || (st = load_ends(m, sf, dir, pre, h, qc)) || (st = setup_rope(m, h))) return st;
+    if (h->fam == FAM_GEMMA3 || h->fam == FAM_GEMMA4) m->embed_scale = scale_in_dtype(&m->tok_embd, sqrtf((float)in->dim)); // sqrt(hidden_size)
+    if (h->ple_dim && (st = load_ple(m, sf, dir, pre, h, qc))) return st;
+    m->final_softcap = (float)h->final_softcap;
+    int n_moe = 0;
+    for (int l = 0; l < in->n_layers; l++)
+        if ((st = load_layer(m, sf, dir, pre, l, h, qc, &n_moe))) return st;
+    return load_tokenizer(m, dir);
+}
+
 ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     *out = NULL;
     ds_model *m = ds_calloc(1, sizeof *m);
@@ -631,203 +863,15 @@ ds_status ds_model_load_hf(const char *dir, ds_model **out) {
     hf_config h;
     memset(&h, 0, sizeof h);
     ds_quant_config qc = {0};
-    ds_status st = read_config(m, dir, &h);
-    if (!st) st = ds_quant_config_load(dir, &qc); // MLX affine weights (dspark quantize)
-    if (st) goto fail;
-    if ((st = read_generation_config(m, dir))) goto fail;
-    const char *base = strrchr(dir, '/');
-    snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
-    ds_model_info *in = &m->info;
-    if (in->n_layers > 4096 || in->dim > (1 << 16) || in->head_dim > 4096 || h.global_head_dim > 4096 ||
-        h.global_head_dim <= 0 || h.global_head_dim % 2 || in->head_dim % 2) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: implausible model shape (layers %d, dim %d, head_dim %d)", dir, in->n_layers,
-                     in->dim, in->head_dim);
-        goto fail;
-    }
-    ds_safetensors *sf = NULL;
-    if ((st = ds_st_open(dir, &sf))) goto fail;
-    m->backing = sf;
-    m->backing_free = st_backing_free;
-    const char *pre = find_prefix(sf);
-    const size_t mhd = (size_t)(in->head_dim > h.global_head_dim ? in->head_dim : h.global_head_dim);
-    const size_t mkv = (size_t)(in->n_kv_heads > h.global_kv_heads ? in->n_kv_heads : h.global_kv_heads);
-    m->owned_cap = (size_t)in->n_layers * (7 * (size_t)in->dim + 3 * mhd + (size_t)in->n_heads * mhd + 2 * mkv * mhd + 2) +
-                   in->dim + 2 * mhd + (size_t)h.ple_dim + 16 +
-                   (h.moe ? (size_t)in->n_layers * (4 * (size_t)in->dim + (size_t)h.n_experts) : 0);
-    m->owned = ds_malloc(m->owned_cap * sizeof(float));
-    m->layers = ds_calloc((size_t)in->n_layers, sizeof *m->layers);
-    if (!m->owned || !m->layers) {
-        st = DS_ERR_NOMEM;
-        goto fail;
-    }
-    if (h.moe) {
-        for (int l = 0; l < in->n_layers; l++) m->n_moe += h.sparse[l];
-        m->moe = ds_calloc((size_t)m->n_moe + 1, sizeof *m->moe);
-        m->experts = ds_calloc((size_t)(m->n_moe + 1) * 3 * h.n_experts, sizeof *m->experts);
-        if (!m->moe || !m->experts) {
-            st = DS_ERR_NOMEM;
-            goto fail;
-        }
-    }
-    char name[160];
-    snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
-    if ((st = take_weight(sf, dir, name, &m->tok_embd, 0, &qc))) goto fail;
-    if ((st = take_weight(sf, dir, "lm_head.weight", &m->output, 1, &qc))) goto fail;
-    if (!m->output.data && (st = take_weight(sf, dir, "language_model.lm_head.weight", &m->output, 1, &qc))) goto fail;
-    if (!m->output.data && !h.tied) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: missing tensor 'lm_head.weight' (and tie_word_embeddings is false)", dir);
-        goto fail;
-    }
-    snprintf(name, sizeof name, "%snorm.weight", pre);
-    if ((st = take_vector(m, sf, dir, name, in->dim, &m->out_norm))) goto fail;
-    if (h.norm_plus_one) add_one(m->out_norm, in->dim);
-    if (!m->output.data) m->output = m->tok_embd;
-    // RoPE sets: 0 = full-attention layers, 1 = sliding-window layers (when there are any).
-    int any_sliding = 0, any_full = 0;
-    for (int l = 0; l < in->n_layers; l++) any_sliding |= h.sliding[l], any_full |= !h.sliding[l];
-    const int full_hd = h.global_head_dim;
-    m->n_rope = any_sliding ? 2 : 1;
-    m->rope[0].half = full_hd / 2;
-    m->rope[0].inv_freq = ds_model_own(m, (size_t)full_hd / 2);
-    if (any_sliding) {
-        m->rope[1].half = in->head_dim / 2;
-        m->rope[1].inv_freq = ds_model_own(m, (size_t)in->head_dim / 2);
-    }
-    if (!m->rope[0].inv_freq || (any_sliding && !m->rope[1].inv_freq)) {
-        st = ds_fail(DS_ERR_NOMEM, "internal: vector storage too small");
-        goto fail;
-    }
-    rope_fill(&h.rope_global, full_hd, m->rope[0].inv_freq);
-    if (any_sliding) rope_fill(&h.rope_local, in->head_dim, m->rope[1].inv_freq);
-    if (!any_full && full_hd != in->head_dim) { // only sliding layers: rope[0] unused, keep it consistent
-        m->rope[0] = m->rope[1];
-    }
-    const int gemma = h.fam == FAM_GEMMA3 || h.fam == FAM_GEMMA4;
-    if (gemma) m->embed_scale = scale_in_dtype(&m->tok_embd, sqrtf((float)in->dim)); // sqrt(hidden_size)
-    if (h.ple_dim) { // per-layer embeddings
-        const int pw = in->n_layers * h.ple_dim;
-        m->ple_dim = h.ple_dim;
-        snprintf(name, sizeof name, "%sembed_tokens_per_layer.weight", pre);
-        if ((st = take_weight(sf, dir, name, &m->ple_embd, 0, &qc))) goto fail;
-        if (m->ple_embd.rows != h.ple_vocab || m->ple_embd.cols != pw) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' has shape (%d, %d), expected (%d, %d) (vocab_size_per_layer_input, "
-                         "num_hidden_layers x hidden_size_per_layer_input)", dir, name, m->ple_embd.rows,
-                         m->ple_embd.cols, h.ple_vocab, pw);
-            goto fail;
-        }
-        m->ple_embed_scale = scale_in_dtype(&m->ple_embd, sqrtf((float)h.ple_dim));
-        snprintf(name, sizeof name, "%sper_layer_model_projection.weight", pre);
-        if ((st = take_weight(sf, dir, name, &m->ple_model_proj, 0, &qc))) goto fail;
-        snprintf(name, sizeof name, "%sper_layer_projection_norm.weight", pre);
-        if ((st = take_vector(m, sf, dir, name, h.ple_dim, &m->ple_proj_norm))) goto fail;
-    }
-    m->final_softcap = (float)h.final_softcap;
-    int n_moe = 0;
-    for (int l = 0; l < in->n_layers; l++) {
-        ds_layer *L = &m->layers[l];
-        const int sl = h.sliding[l];
-        L->head_dim = sl ? in->head_dim : h.global_head_dim;
-        L->n_kv_heads = sl ? in->n_kv_heads : h.global_kv_heads;
-        L->window = sl ? h.window : 0;
-        L->rope = sl ? 1 : 0;
-        L->attn_scale = (float)h.attn_scale;
-        L->v_norm = h.v_norm;
-        const int first_shared = in->n_layers - h.n_kv_shared;
-        if (l >= first_shared) { // attends over the last unshared layer of its type (read_config checked it exists)
-            L->kv_shared = 1;
-            for (int j = 0; j < first_shared; j++)
-                if (h.sliding[j] == sl) L->kv_src = j;
-            if (h.double_wide) L->ffn_dim = 2 * in->ffn_dim;
-        }
-        const int hd = L->head_dim, qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
-#define W(field, suffix, optional)                                        \
-    snprintf(name, sizeof name, "%slayers.%d.%s.weight", pre, l, suffix); \
-    if ((st = take_weight(sf, dir, name, &L->field, optional, &qc))) goto fail;
-#define V(field, suffix, n)                                               \
-    snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix);        \
-    if ((st = take_vector(m, sf, dir, name, n, &L->field))) goto fail;    \
-    if (h.norm_plus_one && strstr(suffix, "norm")) add_one(L->field, n);
-        W(wq, "self_attn.q_proj", 0) W(wo, "self_attn.o_proj", 0)
-        if (!L->kv_shared) { // (a checkpoint may still carry a shared layer's k/v tensors; they are unused)
-            W(wk, "self_attn.k_proj", 0)
-            W(wv, "self_attn.v_proj", h.k_eq_v && !sl) // K = V layers have no v_proj
-        }
-        if (h.moe && h.sparse[l]) {
-            if ((st = load_moe_layer(m, sf, dir, pre, l, &h, &qc, &m->moe[n_moe], m->experts + (size_t)n_moe * 3 * h.n_experts)))
-                goto fail;
-            L->moe = &m->moe[n_moe++];
-        }
-        if (h.moe == MOE_QWEN && h.sparse[l]) { // Qwen2-MoE: the shared expert is the layer's dense MLP
-            if (h.shared_ffn) {
-                L->ffn_dim = h.shared_ffn;
-                W(w_gate, "mlp.shared_expert.gate_proj", 0) W(w_up, "mlp.shared_expert.up_proj", 0)
-                W(w_down, "mlp.shared_expert.down_proj", 0)
-            }
-        } else {
-            W(w_gate, "mlp.gate_proj", 0) W(w_up, "mlp.up_proj", 0) W(w_down, "mlp.down_proj", 0)
-        }
-        V(attn_norm, "input_layernorm.weight", in->dim)
-        if (gemma) {
-            V(attn_post_norm, "post_attention_layernorm.weight", in->dim)
-            V(ffn_norm, "pre_feedforward_layernorm.weight", in->dim)
-            V(ffn_post_norm, "post_feedforward_layernorm.weight", in->dim)
-        } else {
-            V(ffn_norm, "post_attention_layernorm.weight", in->dim)
-        }
-        if (h.qk_norm) {
-            V(q_norm, "self_attn.q_norm.weight", hd)
-            if (!L->kv_shared) {
-                V(k_norm, "self_attn.k_norm.weight", hd)
-            }
-        }
-        if (h.ple_dim) {
-            W(ple_gate, "per_layer_input_gate", 0) W(ple_proj, "per_layer_projection", 0)
-            V(ple_post_norm, "post_per_layer_input_norm.weight", in->dim)
-        }
-        if (h.attn_bias || h.qkv_bias) {
-            V(bq, "self_attn.q_proj.bias", qd)
-            if (!L->kv_shared) {
-                V(bk, "self_attn.k_proj.bias", kvd)
-            }
-            if (L->wv.data) {
-                V(bv, "self_attn.v_proj.bias", kvd)
-            }
-        }
-        if (h.attn_bias) {
-            V(bo, "self_attn.o_proj.bias", in->dim)
-        }
-        if (h.fam == FAM_GEMMA4) { // layer_scalar [1]; absent = 1
-            snprintf(name, sizeof name, "%slayers.%d.layer_scalar", pre, l);
-            if (ds_st_find(sf, name)) {
-                float *s;
-                if ((st = take_vector(m, sf, dir, name, 1, &s))) goto fail;
-                L->out_scale = s[0];
-                if (!(L->out_scale != 0 && isfinite(L->out_scale))) {
-                    st = ds_fail(DS_ERR_FORMAT, "%s: tensor '%s' must be finite and nonzero", dir, name);
-                    goto fail;
-                }
-            }
-        }
-#undef W
-#undef V
-    }
-    char tokjson[4096]; // the tokenizer, when the directory has one (tokenizer.json + tokenizer_config.json)
-    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", dir);
-    if (access(tokjson, F_OK) == 0 && (st = ds_tokenizer_load(dir, &m->tok))) goto fail;
-    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.gguf", dir); // a GGUF conversion's (dspark quantize --target)
-    if (!m->tok && access(tokjson, R_OK) == 0 && (st = ds_model_load_gguf_tokenizer(m, tokjson))) goto fail;
+    ds_status st = load_hf(m, dir, &h, &qc);
     free(h.sliding);
     free(h.sparse);
-    h.sliding = NULL;
-    h.sparse = NULL;
-    if ((st = ds_model_finish(m, dir))) goto fail;
+    if (!st) st = ds_model_finish(m, dir);
     ds_quant_config_free(&qc);
+    if (st) {
+        ds_model_free(m);
+        return st;
+    }
     *out = m;
     return DS_OK;
-fail:
-    ds_quant_config_free(&qc);
-    free(h.sliding);
-    free(h.sparse);
-    ds_model_free(m);
-    return st;
 }

@@ -445,113 +445,122 @@ ds_status ds_tokenizer_load_hf(const char *json_path, const char *config_path, d
     return st;
 }
 
-ds_status ds_tokenizer_from_json(const char *json_path, const cJSON *root, const cJSON *cfg, ds_tokenizer **out) {
-    ds_status st = DS_OK;
-    builder b = {.path = json_path};
-    *out = NULL;
-    memset(b.cp2byte, 0xff, sizeof b.cp2byte);
-    for (int x = 0; x < 256; x++) b.cp2byte[byte_to_cp(x)] = (int16_t)x;
-    if (!cJSON_IsObject(root)) return ds_fail(DS_ERR_FORMAT, "%s: not a JSON object", json_path);
-#define FAIL(code, ...)                                                                            \
-    do {                                                                                           \
-        st = ds_fail(code, __VA_ARGS__);                                                           \
-        goto fail;                                                                                 \
-    } while (0)
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    if (!cJSON_IsObject(model)) FAIL(DS_ERR_FORMAT, "%s: no \"model\" object", json_path);
+// The BPE model: its type, vocab and merges present, no dropout nor subword affixes.
+static ds_status check_model(const char *json_path, const cJSON *model, const cJSON *vocab, const cJSON *merges) {
+    if (!cJSON_IsObject(model)) return ds_fail(DS_ERR_FORMAT, "%s: no \"model\" object", json_path);
     if (strcmp(type_of(model), "BPE") != 0)
-        FAIL(DS_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (only BPE)", json_path, type_of(model));
-    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) FAIL(DS_ERR_FORMAT, "%s: BPE model without vocab or merges", json_path);
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: model type '%s' is not supported (only BPE)", json_path, type_of(model));
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)) return ds_fail(DS_ERR_FORMAT, "%s: BPE model without vocab or merges", json_path);
     const cJSON *csp = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
     const cJSON *eow = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if ((cJSON_IsString(csp) && csp->valuestring[0]) || (cJSON_IsString(eow) && eow->valuestring[0]) ||
         (cJSON_IsNumber(dropout) && dropout->valuedouble > 0))
-        FAIL(DS_ERR_UNSUPPORTED, "%s: BPE with dropout or subword prefixes/suffixes is not supported", json_path);
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: BPE with dropout or subword prefixes/suffixes is not supported", json_path);
+    return DS_OK;
+}
 
-    // Vocabulary size: the largest id of the vocab and the added tokens, plus one.
+// Vocabulary size: the largest id of the vocab and the added tokens, plus one.
+static ds_status vocab_size(const char *json_path, const cJSON *vocab, const cJSON *added, int *n_vocab) {
     long max_id = -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= (1 << 24) || it->valuedouble != (int)it->valuedouble)
-            FAIL(DS_ERR_FORMAT, "%s: vocab entry \"%.40s\" has a bad id", json_path, it->string);
+            return ds_fail(DS_ERR_FORMAT, "%s: vocab entry \"%.40s\" has a bad id", json_path, it->string);
         if ((long)it->valuedouble > max_id) max_id = (long)it->valuedouble;
     }
     cJSON_ArrayForEach(it, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id"), *c = cJSON_GetObjectItemCaseSensitive(it, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) || !cJSON_IsString(c))
-            FAIL(DS_ERR_FORMAT, "%s: an added token has a bad id or content", json_path);
+            return ds_fail(DS_ERR_FORMAT, "%s: an added token has a bad id or content", json_path);
         if ((long)id->valuedouble > max_id) max_id = (long)id->valuedouble;
     }
-    if (max_id < 0) FAIL(DS_ERR_FORMAT, "%s: empty vocabulary", json_path);
+    if (max_id < 0) return ds_fail(DS_ERR_FORMAT, "%s: empty vocabulary", json_path);
+    *n_vocab = (int)max_id + 1;
+    return DS_OK;
+}
 
-    ds_tokenizer *t = b.t = ds_calloc(1, sizeof *t);
-    if (!t) FAIL(DS_ERR_NOMEM, "%s: out of memory", json_path);
-    ds_hf *h = b.h = t->hf = ds_calloc(1, sizeof *h);
-    if (!h) FAIL(DS_ERR_NOMEM, "%s: out of memory", json_path);
+// The tokenizer of nv tokens and its per-token arrays (b->t, b->h, b->piece).
+static ds_status alloc_tokenizer(builder *b, int nv) {
+    ds_tokenizer *t = b->t = ds_calloc(1, sizeof *t);
+    if (!t) return ds_fail(DS_ERR_NOMEM, "%s: out of memory", b->path);
+    ds_hf *h = b->h = t->hf = ds_calloc(1, sizeof *h);
+    if (!h) return ds_fail(DS_ERR_NOMEM, "%s: out of memory", b->path);
     t->kind = DS_TOK_HF;
-    t->n_vocab = (int)max_id + 1;
+    t->n_vocab = nv;
     t->bos = t->eos = t->unk = -1;
     h->eot = -1;
-    const int nv = t->n_vocab;
-    b.piece = calloc((size_t)nv, sizeof *b.piece);
+    b->piece = calloc((size_t)nv, sizeof *b->piece);
     t->types = ds_calloc((size_t)nv, 1);
     h->added_special = ds_calloc((size_t)nv, 1);
     t->off = ds_malloc(((size_t)nv + 1) * sizeof *t->off);
     t->dec_off = ds_malloc(((size_t)nv + 1) * sizeof *t->dec_off);
-    if (!b.piece || !t->types || !h->added_special || !t->off || !t->dec_off) FAIL(DS_ERR_NOMEM, "%s: out of memory", json_path);
+    if (!b->piece || !t->types || !h->added_special || !t->off || !t->dec_off) return ds_fail(DS_ERR_NOMEM, "%s: out of memory", b->path);
+    return DS_OK;
+}
+
+// Each id's piece and type from the vocab, then the added tokens (which may only repeat a vocab
+// piece, not change it).
+static ds_status read_pieces(builder *b, const cJSON *model, const cJSON *vocab, const cJSON *added) {
+    ds_tokenizer *t = b->t;
+    ds_hf *h = b->h;
+    const cJSON *it;
     h->byte_fallback = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
     h->fuse_unk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "fuse_unk"));
     h->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
     cJSON_ArrayForEach(it, vocab) {
         int id = (int)it->valuedouble;
-        if (b.piece[id]) FAIL(DS_ERR_FORMAT, "%s: id %d appears twice in the vocab", json_path, id);
-        b.piece[id] = it->string;
+        if (b->piece[id]) return ds_fail(DS_ERR_FORMAT, "%s: id %d appears twice in the vocab", b->path, id);
+        b->piece[id] = it->string;
         t->types[id] = h->byte_fallback && byte_piece(it->string) >= 0 ? DS_TOKTYPE_BYTE : DS_TOKTYPE_NORMAL;
     }
     cJSON_ArrayForEach(it, added) {
         int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
         const char *c = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
-        if (b.piece[id] && strcmp(b.piece[id], c) != 0)
-            FAIL(DS_ERR_FORMAT, "%s: added token %d (\"%.40s\") differs from the vocab's \"%.40s\"", json_path, id, c, b.piece[id]);
+        if (b->piece[id] && strcmp(b->piece[id], c) != 0)
+            return ds_fail(DS_ERR_FORMAT, "%s: added token %d (\"%.40s\") differs from the vocab's \"%.40s\"", b->path, id, c, b->piece[id]);
         if (!c[0]) continue;
-        b.piece[id] = c;
+        b->piece[id] = c;
         int special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"));
         t->types[id] = special ? DS_TOKTYPE_CONTROL : DS_TOKTYPE_USER_DEFINED;
         if (!h->added_special[id]) h->n_added++;
         h->added_special[id] = special ? 1 : 2;
     }
-    // Pieces -> pool, then the text -> id index.
+    return DS_OK;
+}
+
+// Pieces -> pool, then the text -> id index and the unknown token.
+static ds_status build_pool(builder *b, const cJSON *model) {
+    ds_tokenizer *t = b->t;
+    const int nv = t->n_vocab;
+    ds_status st;
     size_t total = 0;
     t->off[0] = 0;
     for (int i = 0; i < nv; i++) {
-        size_t n = b.piece[i] ? strlen(b.piece[i]) : 0;
-        if (!b.piece[i]) t->types[i] = DS_TOKTYPE_UNUSED;
+        size_t n = b->piece[i] ? strlen(b->piece[i]) : 0;
+        if (!b->piece[i]) t->types[i] = DS_TOKTYPE_UNUSED;
         total += n;
         t->off[i + 1] = total;
         if (n > t->max_piece_len) t->max_piece_len = n;
     }
-    if (!(t->pool = ds_malloc(total ? total : 1))) FAIL(DS_ERR_NOMEM, "%s: out of memory", json_path);
+    if (!(t->pool = ds_malloc(total ? total : 1))) return ds_fail(DS_ERR_NOMEM, "%s: out of memory", b->path);
     for (int i = 0; i < nv; i++)
-        if (b.piece[i]) memcpy(t->pool + t->off[i], b.piece[i], t->off[i + 1] - t->off[i]);
+        if (b->piece[i]) memcpy(t->pool + t->off[i], b->piece[i], t->off[i + 1] - t->off[i]);
     if ((st = ds_tok_build_index(t))) {
-        ds_fail_prefix(st, "%s", json_path);
-        goto fail;
+        ds_fail_prefix(st, "%s", b->path);
+        return st;
     }
     const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
     if (cJSON_IsString(unk)) t->unk = ds_tok_lookup(t, unk->valuestring, strlen(unk->valuestring));
+    return DS_OK;
+}
 
-    if ((st = parse_normalizer(&b, cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) ||
-        (st = parse_pretok(&b, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"))) ||
-        (st = parse_post(&b, cJSON_GetObjectItemCaseSensitive(root, "post_processor"))) ||
-        (st = parse_decoder(&b, cJSON_GetObjectItemCaseSensitive(root, "decoder"))) ||
-        (st = parse_merges(&b, merges)))
-        goto fail;
-
-    // Byte tables.
+// Byte tables; the added tokens' ids, first bytes and distinct lengths for the leftmost-longest
+// scan; the decoded bytes of every token.
+static ds_status build_tables(builder *b) {
+    ds_tokenizer *t = b->t;
+    ds_hf *h = b->h;
+    const int nv = t->n_vocab;
     for (int x = 0; x < 256; x++) {
         char s[8];
         int l = utf8_put(byte_to_cp(x), s);
@@ -559,11 +568,10 @@ ds_status ds_tokenizer_from_json(const char *json_path, const cJSON *root, const
         snprintf(s, sizeof s, "<0x%02X>", x);
         h->byte_tok[x] = h->byte_fallback ? ds_tok_lookup(t, s, 6) : -1;
     }
-    // Added tokens: ids, first bytes and distinct lengths for the leftmost-longest scan.
     if (h->n_added > 0) {
         h->added = ds_malloc((size_t)h->n_added * sizeof *h->added);
         h->added_lens = ds_malloc((size_t)h->n_added * sizeof *h->added_lens);
-        if (!h->added || !h->added_lens) FAIL(DS_ERR_NOMEM, "%s: out of memory", json_path);
+        if (!h->added || !h->added_lens) return ds_fail(DS_ERR_NOMEM, "%s: out of memory", b->path);
         int k = 0;
         for (int i = 0; i < nv; i++) {
             if (!h->added_special[i]) continue;
@@ -576,27 +584,54 @@ ds_status ds_tokenizer_from_json(const char *json_path, const cJSON *root, const
         }
         qsort(h->added_lens, (size_t)h->n_added_lens, sizeof *h->added_lens, cmp_size_desc);
     }
-    // Decoded bytes of every token.
     size_t dtotal = 0;
     t->dec_off[0] = 0;
     for (int i = 0; i < nv; i++) {
-        dtotal += decode_token(&b, i, NULL);
+        dtotal += decode_token(b, i, NULL);
         t->dec_off[i + 1] = dtotal;
     }
-    if (!(t->dec = ds_malloc(dtotal ? dtotal : 1))) FAIL(DS_ERR_NOMEM, "%s: out of memory", json_path);
-    for (int i = 0; i < nv; i++) decode_token(&b, i, t->dec + t->dec_off[i]);
+    if (!(t->dec = ds_malloc(dtotal ? dtotal : 1))) return ds_fail(DS_ERR_NOMEM, "%s: out of memory", b->path);
+    for (int i = 0; i < nv; i++) decode_token(b, i, t->dec + t->dec_off[i]);
     for (int x = 0; x < 256; x++) t->byte_tok[x] = h->byte_fallback ? h->byte_tok[x] : -1;
-
-    if (cfg && (st = read_config(&b, cfg))) goto fail;
-    if (!cfg) t->chat_format = DS_CHAT_PLAIN;
-    free(b.piece);
-    *out = t;
     return DS_OK;
-fail:
+}
+
+// The model's vocabulary and pieces, then the normalizer, pre-tokenizer, post-processor, decoder,
+// merges, the tables built from them, and tokenizer_config.json (cfg) when given.
+static ds_status build(builder *b, const cJSON *root, const cJSON *cfg) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    int nv = 0;
+    ds_status st;
+    if ((st = check_model(b->path, model, vocab, merges)) || (st = vocab_size(b->path, vocab, added, &nv)) ||
+        (st = alloc_tokenizer(b, nv)) || (st = read_pieces(b, model, vocab, added)) || (st = build_pool(b, model)) ||
+        (st = parse_normalizer(b, cJSON_GetObjectItemCaseSensitive(root, "normalizer"))) ||
+        (st = parse_pretok(b, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"))) ||
+        (st = parse_post(b, cJSON_GetObjectItemCaseSensitive(root, "post_processor"))) ||
+        (st = parse_decoder(b, cJSON_GetObjectItemCaseSensitive(root, "decoder"))) || (st = parse_merges(b, merges)) ||
+        (st = build_tables(b)))
+        return st;
+    if (cfg && (st = read_config(b, cfg))) return st;
+    if (!cfg) b->t->chat_format = DS_CHAT_PLAIN;
+    return DS_OK;
+}
+
+ds_status ds_tokenizer_from_json(const char *json_path, const cJSON *root, const cJSON *cfg, ds_tokenizer **out) {
+    builder b = {.path = json_path};
+    *out = NULL;
+    memset(b.cp2byte, 0xff, sizeof b.cp2byte);
+    for (int x = 0; x < 256; x++) b.cp2byte[byte_to_cp(x)] = (int16_t)x;
+    if (!cJSON_IsObject(root)) return ds_fail(DS_ERR_FORMAT, "%s: not a JSON object", json_path);
+    ds_status st = build(&b, root, cfg);
     free(b.piece);
-    ds_tokenizer_free(b.t);
-    return st;
-#undef FAIL
+    if (st) {
+        ds_tokenizer_free(b.t);
+        return st;
+    }
+    *out = b.t;
+    return DS_OK;
 }
 
 const char *ds_hf_special_text(const ds_tokenizer *t, int32_t id, size_t *n) {

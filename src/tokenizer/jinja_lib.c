@@ -653,162 +653,212 @@ ds_jv ds_jinja_escape(ds_jctx *c, ds_jv s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Methods: obj.name(args)
+// Methods: obj.name(args). One function per method (aliases share one and read `name`), in one
+// table per receiver type; the result is undefined after an error.
+
+static int is(const char *name, const char *s) { return !strcmp(name, s); }
+
+typedef ds_jv method_fn(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a);
+
+typedef struct {
+    const char *name;
+    method_fn *fn;
+} jmethod;
+
+// startswith, endswith
+static ds_jv str_starts_ends(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jv *p = arg(a, 0, NULL);
+    int ok = 1;
+    if (!p) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes at least 1 argument", name);
+    int r = starts_ends(obj.s, p, is(name, "endswith"), &ok);
+    if (!ok) return ds_jerr(c, line, DS_ERR_INVALID, "%s arg must be str or a tuple of str, not %s", name, ds_jv_type_name(*p));
+    return ds_jv_bool(r);
+}
+
+// strip, lstrip, rstrip
+static ds_jv str_strip(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *x;
+    if (!arg_str(c, line, a, 0, "chars", &x)) return ds_jv_undef(NULL);
+    return strip_chars(c, obj.s, x, !is(name, "rstrip"), !is(name, "lstrip"));
+}
+
+// split, rsplit
+static ds_jv str_split(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *x;
+    int64_t m;
+    if (!arg_str(c, line, a, 0, "sep", &x) || !arg_int(c, line, a, 1, "maxsplit", -1, &m)) return ds_jv_undef(NULL);
+    return split(c, obj.s, x, m, is(name, "rsplit"));
+}
+
+// upper, lower, capitalize, title
+static ds_jv str_recase(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    return recase(c, obj.s, is(name, "lower") ? 0 : is(name, "upper") ? 1 : is(name, "capitalize") ? 2 : 3);
+}
+
+static ds_jv str_replace(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *x, *y;
+    int64_t n;
+    if (!arg_str(c, line, a, 0, "old", &x) || !arg_str(c, line, a, 1, "new", &y) || !arg_int(c, line, a, 2, "count", -1, &n))
+        return ds_jv_undef(NULL);
+    if (!x || !y) return ds_jerr(c, line, DS_ERR_INVALID, "replace() takes 2 string arguments");
+    return replace(c, obj.s, x, y, n);
+}
+
+// find, rfind, count, index (positions in code points)
+static ds_jv str_find(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *s = obj.s, *x;
+    if (!arg_str(c, line, a, 0, "sub", &x)) return ds_jv_undef(NULL);
+    if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes a string argument", name);
+    int64_t found = -1, cnt = 0;
+    for (size_t i = 0; i + x->n <= s->n;) {
+        if (!memcmp(s->s + i, x->s, x->n)) {
+            int64_t cp = utf8_len(s->s, i);
+            if (found < 0 || is(name, "rfind")) found = cp;
+            cnt++;
+            i += x->n ? x->n : 1;
+            if (!x->n && i > s->n) break;
+        } else i++;
+    }
+    if (is(name, "count")) return ds_jv_int(cnt);
+    if (is(name, "index") && found < 0) return ds_jerr(c, line, DS_ERR_INVALID, "substring not found");
+    return ds_jv_int(found);
+}
+
+static ds_jv str_join(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *s = obj.s;
+    const ds_jv *it = arg(a, 0, NULL);
+    if (!it) return ds_jerr(c, line, DS_ERR_INVALID, "join() takes 1 argument");
+    ds_jv l = ds_jinja_iterable(c, line, *it);
+    if (c->err) return ds_jv_undef(NULL);
+    ds_jbuf b = {0};
+    for (int i = 0; i < l.l->n; i++) {
+        if (l.l->a[i].t != JV_STR) {
+            free(b.s);
+            return ds_jerr(c, line, DS_ERR_INVALID, "sequence item %d: expected str instance, %s found", i, ds_jv_type_name(l.l->a[i]));
+        }
+        if (i) ds_jbuf_put(c, &b, s->s, s->n);
+        ds_jbuf_put(c, &b, l.l->a[i].s->s, l.l->a[i].s->n);
+    }
+    return ds_jbuf_value(c, &b);
+}
+
+// removeprefix, removesuffix
+static ds_jv str_remove_affix(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *s = obj.s, *x;
+    if (!arg_str(c, line, a, 0, NULL, &x)) return ds_jv_undef(NULL);
+    if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes a string argument", name);
+    int pre = is(name, "removeprefix");
+    if (x->n <= s->n && !memcmp(pre ? s->s : s->s + s->n - x->n, x->s, x->n)) return ds_jv_str(c, pre ? s->s + x->n : s->s, s->n - x->n);
+    return obj;
+}
+
+// isdigit, isalpha, isspace, isalnum, isupper, islower (ASCII classes)
+static ds_jv str_is_class(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *s = obj.s;
+    int r = s->n > 0, cased = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        char ch = s->s[i];
+        int d = ch >= '0' && ch <= '9', al = alpha(ch);
+        if (is(name, "isdigit")) r &= d;
+        else if (is(name, "isalpha")) r &= al;
+        else if (is(name, "isalnum")) r &= al || d;
+        else if (is(name, "isspace")) r &= ch == ' ' || (ch >= 9 && ch <= 13);
+        else if (is(name, "isupper")) r &= !(ch >= 'a' && ch <= 'z'), cased |= ch >= 'A' && ch <= 'Z';
+        else r &= !(ch >= 'A' && ch <= 'Z'), cased |= ch >= 'a' && ch <= 'z';
+    }
+    if (is(name, "isupper") || is(name, "islower")) r = r && cased;
+    return ds_jv_bool(r);
+}
+
+static ds_jv str_format(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "str.format() is not supported");
+}
+
+static ds_jv str_splitlines(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jstr *s = obj.s;
+    ds_jv nl = ds_jv_str(c, "\n", 1);
+    ds_jv r = split(c, s, nl.s, -1, 0);
+    if (!c->err && r.l->n && s->n && s->s[s->n - 1] == '\n') r.l->n--;
+    if (!c->err && !s->n) r.l->n = 0;
+    return r;
+}
+
+static const jmethod k_str_methods[] = {
+    {"startswith", str_starts_ends}, {"endswith", str_starts_ends}, {"strip", str_strip},      {"lstrip", str_strip},
+    {"rstrip", str_strip},           {"split", str_split},          {"rsplit", str_split},     {"upper", str_recase},
+    {"lower", str_recase},           {"capitalize", str_recase},    {"title", str_recase},     {"replace", str_replace},
+    {"find", str_find},              {"rfind", str_find},           {"count", str_find},       {"index", str_find},
+    {"join", str_join},              {"removeprefix", str_remove_affix}, {"removesuffix", str_remove_affix},
+    {"isdigit", str_is_class},       {"isalpha", str_is_class},     {"isspace", str_is_class}, {"isalnum", str_is_class},
+    {"isupper", str_is_class},       {"islower", str_is_class},     {"format", str_format},    {"splitlines", str_splitlines},
+    {NULL, NULL}};
+
+// items, keys, values
+static ds_jv dict_view(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    ds_jv r = ds_jv_list(c, obj.d->n);
+    for (int i = 0; i < obj.d->n && !c->err; i++) {
+        ds_jv k = ds_jv_str(c, obj.d->k[i]->s, obj.d->k[i]->n);
+        if (is(name, "keys")) r.l->a[i] = k;
+        else if (is(name, "values")) r.l->a[i] = obj.d->v[i];
+        else {
+            ds_jv t = ds_jv_list(c, 2);
+            if (c->err) break;
+            t.l->tuple = 1;
+            t.l->a[0] = k, t.l->a[1] = obj.d->v[i];
+            r.l->a[i] = t;
+        }
+    }
+    return r;
+}
+
+static ds_jv dict_get(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jv *k = arg(a, 0, NULL), *d = arg(a, 1, NULL);
+    if (!k) return ds_jerr(c, line, DS_ERR_INVALID, "get() takes at least 1 argument");
+    ds_jv *v = k->t == JV_STR ? ds_jv_dict_get(obj.d, k->s->s, k->s->n) : NULL;
+    return v ? *v : d ? *d : ds_jv_none();
+}
+
+// the sandbox refuses methods that change a dict
+static ds_jv dict_unsafe(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    return ds_jerr(c, line, DS_ERR_INVALID, "access to attribute '%s' of 'dict' object is unsafe.", name);
+}
+
+static const jmethod k_dict_methods[] = {
+    {"items", dict_view},     {"keys", dict_view},    {"values", dict_view},  {"get", dict_get},      {"copy", dict_unsafe},
+    {"update", dict_unsafe},  {"pop", dict_unsafe},   {"setdefault", dict_unsafe}, {"clear", dict_unsafe},
+    {"popitem", dict_unsafe}, {NULL, NULL}};
+
+// ... and a list
+static ds_jv list_unsafe(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    return ds_jerr(c, line, DS_ERR_INVALID, "access to attribute '%s' of '%s' object is unsafe.", name, ds_jv_type_name(obj));
+}
+
+// index, count
+static ds_jv list_find(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a) {
+    const ds_jv *x = arg(a, 0, NULL);
+    if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes 1 argument", name);
+    int64_t cnt = 0, first = -1;
+    for (int i = 0; i < obj.l->n; i++)
+        if (ds_jv_equal(obj.l->a[i], *x)) cnt++, first = first < 0 ? i : first;
+    if (is(name, "count")) return ds_jv_int(cnt);
+    if (first < 0) return ds_jerr(c, line, DS_ERR_INVALID, "x not in list");
+    return ds_jv_int(first);
+}
+
+static const jmethod k_list_methods[] = {
+    {"append", list_unsafe}, {"pop", list_unsafe},     {"extend", list_unsafe}, {"insert", list_unsafe}, {"remove", list_unsafe},
+    {"sort", list_unsafe},   {"reverse", list_unsafe}, {"clear", list_unsafe},  {"index", list_find},    {"count", list_find},
+    {NULL, NULL}};
 
 int ds_jinja_method(ds_jctx *c, int line, ds_jv obj, const char *name, const ds_jargs *a, ds_jv *res) {
-#define IS(s) (!strcmp(name, s))
     *res = ds_jv_undef(NULL);
-    if (obj.t == JV_STR) {
-        const ds_jstr *s = obj.s, *x = NULL, *y = NULL;
-        if (IS("startswith") || IS("endswith")) {
-            const ds_jv *p = arg(a, 0, NULL);
-            int ok = 1;
-            if (!p) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes at least 1 argument", name), 1;
-            int r = starts_ends(s, p, IS("endswith"), &ok);
-            if (!ok) return ds_jerr(c, line, DS_ERR_INVALID, "%s arg must be str or a tuple of str, not %s", name, ds_jv_type_name(*p)), 1;
-            *res = ds_jv_bool(r);
+    const jmethod *m = obj.t == JV_STR ? k_str_methods : obj.t == JV_DICT && !obj.d->ns ? k_dict_methods : obj.t == JV_LIST ? k_list_methods : NULL;
+    for (; m && m->name; m++)
+        if (is(name, m->name)) {
+            *res = m->fn(c, line, obj, name, a);
             return 1;
         }
-        if (IS("strip") || IS("lstrip") || IS("rstrip")) {
-            if (!arg_str(c, line, a, 0, "chars", &x)) return 1;
-            *res = strip_chars(c, s, x, !IS("rstrip"), !IS("lstrip"));
-            return 1;
-        }
-        if (IS("split") || IS("rsplit")) {
-            int64_t m;
-            if (!arg_str(c, line, a, 0, "sep", &x) || !arg_int(c, line, a, 1, "maxsplit", -1, &m)) return 1;
-            *res = split(c, s, x, m, IS("rsplit"));
-            return 1;
-        }
-        if (IS("upper") || IS("lower") || IS("capitalize") || IS("title")) {
-            *res = recase(c, s, IS("lower") ? 0 : IS("upper") ? 1 : IS("capitalize") ? 2 : 3);
-            return 1;
-        }
-        if (IS("replace")) {
-            int64_t n;
-            if (!arg_str(c, line, a, 0, "old", &x) || !arg_str(c, line, a, 1, "new", &y) || !arg_int(c, line, a, 2, "count", -1, &n)) return 1;
-            if (!x || !y) return ds_jerr(c, line, DS_ERR_INVALID, "replace() takes 2 string arguments"), 1;
-            *res = replace(c, s, x, y, n);
-            return 1;
-        }
-        if (IS("find") || IS("rfind") || IS("count") || IS("index")) {
-            if (!arg_str(c, line, a, 0, "sub", &x)) return 1;
-            if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes a string argument", name), 1;
-            int64_t found = -1, cnt = 0;
-            for (size_t i = 0; i + x->n <= s->n;) {
-                if (!memcmp(s->s + i, x->s, x->n)) {
-                    int64_t cp = utf8_len(s->s, i);
-                    if (found < 0 || IS("rfind")) found = cp;
-                    cnt++;
-                    i += x->n ? x->n : 1;
-                    if (!x->n && i > s->n) break;
-                } else i++;
-            }
-            if (IS("count")) *res = ds_jv_int(cnt);
-            else if (IS("index") && found < 0) ds_jerr(c, line, DS_ERR_INVALID, "substring not found");
-            else *res = ds_jv_int(found);
-            return 1;
-        }
-        if (IS("join")) {
-            const ds_jv *it = arg(a, 0, NULL);
-            if (!it) return ds_jerr(c, line, DS_ERR_INVALID, "join() takes 1 argument"), 1;
-            ds_jv l = ds_jinja_iterable(c, line, *it);
-            if (c->err) return 1;
-            ds_jbuf b = {0};
-            for (int i = 0; i < l.l->n; i++) {
-                if (l.l->a[i].t != JV_STR) {
-                    free(b.s);
-                    return ds_jerr(c, line, DS_ERR_INVALID, "sequence item %d: expected str instance, %s found", i, ds_jv_type_name(l.l->a[i])), 1;
-                }
-                if (i) ds_jbuf_put(c, &b, s->s, s->n);
-                ds_jbuf_put(c, &b, l.l->a[i].s->s, l.l->a[i].s->n);
-            }
-            *res = ds_jbuf_value(c, &b);
-            return 1;
-        }
-        if (IS("removeprefix") || IS("removesuffix")) {
-            if (!arg_str(c, line, a, 0, NULL, &x)) return 1;
-            if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes a string argument", name), 1;
-            int pre = IS("removeprefix");
-            if (x->n <= s->n && !memcmp(pre ? s->s : s->s + s->n - x->n, x->s, x->n))
-                *res = ds_jv_str(c, pre ? s->s + x->n : s->s, s->n - x->n);
-            else *res = obj;
-            return 1;
-        }
-        if (IS("isdigit") || IS("isalpha") || IS("isspace") || IS("isalnum") || IS("isupper") || IS("islower")) {
-            int r = s->n > 0, cased = 0;
-            for (size_t i = 0; i < s->n; i++) {
-                char ch = s->s[i];
-                int d = ch >= '0' && ch <= '9', al = alpha(ch);
-                if (IS("isdigit")) r &= d;
-                else if (IS("isalpha")) r &= al;
-                else if (IS("isalnum")) r &= al || d;
-                else if (IS("isspace")) r &= ch == ' ' || (ch >= 9 && ch <= 13);
-                else if (IS("isupper")) r &= !(ch >= 'a' && ch <= 'z'), cased |= ch >= 'A' && ch <= 'Z';
-                else r &= !(ch >= 'A' && ch <= 'Z'), cased |= ch >= 'a' && ch <= 'z';
-            }
-            if (IS("isupper") || IS("islower")) r = r && cased;
-            *res = ds_jv_bool(r);
-            return 1;
-        }
-        if (IS("format")) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "str.format() is not supported"), 1;
-        if (IS("splitlines")) {
-            ds_jv nl = ds_jv_str(c, "\n", 1);
-            ds_jv r = split(c, s, nl.s, -1, 0);
-            if (!c->err && r.l->n && s->n && s->s[s->n - 1] == '\n') r.l->n--;
-            if (!c->err && !s->n) r.l->n = 0;
-            *res = r;
-            return 1;
-        }
-        return 0;
-    }
-    if (obj.t == JV_DICT && !obj.d->ns) {
-        if (IS("items") || IS("keys") || IS("values")) {
-            ds_jv r = ds_jv_list(c, obj.d->n);
-            for (int i = 0; i < obj.d->n && !c->err; i++) {
-                ds_jv k = ds_jv_str(c, obj.d->k[i]->s, obj.d->k[i]->n);
-                if (IS("keys")) r.l->a[i] = k;
-                else if (IS("values")) r.l->a[i] = obj.d->v[i];
-                else {
-                    ds_jv t = ds_jv_list(c, 2);
-                    if (c->err) break;
-                    t.l->tuple = 1;
-                    t.l->a[0] = k, t.l->a[1] = obj.d->v[i];
-                    r.l->a[i] = t;
-                }
-            }
-            *res = r;
-            return 1;
-        }
-        if (IS("get")) {
-            const ds_jv *k = arg(a, 0, NULL), *d = arg(a, 1, NULL);
-            if (!k) return ds_jerr(c, line, DS_ERR_INVALID, "get() takes at least 1 argument"), 1;
-            ds_jv *v = k->t == JV_STR ? ds_jv_dict_get(obj.d, k->s->s, k->s->n) : NULL;
-            *res = v ? *v : d ? *d : ds_jv_none();
-            return 1;
-        }
-        if (IS("copy") || IS("update") || IS("pop") || IS("setdefault") || IS("clear") || IS("popitem"))
-            return ds_jerr(c, line, DS_ERR_INVALID, "access to attribute '%s' of 'dict' object is unsafe.", name), 1;
-        return 0;
-    }
-    if (obj.t == JV_LIST) {
-        if (IS("append") || IS("pop") || IS("extend") || IS("insert") || IS("remove") || IS("sort") || IS("reverse") || IS("clear"))
-            return ds_jerr(c, line, DS_ERR_INVALID, "access to attribute '%s' of '%s' object is unsafe.", name, ds_jv_type_name(obj)), 1;
-        if (IS("index") || IS("count")) {
-            const ds_jv *x = arg(a, 0, NULL);
-            if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "%s() takes 1 argument", name), 1;
-            int64_t cnt = 0, first = -1;
-            for (int i = 0; i < obj.l->n; i++)
-                if (ds_jv_equal(obj.l->a[i], *x)) cnt++, first = first < 0 ? i : first;
-            if (IS("count")) *res = ds_jv_int(cnt);
-            else if (first < 0) ds_jerr(c, line, DS_ERR_INVALID, "x not in list");
-            else *res = ds_jv_int(first);
-            return 1;
-        }
-        return 0;
-    }
     return 0;
-#undef IS
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -872,96 +922,123 @@ ds_jv ds_jinja_call_func(ds_jctx *c, int line, int fn, const ds_jargs *a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tests
+// Tests: `v is name(x)`. One function per test (aliases share one); x is the first argument,
+// NULL when none was given (the table says which tests need it).
 
-static const char *const k_tests[] = {"defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number",
-                                      "integer", "float", "boolean", "true", "false", "callable", "equalto", "eq", "ne", "in",
-                                      "odd", "even", "divisibleby", "lower", "upper", "sameas", "gt", "lt", "ge", "le",
-                                      "greaterthan", "lessthan", NULL};
+typedef ds_jv test_fn(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x);
 
-int ds_jinja_test_known(const char *name) {
-    for (int i = 0; k_tests[i]; i++)
-        if (!strcmp(name, k_tests[i])) return 1;
-    return 0;
+typedef struct {
+    const char *name;
+    test_fn *fn;
+    int needs_arg;
+} jtest;
+
+static ds_jv t_defined(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t != JV_UNDEF); }
+static ds_jv t_undefined(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_UNDEF); }
+static ds_jv t_none(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_NONE); }
+static ds_jv t_string(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_STR); }
+static ds_jv t_mapping(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_DICT && !v.d->ns); }
+static ds_jv t_integer(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_INT); }
+static ds_jv t_float(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_FLOAT); }
+static ds_jv t_boolean(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_BOOL); }
+static ds_jv t_true(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_BOOL && v.b); }
+static ds_jv t_false(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(v.t == JV_BOOL && !v.b); }
+static ds_jv t_number(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(numeric(v)); }
+
+static ds_jv t_callable(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    return ds_jv_bool(v.t == JV_MACRO || v.t == JV_FUNC);
 }
 
-ds_jv ds_jinja_test(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
-#define IS(s) (!strcmp(name, s))
-    const ds_jv *x = arg(a, 0, NULL);
-    if (IS("defined")) return ds_jv_bool(v.t != JV_UNDEF);
-    if (IS("undefined")) return ds_jv_bool(v.t == JV_UNDEF);
-    if (IS("none")) return ds_jv_bool(v.t == JV_NONE);
-    if (IS("string")) return ds_jv_bool(v.t == JV_STR);
-    if (IS("mapping")) return ds_jv_bool(v.t == JV_DICT && !v.d->ns);
-    if (IS("iterable") || IS("sequence")) return ds_jv_bool(v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.d->ns) || v.t == JV_UNDEF);
-    if (IS("number")) return ds_jv_bool(v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL);
-    if (IS("integer")) return ds_jv_bool(v.t == JV_INT);
-    if (IS("float")) return ds_jv_bool(v.t == JV_FLOAT);
-    if (IS("boolean")) return ds_jv_bool(v.t == JV_BOOL);
-    if (IS("true")) return ds_jv_bool(v.t == JV_BOOL && v.b);
-    if (IS("false")) return ds_jv_bool(v.t == JV_BOOL && !v.b);
-    if (IS("callable")) return ds_jv_bool(v.t == JV_MACRO || v.t == JV_FUNC);
-    if (IS("lower") || IS("upper")) {
-        if (v.t != JV_STR) return ds_jv_bool(0);
-        ds_jv r = recase(c, v.s, IS("upper"));
-        return ds_jv_bool(!c->err && ds_jv_equal(r, v));
+// iterable, sequence
+static ds_jv t_iterable(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    return ds_jv_bool(v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.d->ns) || v.t == JV_UNDEF);
+}
+
+// lower, upper: a string equal to its own lower/upper case
+static ds_jv t_case(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    if (v.t != JV_STR) return ds_jv_bool(0);
+    ds_jv r = recase(c, v.s, is(name, "upper"));
+    return ds_jv_bool(!c->err && ds_jv_equal(r, v));
+}
+
+// odd, even
+static ds_jv t_parity(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    if (v.t != JV_INT && v.t != JV_BOOL) return ds_jerr(c, line, DS_ERR_INVALID, "test '%s' needs an integer", name);
+    int64_t i = v.t == JV_INT ? v.i : v.b;
+    return ds_jv_bool(is(name, "odd") ? (i % 2 != 0) : (i % 2 == 0));
+}
+
+// equalto, eq
+static ds_jv t_eq(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(ds_jv_equal(v, *x)); }
+static ds_jv t_ne(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) { return ds_jv_bool(!ds_jv_equal(v, *x)); }
+
+// Python's `is`: None and small ints are singletons, containers compare by identity
+static ds_jv t_sameas(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    if (v.t != x->t) return ds_jv_bool(0);
+    if (v.t == JV_NONE || v.t == JV_UNDEF) return ds_jv_bool(1);
+    if (v.t == JV_BOOL) return ds_jv_bool(v.b == x->b);
+    if (v.t == JV_INT) return ds_jv_bool(v.i == x->i && v.i >= -5 && v.i <= 256); // CPython's small-int cache
+    return ds_jv_bool(v.t == JV_STR ? v.s == x->s : v.t == JV_LIST ? v.l == x->l : v.t == JV_DICT ? v.d == x->d : 0);
+}
+
+static ds_jv t_in(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    if (x->t == JV_STR && v.t == JV_STR) {
+        for (size_t i = 0; i + v.s->n <= x->s->n; i++)
+            if (!memcmp(x->s->s + i, v.s->s, v.s->n)) return ds_jv_bool(1);
+        return ds_jv_bool(0);
     }
-    if (IS("odd") || IS("even")) {
-        if (v.t != JV_INT && v.t != JV_BOOL) return ds_jerr(c, line, DS_ERR_INVALID, "test '%s' needs an integer", name);
-        int64_t i = v.t == JV_INT ? v.i : v.b;
-        return ds_jv_bool(IS("odd") ? (i % 2 != 0) : (i % 2 == 0));
+    if (x->t == JV_LIST) {
+        for (int i = 0; i < x->l->n; i++)
+            if (ds_jv_equal(v, x->l->a[i])) return ds_jv_bool(1);
+        return ds_jv_bool(0);
     }
-    if (!x) return ds_jerr(c, line, DS_ERR_INVALID, "test '%s' takes an argument", name);
-    if (IS("equalto") || IS("eq")) return ds_jv_bool(ds_jv_equal(v, *x));
-    if (IS("ne")) return ds_jv_bool(!ds_jv_equal(v, *x));
-    if (IS("sameas")) {
-        if (v.t != x->t) return ds_jv_bool(0);
-        if (v.t == JV_NONE || v.t == JV_UNDEF) return ds_jv_bool(1);
-        if (v.t == JV_BOOL) return ds_jv_bool(v.b == x->b);
-        if (v.t == JV_INT) return ds_jv_bool(v.i == x->i && v.i >= -5 && v.i <= 256); // CPython's small-int cache
-        return ds_jv_bool(v.t == JV_STR ? v.s == x->s : v.t == JV_LIST ? v.l == x->l : v.t == JV_DICT ? v.d == x->d : 0);
-    }
-    if (IS("in")) {
-        if (x->t == JV_STR && v.t == JV_STR) {
-            for (size_t i = 0; i + v.s->n <= x->s->n; i++)
-                if (!memcmp(x->s->s + i, v.s->s, v.s->n)) return ds_jv_bool(1);
-            return ds_jv_bool(0);
-        }
-        if (x->t == JV_LIST) {
-            for (int i = 0; i < x->l->n; i++)
-                if (ds_jv_equal(v, x->l->a[i])) return ds_jv_bool(1);
-            return ds_jv_bool(0);
-        }
-        if (x->t == JV_DICT) return ds_jv_bool(v.t == JV_STR && ds_jv_dict_get(x->d, v.s->s, v.s->n));
-        return ds_jerr(c, line, DS_ERR_INVALID, "argument of type '%s' is not iterable", ds_jv_type_name(*x));
-    }
-    if (IS("divisibleby")) {
-        if ((v.t != JV_INT && v.t != JV_BOOL) || x->t != JV_INT || !x->i) return ds_jerr(c, line, DS_ERR_INVALID, "divisibleby needs integers");
-        return ds_jv_bool((v.t == JV_INT ? v.i : v.b) % x->i == 0);
-    }
+    if (x->t == JV_DICT) return ds_jv_bool(v.t == JV_STR && ds_jv_dict_get(x->d, v.s->s, v.s->n));
+    return ds_jerr(c, line, DS_ERR_INVALID, "argument of type '%s' is not iterable", ds_jv_type_name(*x));
+}
+
+static ds_jv t_divisibleby(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
+    if ((v.t != JV_INT && v.t != JV_BOOL) || x->t != JV_INT || !x->i) return ds_jerr(c, line, DS_ERR_INVALID, "divisibleby needs integers");
+    return ds_jv_bool((v.t == JV_INT ? v.i : v.b) % x->i == 0);
+}
+
+// gt, greaterthan, lt, lessthan, ge, le
+static ds_jv t_order(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jv *x) {
     int o = ds_jinja_order(v, *x);
     if (o == -2) return ds_jerr(c, line, DS_ERR_INVALID, "test '%s': '%s' and '%s' do not compare", name, ds_jv_type_name(v), ds_jv_type_name(*x));
-    if (IS("gt") || IS("greaterthan")) return ds_jv_bool(o > 0);
-    if (IS("lt") || IS("lessthan")) return ds_jv_bool(o < 0);
-    if (IS("ge")) return ds_jv_bool(o >= 0);
+    if (is(name, "gt") || is(name, "greaterthan")) return ds_jv_bool(o > 0);
+    if (is(name, "lt") || is(name, "lessthan")) return ds_jv_bool(o < 0);
+    if (is(name, "ge")) return ds_jv_bool(o >= 0);
     return ds_jv_bool(o <= 0);
-#undef IS
+}
+
+static const jtest k_tests[] = {
+    {"defined", t_defined, 0},    {"undefined", t_undefined, 0}, {"none", t_none, 0},         {"string", t_string, 0},
+    {"mapping", t_mapping, 0},    {"iterable", t_iterable, 0},   {"sequence", t_iterable, 0}, {"number", t_number, 0},
+    {"integer", t_integer, 0},    {"float", t_float, 0},         {"boolean", t_boolean, 0},   {"true", t_true, 0},
+    {"false", t_false, 0},        {"callable", t_callable, 0},   {"lower", t_case, 0},        {"upper", t_case, 0},
+    {"odd", t_parity, 0},         {"even", t_parity, 0},         {"equalto", t_eq, 1},        {"eq", t_eq, 1},
+    {"ne", t_ne, 1},              {"sameas", t_sameas, 1},       {"in", t_in, 1},             {"divisibleby", t_divisibleby, 1},
+    {"gt", t_order, 1},           {"greaterthan", t_order, 1},   {"lt", t_order, 1},          {"lessthan", t_order, 1},
+    {"ge", t_order, 1},           {"le", t_order, 1},            {NULL, NULL, 0}};
+
+static const jtest *find_test(const char *name) {
+    for (const jtest *t = k_tests; t->name; t++)
+        if (is(name, t->name)) return t;
+    return NULL;
+}
+
+int ds_jinja_test_known(const char *name) { return find_test(name) != NULL; }
+
+ds_jv ds_jinja_test(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const jtest *t = find_test(name);
+    const ds_jv *x = arg(a, 0, NULL);
+    if (!t) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "no test named '%s' (not supported)", name); // (the parser refuses it first)
+    if (t->needs_arg && !x) return ds_jerr(c, line, DS_ERR_INVALID, "test '%s' takes an argument", name);
+    return t->fn(c, line, name, v, x);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Filters
-
-static const char *const k_filters[] = {
-    "tojson", "trim", "length", "count", "upper", "lower", "first", "last", "join", "default", "d", "items", "list", "string",
-    "int", "float", "replace", "selectattr", "rejectattr", "select", "reject", "map", "safe", "capitalize", "title", "indent",
-    "unique", "abs", "round", "reverse", "sort", "dictsort", "sum", "min", "max", "e", "escape", "wordcount", "center", "batch",
-    NULL};
-
-int ds_jinja_filter_known(const char *name) {
-    for (int i = 0; k_filters[i]; i++)
-        if (!strcmp(name, k_filters[i])) return 1;
-    return 0;
-}
 
 // item.attr with dotted paths ("function.name"), integer parts as indices.
 static ds_jv attr_path(ds_jctx *c, int line, ds_jv v, const ds_jstr *path) {
@@ -1026,307 +1103,382 @@ static int cmp_ci(ds_jv a, ds_jv b, int case_sensitive) {
     return ds_jinja_order(a, b);
 }
 
-ds_jv ds_jinja_filter(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
-#define IS(s) (!strcmp(name, s))
-    if (IS("default") || IS("d")) {
-        const ds_jv *d = arg(a, 0, "default_value"), *b = arg(a, 1, "boolean");
-        int boolean = b && ds_jv_truthy(*b);
-        if (v.t == JV_UNDEF || (boolean && !ds_jv_truthy(v))) return d ? *d : cstr(c, "");
-        return v;
+
+// One function per filter (aliases share one and read `name`), dispatched by the table below.
+typedef ds_jv filter_fn(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a);
+
+typedef struct {
+    const char *name;
+    filter_fn *fn;
+} jfilter;
+
+// str(v), "" for undefined: what the string filters work on.
+static ds_jv str_of(ds_jctx *c, ds_jv v) { return v.t == JV_UNDEF ? cstr(c, "") : ds_jv_stringify(c, v); }
+
+// default, d
+static ds_jv f_default(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const ds_jv *d = arg(a, 0, "default_value"), *b = arg(a, 1, "boolean");
+    int boolean = b && ds_jv_truthy(*b);
+    if (v.t == JV_UNDEF || (boolean && !ds_jv_truthy(v))) return d ? *d : cstr(c, "");
+    return v;
+}
+
+static ds_jv f_tojson(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const ds_jv *ea = arg(a, 0, "ensure_ascii"), *ind = arg(a, 1, "indent"), *sep = arg(a, 2, "separators"), *sk = arg(a, 3, "sort_keys");
+    json_opts o = {.indent = -1, .ensure_ascii = ea && ds_jv_truthy(*ea), .sort_keys = sk && ds_jv_truthy(*sk), .line = line};
+    if (ind && ind->t != JV_NONE) {
+        if (ind->t != JV_INT || ind->i < 0 || ind->i > 64) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "tojson: indent must be an integer in 0..64");
+        o.indent = (int)ind->i;
     }
-    if (IS("tojson")) {
-        const ds_jv *ea = arg(a, 0, "ensure_ascii"), *ind = arg(a, 1, "indent"), *sep = arg(a, 2, "separators"), *sk = arg(a, 3, "sort_keys");
-        json_opts o = {.indent = -1, .ensure_ascii = ea && ds_jv_truthy(*ea), .sort_keys = sk && ds_jv_truthy(*sk), .line = line};
-        if (ind && ind->t != JV_NONE) {
-            if (ind->t != JV_INT || ind->i < 0 || ind->i > 64) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "tojson: indent must be an integer in 0..64");
-            o.indent = (int)ind->i;
-        }
-        o.item_sep = o.indent >= 0 ? "," : ", ";
-        o.key_sep = ": ";
-        if (sep && sep->t != JV_NONE) {
-            if (sep->t != JV_LIST || sep->l->n != 2 || sep->l->a[0].t != JV_STR || sep->l->a[1].t != JV_STR)
-                return ds_jerr(c, line, DS_ERR_INVALID, "tojson: separators must be a pair of strings");
-            o.item_sep = sep->l->a[0].s->s, o.key_sep = sep->l->a[1].s->s;
-        }
-        ds_jbuf b = {0};
-        to_json(c, &b, v, &o, 0);
-        if (c->err) {
-            free(b.s);
-            return ds_jv_undef(NULL);
-        }
-        return ds_jbuf_value(c, &b);
+    o.item_sep = o.indent >= 0 ? "," : ", ";
+    o.key_sep = ": ";
+    if (sep && sep->t != JV_NONE) {
+        if (sep->t != JV_LIST || sep->l->n != 2 || sep->l->a[0].t != JV_STR || sep->l->a[1].t != JV_STR)
+            return ds_jerr(c, line, DS_ERR_INVALID, "tojson: separators must be a pair of strings");
+        o.item_sep = sep->l->a[0].s->s, o.key_sep = sep->l->a[1].s->s;
     }
-    if (IS("length") || IS("count")) {
-        int64_t n = ds_jv_len(v);
-        if (n < 0) return ds_jerr(c, line, DS_ERR_INVALID, "object of type '%s' has no len()", ds_jv_type_name(v));
-        return ds_jv_int(n);
+    ds_jbuf b = {0};
+    to_json(c, &b, v, &o, 0);
+    if (c->err) {
+        free(b.s);
+        return ds_jv_undef(NULL);
     }
-    if (IS("string")) return v.t == JV_UNDEF ? cstr(c, "") : ds_jv_stringify(c, v);
-    if (IS("safe") || IS("e") || IS("escape")) {
-        ds_jv r = v.t == JV_STR ? v : ds_jv_stringify(c, v);
-        if (IS("safe") || r.safe || c->err) {
-            r.safe = 1;
-            return r;
-        }
-        r = ds_jinja_escape(c, r);
+    return ds_jbuf_value(c, &b);
+}
+
+// length, count
+static ds_jv f_length(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    int64_t n = ds_jv_len(v);
+    if (n < 0) return ds_jerr(c, line, DS_ERR_INVALID, "object of type '%s' has no len()", ds_jv_type_name(v));
+    return ds_jv_int(n);
+}
+
+static ds_jv f_string(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) { return str_of(c, v); }
+
+// safe, e, escape: markupsafe's Markup (a value already safe is not escaped again)
+static ds_jv f_escape(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv r = v.t == JV_STR ? v : ds_jv_stringify(c, v);
+    if (is(name, "safe") || r.safe || c->err) {
         r.safe = 1;
         return r;
     }
-    if (IS("trim") || IS("upper") || IS("lower") || IS("capitalize") || IS("title") || IS("replace") || IS("indent") ||
-        IS("wordcount") || IS("center")) {
-        ds_jv s = v.t == JV_UNDEF ? cstr(c, "") : ds_jv_stringify(c, v);
-        if (c->err) return s;
-        if (IS("trim")) {
-            const ds_jstr *chars;
-            if (!arg_str(c, line, a, 0, "chars", &chars)) return ds_jv_undef(NULL);
-            return strip_chars(c, s.s, chars, 1, 1);
+    r = ds_jinja_escape(c, r);
+    r.safe = 1;
+    return r;
+}
+
+static ds_jv f_trim(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv s = str_of(c, v);
+    if (c->err) return s;
+    const ds_jstr *chars;
+    if (!arg_str(c, line, a, 0, "chars", &chars)) return ds_jv_undef(NULL);
+    return strip_chars(c, s.s, chars, 1, 1);
+}
+
+// upper, lower, capitalize, title
+static ds_jv f_recase(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv s = str_of(c, v);
+    if (c->err) return s;
+    return recase(c, s.s, is(name, "upper") ? 1 : is(name, "lower") ? 0 : is(name, "capitalize") ? 2 : 4);
+}
+
+static ds_jv f_replace(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv s = str_of(c, v);
+    if (c->err) return s;
+    const ds_jv *o = arg(a, 0, "old"), *nw = arg(a, 1, "new");
+    int64_t cnt;
+    if (!o || !nw || !arg_int(c, line, a, 2, "count", -1, &cnt)) return ds_jerr(c, line, DS_ERR_INVALID, "replace takes old and new");
+    ds_jv os = ds_jv_stringify(c, *o), ns = ds_jv_stringify(c, *nw);
+    if (c->err) return os;
+    return replace(c, s.s, os.s, ns.s, cnt);
+}
+
+static ds_jv f_wordcount(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv s = str_of(c, v);
+    if (c->err) return s;
+    ds_jv parts = split(c, s.s, NULL, -1, 0);
+    return c->err ? parts : ds_jv_int(parts.l->n);
+}
+
+static ds_jv f_center(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv s = str_of(c, v);
+    if (c->err) return s;
+    int64_t w;
+    if (!arg_int(c, line, a, 0, "width", 80, &w)) return ds_jv_undef(NULL);
+    int64_t len = utf8_len(s.s->s, s.s->n), pad = w > len ? w - len : 0, left = pad / 2 + (pad & w & 1);
+    ds_jbuf b = {0};
+    for (int64_t i = 0; i < left; i++) puts_(c, &b, " ");
+    ds_jbuf_put(c, &b, s.s->s, s.s->n);
+    for (int64_t i = 0; i < pad - left; i++) puts_(c, &b, " ");
+    return ds_jbuf_value(c, &b);
+}
+
+// indent(width=4, first=False, blank=False)
+static ds_jv f_indent(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv s = str_of(c, v);
+    if (c->err) return s;
+    const ds_jv *wv = arg(a, 0, "width"), *fv = arg(a, 1, "first"), *bv = arg(a, 2, "blank");
+    ds_jbuf ind = {0};
+    if (wv && wv->t == JV_STR) ds_jbuf_put(c, &ind, wv->s->s, wv->s->n);
+    else {
+        int64_t w = wv && (wv->t == JV_INT) ? wv->i : 4;
+        for (int64_t i = 0; i < w && i < 256; i++) puts_(c, &ind, " ");
+    }
+    const int first = fv && ds_jv_truthy(*fv), blank = bv && ds_jv_truthy(*bv);
+    // lines of s + "\n" (str.splitlines: the trailing newline ends the last line)
+    ds_jbuf b = {0};
+    if (first) ds_jbuf_put(c, &b, ind.s ? ind.s : "", ind.n);
+    size_t i = 0, n = s.s->n;
+    int line_no = 0;
+    while (i <= n) {
+        size_t j = i;
+        while (j < n && s.s->s[j] != '\n') j++;
+        if (j == n && i == n && line_no > 0) break; // the line after a trailing newline is not one
+        if (line_no > 0) {
+            puts_(c, &b, "\n");
+            if (blank || j > i) ds_jbuf_put(c, &b, ind.s ? ind.s : "", ind.n);
         }
-        if (IS("upper")) return recase(c, s.s, 1);
-        if (IS("lower")) return recase(c, s.s, 0);
-        if (IS("capitalize")) return recase(c, s.s, 2);
-        if (IS("title")) return recase(c, s.s, 4);
-        if (IS("replace")) {
-            const ds_jv *o = arg(a, 0, "old"), *nw = arg(a, 1, "new");
-            int64_t cnt;
-            if (!o || !nw || !arg_int(c, line, a, 2, "count", -1, &cnt)) return ds_jerr(c, line, DS_ERR_INVALID, "replace takes old and new");
-            ds_jv os = ds_jv_stringify(c, *o), ns = ds_jv_stringify(c, *nw);
-            if (c->err) return os;
-            return replace(c, s.s, os.s, ns.s, cnt);
+        ds_jbuf_put(c, &b, s.s->s + i, j - i);
+        line_no++;
+        i = j + 1;
+    }
+    free(ind.s);
+    return ds_jbuf_value(c, &b);
+}
+
+static ds_jv f_int(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const ds_jv *d = arg(a, 0, "default");
+    if (v.t == JV_INT) return v;
+    if (v.t == JV_BOOL) return ds_jv_int(v.b);
+    if (v.t == JV_FLOAT && isfinite(v.f)) return ds_jv_int((int64_t)v.f);
+    if (v.t == JV_STR) {
+        char *end;
+        const char *p = v.s->s;
+        long long x = strtoll(p, &end, 10);
+        if (end != p && !*(end + ds_jinja_lstrip_len(end, strlen(end)))) return ds_jv_int(x);
+        double f = strtod(p, &end);
+        if (end != p && !*(end + ds_jinja_lstrip_len(end, strlen(end))) && isfinite(f)) return ds_jv_int((int64_t)f);
+    }
+    return d ? *d : ds_jv_int(0);
+}
+
+static ds_jv f_float(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const ds_jv *d = arg(a, 0, "default");
+    if (v.t == JV_FLOAT) return v;
+    if (v.t == JV_INT || v.t == JV_BOOL) return ds_jv_float(numval(v));
+    if (v.t == JV_STR) {
+        char *end;
+        double f = strtod(v.s->s, &end);
+        if (end != v.s->s && !*(end + ds_jinja_lstrip_len(end, strlen(end)))) return ds_jv_float(f);
+    }
+    return d ? *d : ds_jv_float(0);
+}
+
+static ds_jv f_abs(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    if (v.t == JV_INT) return ds_jv_int(v.i < 0 ? -v.i : v.i);
+    if (v.t == JV_FLOAT) return ds_jv_float(fabs(v.f));
+    if (v.t == JV_BOOL) return ds_jv_int(v.b);
+    return ds_jerr(c, line, DS_ERR_INVALID, "bad operand type for abs(): '%s'", ds_jv_type_name(v));
+}
+
+static ds_jv f_round(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    int64_t prec;
+    const ds_jstr *method;
+    if (!arg_int(c, line, a, 0, "precision", 0, &prec) || !arg_str(c, line, a, 1, "method", &method)) return ds_jv_undef(NULL);
+    if (!numeric(v)) return ds_jerr(c, line, DS_ERR_INVALID, "round needs a number");
+    double m = pow(10, (double)prec), x = numval(v) * m;
+    const char *md = method ? method->s : "common";
+    x = !strcmp(md, "floor") ? floor(x) : !strcmp(md, "ceil") ? ceil(x) : (x < 0 ? -floor(-x + 0.5) : floor(x + 0.5));
+    return ds_jv_float(x / m);
+}
+
+static ds_jv f_items(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    if (v.t == JV_UNDEF) return ds_jv_list(c, 0);
+    if (v.t != JV_DICT) return ds_jerr(c, line, DS_ERR_INVALID, "can only get item pairs from a mapping");
+    ds_jv r;
+    ds_jargs none = {0};
+    ds_jinja_method(c, line, v, "items", &none, &r);
+    return r;
+}
+
+static ds_jv f_dictsort(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    if (v.t != JV_DICT) return ds_jerr(c, line, DS_ERR_INVALID, "dictsort needs a mapping");
+    ds_jargs none = {0};
+    ds_jv r;
+    ds_jinja_method(c, line, v, "items", &none, &r);
+    const ds_jv *cs = arg(a, 0, "case_sensitive"), *by = arg(a, 1, "by"), *rev = arg(a, 2, "reverse");
+    int sens = cs && ds_jv_truthy(*cs), byv = by && by->t == JV_STR && !strcmp(by->s->s, "value"), rv = rev && ds_jv_truthy(*rev);
+    for (int i = 1; !c->err && i < r.l->n; i++) // insertion sort: stable, as Python's
+        for (int j = i; j > 0; j--) {
+            int o = cmp_ci(r.l->a[j - 1].l->a[byv], r.l->a[j].l->a[byv], sens);
+            if (rv ? o >= 0 : o <= 0) break;
+            ds_jv t = r.l->a[j];
+            r.l->a[j] = r.l->a[j - 1], r.l->a[j - 1] = t;
         }
-        if (IS("wordcount")) {
-            ds_jv parts = split(c, s.s, NULL, -1, 0);
-            return c->err ? parts : ds_jv_int(parts.l->n);
-        }
-        if (IS("center")) {
-            int64_t w;
-            if (!arg_int(c, line, a, 0, "width", 80, &w)) return ds_jv_undef(NULL);
-            int64_t len = utf8_len(s.s->s, s.s->n), pad = w > len ? w - len : 0, left = pad / 2 + (pad & w & 1);
-            ds_jbuf b = {0};
-            for (int64_t i = 0; i < left; i++) puts_(c, &b, " ");
-            ds_jbuf_put(c, &b, s.s->s, s.s->n);
-            for (int64_t i = 0; i < pad - left; i++) puts_(c, &b, " ");
-            return ds_jbuf_value(c, &b);
-        }
-        // indent(width=4, first=False, blank=False)
-        const ds_jv *wv = arg(a, 0, "width"), *fv = arg(a, 1, "first"), *bv = arg(a, 2, "blank");
-        ds_jbuf ind = {0};
-        if (wv && wv->t == JV_STR) ds_jbuf_put(c, &ind, wv->s->s, wv->s->n);
-        else {
-            int64_t w = wv && (wv->t == JV_INT) ? wv->i : 4;
-            for (int64_t i = 0; i < w && i < 256; i++) puts_(c, &ind, " ");
-        }
-        const int first = fv && ds_jv_truthy(*fv), blank = bv && ds_jv_truthy(*bv);
-        // lines of s + "\n" (str.splitlines: the trailing newline ends the last line)
+    return r;
+}
+
+static ds_jv f_list(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) { return list_of(c, line, v); }
+
+// first, last
+static ds_jv f_first_last(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    if (v.t == JV_UNDEF) return ds_jv_undef("No first item, sequence was empty.");
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    if (!l.l->n) return ds_jv_undef(is(name, "first") ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+    return l.l->a[is(name, "first") ? 0 : l.l->n - 1];
+}
+
+static ds_jv f_reverse(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    ds_jv r = ds_jv_list(c, l.l->n);
+    for (int i = 0; i < l.l->n && !c->err; i++) r.l->a[i] = l.l->a[l.l->n - 1 - i];
+    if (v.t == JV_STR && !c->err) {
         ds_jbuf b = {0};
-        if (first) ds_jbuf_put(c, &b, ind.s ? ind.s : "", ind.n);
-        size_t i = 0, n = s.s->n;
-        int line_no = 0;
-        while (i <= n) {
-            size_t j = i;
-            while (j < n && s.s->s[j] != '\n') j++;
-            if (j == n && i == n && line_no > 0) break; // the line after a trailing newline is not one
-            if (line_no > 0) {
-                puts_(c, &b, "\n");
-                if (blank || j > i) ds_jbuf_put(c, &b, ind.s ? ind.s : "", ind.n);
-            }
-            ds_jbuf_put(c, &b, s.s->s + i, j - i);
-            line_no++;
-            i = j + 1;
-        }
-        free(ind.s);
+        for (int i = 0; i < r.l->n; i++) ds_jbuf_put(c, &b, r.l->a[i].s->s, r.l->a[i].s->n);
         return ds_jbuf_value(c, &b);
     }
-    if (IS("int")) {
-        const ds_jv *d = arg(a, 0, "default");
-        if (v.t == JV_INT) return v;
-        if (v.t == JV_BOOL) return ds_jv_int(v.b);
-        if (v.t == JV_FLOAT && isfinite(v.f)) return ds_jv_int((int64_t)v.f);
-        if (v.t == JV_STR) {
-            char *end;
-            const char *p = v.s->s;
-            long long x = strtoll(p, &end, 10);
-            if (end != p && !*(end + ds_jinja_lstrip_len(end, strlen(end)))) return ds_jv_int(x);
-            double f = strtod(p, &end);
-            if (end != p && !*(end + ds_jinja_lstrip_len(end, strlen(end))) && isfinite(f)) return ds_jv_int((int64_t)f);
+    return r;
+}
+
+static ds_jv f_join(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const ds_jv *sepv = arg(a, 0, "d"), *attrv = arg(a, 1, "attribute");
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    ds_jv sep = sepv ? ds_jv_stringify(c, *sepv) : cstr(c, "");
+    ds_jbuf b = {0};
+    for (int i = 0; i < l.l->n && !c->err; i++) {
+        if (i) ds_jbuf_put(c, &b, sep.s->s, sep.s->n);
+        ds_jv x = l.l->a[i];
+        if (attrv && attrv->t == JV_STR) x = attr_path(c, line, x, attrv->s);
+        ds_jv_to_str(c, &b, x, 0);
+    }
+    return ds_jbuf_value(c, &b);
+}
+
+static ds_jv f_unique(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    const ds_jv *cs = arg(a, 0, "case_sensitive");
+    int sens = cs && ds_jv_truthy(*cs);
+    ds_jv r = ds_jv_list(c, l.l->n);
+    int k = 0;
+    for (int i = 0; i < l.l->n && !c->err; i++) {
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++) dup = sens ? ds_jv_equal(r.l->a[j], l.l->a[i]) : cmp_ci(r.l->a[j], l.l->a[i], 0) == 0 && r.l->a[j].t == l.l->a[i].t;
+        if (!dup) r.l->a[k++] = l.l->a[i];
+    }
+    if (!c->err) r.l->n = k;
+    return r;
+}
+
+// sort(reverse, case_sensitive, attribute), min and max(case_sensitive, attribute)
+static ds_jv f_sort(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    const int sort = is(name, "sort");
+    const ds_jv *rev = sort ? arg(a, 0, "reverse") : NULL, *cs = arg(a, sort ? 1 : 0, "case_sensitive"), *at = arg(a, sort ? 2 : 1, "attribute");
+    int rv = rev && ds_jv_truthy(*rev), sens = cs && ds_jv_truthy(*cs);
+    ds_jv r = ds_jv_list(c, l.l->n);
+    for (int i = 0; i < l.l->n && !c->err; i++) r.l->a[i] = l.l->a[i];
+    for (int i = 1; !c->err && i < r.l->n; i++)
+        for (int j = i; j > 0; j--) {
+            ds_jv x = r.l->a[j - 1], y = r.l->a[j];
+            if (at && at->t == JV_STR) x = attr_path(c, line, x, at->s), y = attr_path(c, line, y, at->s);
+            int o = cmp_ci(x, y, sens);
+            if (o == -2) return ds_jerr(c, line, DS_ERR_INVALID, "sort: '%s' and '%s' do not compare", ds_jv_type_name(x), ds_jv_type_name(y));
+            if (rv ? o >= 0 : o <= 0) break;
+            ds_jv t = r.l->a[j];
+            r.l->a[j] = r.l->a[j - 1], r.l->a[j - 1] = t;
         }
-        return d ? *d : ds_jv_int(0);
+    if (sort || c->err) return r;
+    if (!r.l->n) return ds_jv_undef("No aggregated item, sequence was empty.");
+    return r.l->a[is(name, "min") ? 0 : r.l->n - 1];
+}
+
+static ds_jv f_sum(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    ds_jv l = list_of(c, line, v);
+    const ds_jv *at = arg(a, 0, "attribute"), *st = arg(a, 1, "start");
+    ds_jv acc = st ? *st : ds_jv_int(0);
+    for (int i = 0; i < l.l->n && !c->err; i++) {
+        ds_jv x = at && at->t == JV_STR ? attr_path(c, line, l.l->a[i], at->s) : l.l->a[i];
+        if (!numeric(x) || !numeric(acc)) return ds_jerr(c, line, DS_ERR_INVALID, "sum: unsupported operand types");
+        acc = acc.t == JV_FLOAT || x.t == JV_FLOAT ? ds_jv_float(numval(acc) + numval(x)) : ds_jv_int((int64_t)numval(acc) + (int64_t)numval(x));
     }
-    if (IS("float")) {
-        const ds_jv *d = arg(a, 0, "default");
-        if (v.t == JV_FLOAT) return v;
-        if (v.t == JV_INT || v.t == JV_BOOL) return ds_jv_float(numval(v));
-        if (v.t == JV_STR) {
-            char *end;
-            double f = strtod(v.s->s, &end);
-            if (end != v.s->s && !*(end + ds_jinja_lstrip_len(end, strlen(end)))) return ds_jv_float(f);
-        }
-        return d ? *d : ds_jv_float(0);
-    }
-    if (IS("abs")) {
-        if (v.t == JV_INT) return ds_jv_int(v.i < 0 ? -v.i : v.i);
-        if (v.t == JV_FLOAT) return ds_jv_float(fabs(v.f));
-        if (v.t == JV_BOOL) return ds_jv_int(v.b);
-        return ds_jerr(c, line, DS_ERR_INVALID, "bad operand type for abs(): '%s'", ds_jv_type_name(v));
-    }
-    if (IS("round")) {
-        int64_t prec;
-        const ds_jstr *method;
-        if (!arg_int(c, line, a, 0, "precision", 0, &prec) || !arg_str(c, line, a, 1, "method", &method)) return ds_jv_undef(NULL);
-        if (!numeric(v)) return ds_jerr(c, line, DS_ERR_INVALID, "round needs a number");
-        double m = pow(10, (double)prec), x = numval(v) * m;
-        const char *md = method ? method->s : "common";
-        x = !strcmp(md, "floor") ? floor(x) : !strcmp(md, "ceil") ? ceil(x) : (x < 0 ? -floor(-x + 0.5) : floor(x + 0.5));
-        return ds_jv_float(x / m);
-    }
-    if (IS("items")) {
-        if (v.t == JV_UNDEF) return ds_jv_list(c, 0);
-        if (v.t != JV_DICT) return ds_jerr(c, line, DS_ERR_INVALID, "can only get item pairs from a mapping");
-        ds_jv r;
-        ds_jargs none = {0};
-        ds_jinja_method(c, line, v, "items", &none, &r);
-        return r;
-    }
-    if (IS("dictsort")) {
-        if (v.t != JV_DICT) return ds_jerr(c, line, DS_ERR_INVALID, "dictsort needs a mapping");
-        ds_jargs none = {0};
-        ds_jv r;
-        ds_jinja_method(c, line, v, "items", &none, &r);
-        const ds_jv *cs = arg(a, 0, "case_sensitive"), *by = arg(a, 1, "by"), *rev = arg(a, 2, "reverse");
-        int sens = cs && ds_jv_truthy(*cs), byv = by && by->t == JV_STR && !strcmp(by->s->s, "value"), rv = rev && ds_jv_truthy(*rev);
-        for (int i = 1; !c->err && i < r.l->n; i++) // insertion sort: stable, as Python's
-            for (int j = i; j > 0; j--) {
-                int o = cmp_ci(r.l->a[j - 1].l->a[byv], r.l->a[j].l->a[byv], sens);
-                if (rv ? o >= 0 : o <= 0) break;
-                ds_jv t = r.l->a[j];
-                r.l->a[j] = r.l->a[j - 1], r.l->a[j - 1] = t;
-            }
-        return r;
-    }
-    if (IS("list")) return list_of(c, line, v);
-    if (IS("first") || IS("last")) {
-        if (v.t == JV_UNDEF) return ds_jv_undef("No first item, sequence was empty.");
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        if (!l.l->n) return ds_jv_undef(IS("first") ? "No first item, sequence was empty." : "No last item, sequence was empty.");
-        return l.l->a[IS("first") ? 0 : l.l->n - 1];
-    }
-    if (IS("reverse")) {
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        ds_jv r = ds_jv_list(c, l.l->n);
-        for (int i = 0; i < l.l->n && !c->err; i++) r.l->a[i] = l.l->a[l.l->n - 1 - i];
-        if (v.t == JV_STR && !c->err) {
-            ds_jbuf b = {0};
-            for (int i = 0; i < r.l->n; i++) ds_jbuf_put(c, &b, r.l->a[i].s->s, r.l->a[i].s->n);
-            return ds_jbuf_value(c, &b);
-        }
-        return r;
-    }
-    if (IS("join")) {
-        const ds_jv *sepv = arg(a, 0, "d"), *attrv = arg(a, 1, "attribute");
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        ds_jv sep = sepv ? ds_jv_stringify(c, *sepv) : cstr(c, "");
-        ds_jbuf b = {0};
+    return acc;
+}
+
+// map(attribute=, default=) or map(filter_name, args...)
+static ds_jv f_map(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    if (!ds_jv_truthy(v)) return ds_jv_list(c, 0);
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    const ds_jv *at = arg(a, -1, "attribute"), *dflt = arg(a, -1, "default");
+    ds_jv r = ds_jv_list(c, l.l->n);
+    if (at) {
+        if (at->t != JV_STR) return ds_jerr(c, line, DS_ERR_INVALID, "map: attribute must be a string");
         for (int i = 0; i < l.l->n && !c->err; i++) {
-            if (i) ds_jbuf_put(c, &b, sep.s->s, sep.s->n);
-            ds_jv x = l.l->a[i];
-            if (attrv && attrv->t == JV_STR) x = attr_path(c, line, x, attrv->s);
-            ds_jv_to_str(c, &b, x, 0);
-        }
-        return ds_jbuf_value(c, &b);
-    }
-    if (IS("unique")) {
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        const ds_jv *cs = arg(a, 0, "case_sensitive");
-        int sens = cs && ds_jv_truthy(*cs);
-        ds_jv r = ds_jv_list(c, l.l->n);
-        int k = 0;
-        for (int i = 0; i < l.l->n && !c->err; i++) {
-            int dup = 0;
-            for (int j = 0; j < k && !dup; j++) dup = sens ? ds_jv_equal(r.l->a[j], l.l->a[i]) : cmp_ci(r.l->a[j], l.l->a[i], 0) == 0 && r.l->a[j].t == l.l->a[i].t;
-            if (!dup) r.l->a[k++] = l.l->a[i];
-        }
-        if (!c->err) r.l->n = k;
-        return r;
-    }
-    if (IS("sort") || IS("min") || IS("max")) {
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        const ds_jv *rev = IS("sort") ? arg(a, 0, "reverse") : NULL, *cs = arg(a, IS("sort") ? 1 : 0, "case_sensitive"),
-                    *at = arg(a, IS("sort") ? 2 : 1, "attribute");
-        int rv = rev && ds_jv_truthy(*rev), sens = cs && ds_jv_truthy(*cs);
-        ds_jv r = ds_jv_list(c, l.l->n);
-        for (int i = 0; i < l.l->n && !c->err; i++) r.l->a[i] = l.l->a[i];
-        for (int i = 1; !c->err && i < r.l->n; i++)
-            for (int j = i; j > 0; j--) {
-                ds_jv x = r.l->a[j - 1], y = r.l->a[j];
-                if (at && at->t == JV_STR) x = attr_path(c, line, x, at->s), y = attr_path(c, line, y, at->s);
-                int o = cmp_ci(x, y, sens);
-                if (o == -2) return ds_jerr(c, line, DS_ERR_INVALID, "sort: '%s' and '%s' do not compare", ds_jv_type_name(x), ds_jv_type_name(y));
-                if (rv ? o >= 0 : o <= 0) break;
-                ds_jv t = r.l->a[j];
-                r.l->a[j] = r.l->a[j - 1], r.l->a[j - 1] = t;
-            }
-        if (IS("sort") || c->err) return r;
-        if (!r.l->n) return ds_jv_undef("No aggregated item, sequence was empty.");
-        return r.l->a[IS("min") ? 0 : r.l->n - 1];
-    }
-    if (IS("sum")) {
-        ds_jv l = list_of(c, line, v);
-        const ds_jv *at = arg(a, 0, "attribute"), *st = arg(a, 1, "start");
-        ds_jv acc = st ? *st : ds_jv_int(0);
-        for (int i = 0; i < l.l->n && !c->err; i++) {
-            ds_jv x = at && at->t == JV_STR ? attr_path(c, line, l.l->a[i], at->s) : l.l->a[i];
-            if (!numeric(x) || !numeric(acc)) return ds_jerr(c, line, DS_ERR_INVALID, "sum: unsupported operand types");
-            acc = acc.t == JV_FLOAT || x.t == JV_FLOAT ? ds_jv_float(numval(acc) + numval(x)) : ds_jv_int((int64_t)numval(acc) + (int64_t)numval(x));
-        }
-        return acc;
-    }
-    if (IS("map")) {
-        if (!ds_jv_truthy(v)) return ds_jv_list(c, 0);
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        const ds_jv *at = arg(a, -1, "attribute"), *dflt = arg(a, -1, "default");
-        ds_jv r = ds_jv_list(c, l.l->n);
-        if (at) {
-            if (at->t != JV_STR) return ds_jerr(c, line, DS_ERR_INVALID, "map: attribute must be a string");
-            for (int i = 0; i < l.l->n && !c->err; i++) {
-                ds_jv x = attr_path(c, line, l.l->a[i], at->s);
-                r.l->a[i] = x.t == JV_UNDEF && dflt ? *dflt : x;
-            }
-            return r;
-        }
-        const ds_jstr *fname;
-        if (!arg_str(c, line, a, 0, NULL, &fname)) return ds_jv_undef(NULL);
-        if (!fname) return ds_jerr(c, line, DS_ERR_INVALID, "map needs a filter name or attribute=");
-        if (!ds_jinja_filter_known(fname->s)) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "no filter named '%s' (not supported)", fname->s);
-        ds_jargs fa = {.pos = a->n_pos > 1 ? a->pos + 1 : NULL, .n_pos = a->n_pos > 1 ? a->n_pos - 1 : 0, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw};
-        for (int i = 0; i < l.l->n && !c->err; i++) r.l->a[i] = ds_jinja_filter(c, line, fname->s, l.l->a[i], &fa);
-        return r;
-    }
-    if (IS("select")) return select_items(c, line, v, a, 0, 1);
-    if (IS("reject")) return select_items(c, line, v, a, 0, 0);
-    if (IS("selectattr")) return select_items(c, line, v, a, 1, 1);
-    if (IS("rejectattr")) return select_items(c, line, v, a, 1, 0);
-    if (IS("batch")) {
-        int64_t size;
-        if (!arg_int(c, line, a, 0, "linecount", 1, &size) || size < 1) return ds_jerr(c, line, DS_ERR_INVALID, "batch needs a positive size");
-        const ds_jv *fill = arg(a, 1, "fill_with");
-        ds_jv l = list_of(c, line, v);
-        if (c->err) return l;
-        int nb = (int)((l.l->n + size - 1) / size);
-        ds_jv r = ds_jv_list(c, nb);
-        for (int b = 0; b < nb && !c->err; b++) {
-            int take = (int)(l.l->n - b * size < size ? l.l->n - b * size : size);
-            ds_jv part = ds_jv_list(c, fill ? (int)size : take);
-            for (int k = 0; k < take && !c->err; k++) part.l->a[k] = l.l->a[b * size + k];
-            for (int k = take; fill && k < size && !c->err; k++) part.l->a[k] = *fill;
-            r.l->a[b] = part;
+            ds_jv x = attr_path(c, line, l.l->a[i], at->s);
+            r.l->a[i] = x.t == JV_UNDEF && dflt ? *dflt : x;
         }
         return r;
     }
-    return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "filter '%s' is not supported", name);
-#undef IS
+    const ds_jstr *fname;
+    if (!arg_str(c, line, a, 0, NULL, &fname)) return ds_jv_undef(NULL);
+    if (!fname) return ds_jerr(c, line, DS_ERR_INVALID, "map needs a filter name or attribute=");
+    if (!ds_jinja_filter_known(fname->s)) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "no filter named '%s' (not supported)", fname->s);
+    ds_jargs fa = {.pos = a->n_pos > 1 ? a->pos + 1 : NULL, .n_pos = a->n_pos > 1 ? a->n_pos - 1 : 0, .kw = a->kw, .kwv = a->kwv, .n_kw = a->n_kw};
+    for (int i = 0; i < l.l->n && !c->err; i++) r.l->a[i] = ds_jinja_filter(c, line, fname->s, l.l->a[i], &fa);
+    return r;
+}
+
+static ds_jv f_select(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) { return select_items(c, line, v, a, 0, 1); }
+static ds_jv f_reject(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) { return select_items(c, line, v, a, 0, 0); }
+static ds_jv f_selectattr(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) { return select_items(c, line, v, a, 1, 1); }
+static ds_jv f_rejectattr(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) { return select_items(c, line, v, a, 1, 0); }
+
+static ds_jv f_batch(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    int64_t size;
+    if (!arg_int(c, line, a, 0, "linecount", 1, &size) || size < 1) return ds_jerr(c, line, DS_ERR_INVALID, "batch needs a positive size");
+    const ds_jv *fill = arg(a, 1, "fill_with");
+    ds_jv l = list_of(c, line, v);
+    if (c->err) return l;
+    int nb = (int)((l.l->n + size - 1) / size);
+    ds_jv r = ds_jv_list(c, nb);
+    for (int b = 0; b < nb && !c->err; b++) {
+        int take = (int)(l.l->n - b * size < size ? l.l->n - b * size : size);
+        ds_jv part = ds_jv_list(c, fill ? (int)size : take);
+        for (int k = 0; k < take && !c->err; k++) part.l->a[k] = l.l->a[b * size + k];
+        for (int k = take; fill && k < size && !c->err; k++) part.l->a[k] = *fill;
+        r.l->a[b] = part;
+    }
+    return r;
+}
+
+static const jfilter k_filters[] = {
+    {"tojson", f_tojson},     {"trim", f_trim},         {"length", f_length},       {"count", f_length},
+    {"upper", f_recase},      {"lower", f_recase},      {"first", f_first_last},    {"last", f_first_last},
+    {"join", f_join},         {"default", f_default},   {"d", f_default},           {"items", f_items},
+    {"list", f_list},         {"string", f_string},     {"int", f_int},             {"float", f_float},
+    {"replace", f_replace},   {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"select", f_select},
+    {"reject", f_reject},     {"map", f_map},           {"safe", f_escape},         {"capitalize", f_recase},
+    {"title", f_recase},      {"indent", f_indent},     {"unique", f_unique},       {"abs", f_abs},
+    {"round", f_round},       {"reverse", f_reverse},   {"sort", f_sort},           {"dictsort", f_dictsort},
+    {"sum", f_sum},           {"min", f_sort},          {"max", f_sort},            {"e", f_escape},
+    {"escape", f_escape},     {"wordcount", f_wordcount}, {"center", f_center},     {"batch", f_batch},
+    {NULL, NULL}};
+
+static const jfilter *find_filter(const char *name) {
+    for (const jfilter *f = k_filters; f->name; f++)
+        if (is(name, f->name)) return f;
+    return NULL;
+}
+
+int ds_jinja_filter_known(const char *name) { return find_filter(name) != NULL; }
+
+ds_jv ds_jinja_filter(ds_jctx *c, int line, const char *name, ds_jv v, const ds_jargs *a) {
+    const jfilter *f = find_filter(name);
+    if (!f) return ds_jerr(c, line, DS_ERR_UNSUPPORTED, "filter '%s' is not supported", name);
+    return f->fn(c, line, name, v, a);
 }

@@ -588,54 +588,57 @@ static ds_status heldout_eval(state *S, const ds_model *target, const ds_heldout
 
 // ---- the loop ------------------------------------------------------------------------------------
 
-ds_status ds_train_run(const ds_train_opts *o) {
-    const int rank = ds_mpi_rank(), ranks = ds_mpi_size();
-    if (o->steps < 1 || o->batch < 1 || o->anchors < 1 || !(o->lr > 0) || o->warmup < 0 || o->warmup > 1)
-        return ds_fail(DS_ERR_INVALID, "training needs steps, batch and anchors >= 1, lr > 0, warmup in [0, 1]");
-    if (o->batch % ranks)
-        return ds_fail(DS_ERR_INVALID, "--batch %d must be a multiple of the %d MPI ranks", o->batch, ranks);
-    state S = {.o = o};
-    ds_model *target = NULL;
-    ds_data *data = NULL;
-    ds_tws *ws = NULL;
-    ds_kv *kv = NULL;
-    ds_workspace *tws = NULL;
-    float *grad = NULL, *taps = NULL, *hidden = NULL;
-    size_t *perm = NULL;
-    int *anchors = NULL;
-    FILE *metrics = NULL;
-    ds_heldout *heldout = NULL;
+// One training run: the target, the data, the drafter being trained (S) with its buffers, and where
+// the loop stands.
+typedef struct {
+    state S;
+    int rank, ranks;
+    ds_model *target;
+    ds_data *data;
+    ds_heldout *heldout;  // rank 0, with eval prompts
+    ds_tws *ws;           // the drafter's training workspace
+    ds_kv *kv;            // the target's cache (max_n positions)
+    ds_workspace *tws;    // the target's forward workspace
+    float *grad;          // [n_params]
+    float *taps, *hidden; // [max_n][n_taps][H], [max_n][H]
+    int *anchors;         // [max_n]
+    size_t *perm;         // [count]: the order of the current epoch
+    long perm_epoch;
+    FILE *metrics;        // rank 0
+    long metrics_at;      // metrics.jsonl's length at the current checkpoint (rank 0; else -1)
+    int save_every, eval_every;
+    double t_start, tokens;
+    int first_step;
+    int last_saved;       // the step of the newest checkpoint on disk (-1: none)
+} run;
+
+// What one step measured, summed over the ranks.
+typedef struct {
+    double sums[11]; // loss, ce, l1, conf, weight, slots, ptau, blocks, tokens, interrupted, kl
+    double W, gnorm, lr;
+} step_result;
+
+// The target and the data, and the drafter: OUT's newest complete checkpoint (resume), --init, or a
+// fresh one written to OUT/init; its optimizer state when resuming.
+static ds_status run_open(run *R) {
+    const ds_train_opts *o = R->S.o;
+    const int rank = R->rank;
     char path[4200];
-    ds_status st = ds_model_load(o->target, NULL, &target);
-    if (!st) st = ds_data_open(o->data, &data);
-    if (st) goto done;
-    if (ds_data_count(data) == 0) {
-        st = ds_fail(DS_ERR_INVALID, "%s: no training sequences", o->data);
-        goto done;
-    }
-    if (ds_data_vocab(data) != (uint64_t)ds_model_get_info(target)->vocab_size) {
-        st = ds_fail(DS_ERR_MISMATCH, "%s: data vocabulary %llu does not match the target's %d", o->data,
-                     (unsigned long long)ds_data_vocab(data), ds_model_get_info(target)->vocab_size);
-        goto done;
-    }
-    // Where the drafter comes from: OUT's newest complete checkpoint (resume), --init, or a fresh one
-    // written to OUT/init.
+    ds_status st = ds_model_load(o->target, NULL, &R->target);
+    if (!st) st = ds_data_open(o->data, &R->data);
+    if (st) return st;
+    if (ds_data_count(R->data) == 0) return ds_fail(DS_ERR_INVALID, "%s: no training sequences", o->data);
+    if (ds_data_vocab(R->data) != (uint64_t)ds_model_get_info(R->target)->vocab_size)
+        return ds_fail(DS_ERR_MISMATCH, "%s: data vocabulary %llu does not match the target's %d", o->data,
+                       (unsigned long long)ds_data_vocab(R->data), ds_model_get_info(R->target)->vocab_size);
     char ckpt[4300];
     int legacy = 0, skipped = 0;
     const int ckpt_step = ckpt_newest(o->out, ckpt, sizeof ckpt, &legacy, &skipped);
     struct stat sb;
-    if (!o->resume && ckpt_step >= 0) {
-        st = ds_fail(DS_ERR_IO, "%s already holds a training run: use --resume, or another -o", o->out);
-        goto done;
-    }
-    if (o->resume && ckpt_step < 0) {
-        st = ds_fail(DS_ERR_IO, "%s: nothing to resume (no complete checkpoint there): start without --resume", o->out);
-        goto done;
-    }
-    if (rank == 0 && mkdir(o->out, 0755) != 0 && errno != EEXIST) {
-        st = ds_fail(DS_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
-        goto done;
-    }
+    if (!o->resume && ckpt_step >= 0) return ds_fail(DS_ERR_IO, "%s already holds a training run: use --resume, or another -o", o->out);
+    if (o->resume && ckpt_step < 0)
+        return ds_fail(DS_ERR_IO, "%s: nothing to resume (no complete checkpoint there): start without --resume", o->out);
+    if (rank == 0 && mkdir(o->out, 0755) != 0 && errno != EEXIST) return ds_fail(DS_ERR_IO, "%s: cannot create: %s", o->out, strerror(errno));
     if (o->resume && rank == 0)
         message(o, ckpt_step, "resuming from %s (step %d)%s", ckpt, ckpt_step,
                 skipped ? " (newer incomplete checkpoints ignored)" : "");
@@ -643,178 +646,225 @@ ds_status ds_train_run(const ds_train_opts *o) {
     char init_dir[4200];
     if (!src) {
         snprintf(init_dir, sizeof init_dir, "%s/init", o->out);
-        if (rank == 0 && stat(init_dir, &sb) != 0 && (st = ds_drafter_init_write(target, &o->shape, init_dir))) goto done;
+        if (rank == 0 && stat(init_dir, &sb) != 0 && (st = ds_drafter_init_write(R->target, &o->shape, init_dir))) return st;
         ds_mpi_allreduce_sum(NULL, 0); // barrier: rank 0 wrote it
         src = init_dir;
     }
-    if ((st = ds_tmodel_load(src, target, &S.tm))) goto done;
+    if ((st = ds_tmodel_load(src, R->target, &R->S.tm))) return st;
     snprintf(path, sizeof path, "%s/config.json", src);
-    S.config_text = read_text(path);
-    S.m = calloc(S.tm.n_params, sizeof(float));
-    S.v = calloc(S.tm.n_params, sizeof(float));
-    grad = malloc(sizeof(float) * S.tm.n_params);
-    if (!S.config_text || !S.m || !S.v || !grad) {
-        st = ds_fail(DS_ERR_NOMEM, "out of memory for training state");
-        goto done;
-    }
-    if (o->resume && (st = load_resume(&S, ckpt))) goto done;
+    R->S.config_text = read_text(path);
+    R->S.m = calloc(R->S.tm.n_params, sizeof(float));
+    R->S.v = calloc(R->S.tm.n_params, sizeof(float));
+    R->grad = malloc(sizeof(float) * R->S.tm.n_params);
+    if (!R->S.config_text || !R->S.m || !R->S.v || !R->grad) return ds_fail(DS_ERR_NOMEM, "out of memory for training state");
+    if (o->resume && (st = load_resume(&R->S, ckpt))) return st;
     // The checkpoint resumed from is the current one (a kill may have come between its rename and
     // the switch of OUT/checkpoint); leftovers of killed saves are removed.
-    if (o->resume && rank == 0 && !legacy && (st = ckpt_make_current(o, S.step))) goto done;
-    if (S.step >= o->steps) {
-        if (rank == 0) message(o, S.step, "%s already finished %d steps", o->out, S.step);
-        goto done;
-    }
-    if (rank == 0 && o->eval_prompts && (st = ds_heldout_load(o->eval_prompts, target, o->eval_max_tokens, &heldout)))
-        goto done;
-    // Per-sequence buffers, sized by the longest sequence.
+    if (o->resume && rank == 0 && !legacy && (st = ckpt_make_current(o, R->S.step))) return st;
+    return DS_OK;
+}
+
+// The held-out prompts, the per-sequence buffers (sized by the longest sequence), the target's
+// cache and workspaces, metrics.jsonl.
+static ds_status run_buffers(run *R) {
+    const ds_train_opts *o = R->S.o;
+    ds_status st;
+    if (R->rank == 0 && o->eval_prompts && (st = ds_heldout_load(o->eval_prompts, R->target, o->eval_max_tokens, &R->heldout)))
+        return st;
     int max_n = 1;
-    for (size_t i = 0; i < ds_data_count(data); i++) {
+    for (size_t i = 0; i < ds_data_count(R->data); i++) {
         const int32_t *t;
         int n, np;
-        ds_data_get(data, i, &t, &n, &np);
+        ds_data_get(R->data, i, &t, &n, &np);
         max_n = n > max_n ? n : max_n;
     }
-    const ds_drafter_info *di = ds_drafter_get_info(S.tm.d);
+    const ds_drafter_info *di = ds_drafter_get_info(R->S.tm.d);
     const int H = di->hidden;
-    taps = malloc(sizeof(float) * (size_t)max_n * di->n_taps * H);
-    hidden = malloc(sizeof(float) * (size_t)max_n * H);
-    anchors = malloc(sizeof(int) * (size_t)max_n);
-    perm = malloc(sizeof(size_t) * ds_data_count(data));
-    if (!taps || !hidden || !anchors || !perm) {
-        st = ds_fail(DS_ERR_NOMEM, "out of memory for training buffers");
-        goto done;
+    R->taps = malloc(sizeof(float) * (size_t)max_n * di->n_taps * H);
+    R->hidden = malloc(sizeof(float) * (size_t)max_n * H);
+    R->anchors = malloc(sizeof(int) * (size_t)max_n);
+    R->perm = malloc(sizeof(size_t) * ds_data_count(R->data));
+    if (!R->taps || !R->hidden || !R->anchors || !R->perm) return ds_fail(DS_ERR_NOMEM, "out of memory for training buffers");
+    if ((st = ds_kv_init(R->target, max_n, &R->kv)) || (st = ds_workspace_init(R->target, &R->tws)) || (st = ds_tws_init(&R->S.tm, &R->ws)))
+        return st;
+    if (R->rank == 0 && (st = open_metrics(o, o->resume ? R->S.step : 0, &R->metrics))) return st;
+    R->metrics_at = R->rank == 0 ? ftell(R->metrics) : -1;
+    return DS_OK;
+}
+
+// One optimizer step: this rank's sequences of the batch forward + backward, gradients and stats
+// summed over the ranks (and whether any rank was interrupted, so that all stop at the same step),
+// normalized by the total slot weight, clipped, AdamW.
+static ds_status run_step(run *R, step_result *r) {
+    const ds_train_opts *o = R->S.o;
+    const ds_drafter_info *di = ds_drafter_get_info(R->S.tm.d);
+    state *S = &R->S;
+    ds_status st;
+    memset(R->grad, 0, sizeof(float) * S->tm.n_params);
+    ds_loss_stats ls = {0};
+    double step_tokens = 0;
+    for (int b = R->rank; b < o->batch; b += R->ranks) {
+        const long item = (long)S->step * o->batch + b;
+        const size_t idx = sequence_at(o->seed, ds_data_count(R->data), item, R->perm, &R->perm_epoch);
+        const int32_t *tok;
+        int n, np;
+        ds_data_get(R->data, idx, &tok, &n, &np);
+        const int na = sample_anchors(o->seed, item, n, np, o->anchors, R->anchors);
+        if (na == 0) continue;
+        ds_kv_truncate(R->kv, 0);
+        ds_forward_seq f = {.kv = R->kv, .tokens = tok, .n_tokens = n, .tap_layers = di->tap_layers,
+                            .n_taps = di->n_taps, .taps = R->taps, .hidden = R->hidden};
+        if ((st = ds_model_forward(R->target, R->tws, &f, 1))) return st;
+        ds_tsample sm = {tok, n, np, R->taps, R->hidden, R->anchors, na, R->target->final_softcap};
+        if ((st = ds_train_sequence(&S->tm, R->ws, &sm, &o->lw, R->grad, &ls))) return st;
+        step_tokens += n;
     }
-    if ((st = ds_kv_init(target, max_n, &kv)) || (st = ds_workspace_init(target, &tws)) || (st = ds_tws_init(&S.tm, &ws)))
-        goto done;
-    if (rank == 0 && (st = open_metrics(o, o->resume ? S.step : 0, &metrics))) goto done;
-    long metrics_at = rank == 0 ? ftell(metrics) : -1; // its length at the current checkpoint
-    const int save_every = o->save_every > 0 ? o->save_every : (o->steps >= 10 ? o->steps / 10 : 1);
-    const int eval_every = o->eval_every > 0 ? o->eval_every : save_every;
-    long perm_epoch = -1;
-    const double t_start = now_s();
-    double tokens = 0;
-    const int first_step = S.step;
-    int last_saved = o->resume ? S.step : -1; // the step of the newest checkpoint on disk
-    while (S.step < o->steps) {
-        memset(grad, 0, sizeof(float) * S.tm.n_params);
-        ds_loss_stats ls = {0};
-        double step_tokens = 0;
-        for (int b = rank; b < o->batch; b += ranks) {
-            const long item = (long)S.step * o->batch + b;
-            const size_t idx = sequence_at(o->seed, ds_data_count(data), item, perm, &perm_epoch);
-            const int32_t *tok;
-            int n, np;
-            ds_data_get(data, idx, &tok, &n, &np);
-            const int na = sample_anchors(o->seed, item, n, np, o->anchors, anchors);
-            if (na == 0) continue;
-            ds_kv_truncate(kv, 0);
-            ds_forward_seq f = {.kv = kv, .tokens = tok, .n_tokens = n, .tap_layers = di->tap_layers,
-                                .n_taps = di->n_taps, .taps = taps, .hidden = hidden};
-            if ((st = ds_model_forward(target, tws, &f, 1))) goto done;
-            ds_tsample sm = {tok, n, np, taps, hidden, anchors, na, target->final_softcap};
-            if ((st = ds_train_sequence(&S.tm, ws, &sm, &o->lw, grad, &ls))) goto done;
-            step_tokens += n;
-        }
-        // Sum over ranks, then normalize by the total slot weight.
-        // (and whether any rank was interrupted, so that all stop at the same step)
-        double sums[11] = {ls.loss, ls.ce, ls.l1, ls.conf, ls.weight, ls.slots, ls.ptau, ls.blocks, step_tokens,
-                           o->interrupted && *o->interrupted, ls.kl};
-        ds_mpi_allreduce_sum(sums, 11);
-        ds_mpi_allreduce_sum_f(grad, S.tm.n_params);
-        const double W = sums[4] > 0 ? sums[4] : 1;
-        double norm2 = 0;
-        for (size_t i = 0; i < S.tm.n_params; i++) {
-            grad[i] = (float)(grad[i] / W);
-            norm2 += (double)grad[i] * grad[i];
-        }
-        const double gnorm = sqrt(norm2);
-        // Divergence: stop before the update, so the parameters, the optimizer state and every
-        // checkpoint on disk stay as they were (and metrics.jsonl never holds a nan).
-        if (!isfinite(sums[0] / W) || !isfinite(sums[1] / W) || !isfinite(sums[2] / W) || !isfinite(sums[3] / W) ||
-            !isfinite(gnorm)) {
-            st = last_saved >= 0
-                     ? ds_fail(DS_ERR_INVALID,
-                               "training diverged at step %d (loss %g, gradient norm %g): stopped; the checkpoint of "
-                               "step %d in %s is kept (try a lower --lr)",
-                               S.step + 1, sums[0] / W, gnorm, last_saved, o->out)
-                     : ds_fail(DS_ERR_INVALID,
-                               "training diverged at step %d (loss %g, gradient norm %g): stopped before any checkpoint "
-                               "was written (try a lower --lr)",
-                               S.step + 1, sums[0] / W, gnorm);
-            goto done;
-        }
-        if (o->clip > 0 && gnorm > o->clip)
-            for (size_t i = 0; i < S.tm.n_params; i++) grad[i] = (float)(grad[i] * (o->clip / gnorm));
-        const double lr = lr_at(o, S.step);
-        adamw(S.tm.params, grad, S.m, S.v, S.tm.n_params, lr, o->weight_decay, S.step + 1);
-        S.step++;
-        tokens += sums[8];
-        const double ptau = sums[7] > 0 ? sums[6] / sums[7] : 0;
-        const int do_eval = o->eval_prompts && (S.step % eval_every == 0 || S.step == o->steps);
-        char line[4096];
-        snprintf(line, sizeof line,
-                 "{\"step\":%d,\"loss\":%.6f,\"ce\":%.6f,\"l1\":%.6f,\"conf\":%.6f,\"kl\":%.6f,\"ptau\":%.4f,"
-                 "\"lr\":%.3e,\"grad_norm\":%.4f,\"slots\":%.0f,\"blocks\":%.0f",
-                 S.step, sums[0] / W, sums[1] / W, sums[2] / W, sums[3] / W, sums[10] / W, ptau, lr, gnorm, sums[5],
-                 sums[7]);
-        if (rank == 0) {
-            const double t = now_s() - t_start, per = t / (S.step - first_step);
-            ds_train_event ev = {.kind = DS_TRAIN_EV_STEP, .step = S.step, .steps = o->steps, .first_step = first_step,
-                                 .loss = sums[0] / W, .ce = sums[1] / W, .l1 = sums[2] / W, .conf = sums[3] / W,
-                                 .ptau = ptau, .lr = lr, .grad_norm = gnorm, .elapsed_s = t,
-                                 .tok_per_s = t > 0 ? tokens / t : 0, .blocks_per_s = per > 0 ? sums[7] / per : 0,
-                                 .eta_s = per * (o->steps - S.step), .best_tau = S.best_tau, .best_step = S.best_step};
-            emit(o, &ev);
-            if (do_eval && (st = heldout_eval(&S, target, heldout, t_start, line, sizeof line))) goto done;
-            if ((st = append_metrics(o, metrics, line))) goto done;
-        }
+    double *sums = r->sums;
+    sums[0] = ls.loss, sums[1] = ls.ce, sums[2] = ls.l1, sums[3] = ls.conf, sums[4] = ls.weight, sums[5] = ls.slots;
+    sums[6] = ls.ptau, sums[7] = ls.blocks, sums[8] = step_tokens, sums[9] = o->interrupted && *o->interrupted;
+    sums[10] = ls.kl;
+    ds_mpi_allreduce_sum(sums, 11);
+    ds_mpi_allreduce_sum_f(R->grad, S->tm.n_params);
+    const double W = sums[4] > 0 ? sums[4] : 1;
+    double norm2 = 0;
+    for (size_t i = 0; i < S->tm.n_params; i++) {
+        R->grad[i] = (float)(R->grad[i] / W);
+        norm2 += (double)R->grad[i] * R->grad[i];
+    }
+    const double gnorm = sqrt(norm2);
+    // Divergence: stop before the update, so the parameters, the optimizer state and every
+    // checkpoint on disk stay as they were (and metrics.jsonl never holds a nan).
+    if (!isfinite(sums[0] / W) || !isfinite(sums[1] / W) || !isfinite(sums[2] / W) || !isfinite(sums[3] / W) ||
+        !isfinite(gnorm))
+        return R->last_saved >= 0
+                   ? ds_fail(DS_ERR_INVALID,
+                             "training diverged at step %d (loss %g, gradient norm %g): stopped; the checkpoint of "
+                             "step %d in %s is kept (try a lower --lr)",
+                             S->step + 1, sums[0] / W, gnorm, R->last_saved, o->out)
+                   : ds_fail(DS_ERR_INVALID,
+                             "training diverged at step %d (loss %g, gradient norm %g): stopped before any checkpoint "
+                             "was written (try a lower --lr)",
+                             S->step + 1, sums[0] / W, gnorm);
+    if (o->clip > 0 && gnorm > o->clip)
+        for (size_t i = 0; i < S->tm.n_params; i++) R->grad[i] = (float)(R->grad[i] * (o->clip / gnorm));
+    const double lr = lr_at(o, S->step);
+    adamw(S->tm.params, R->grad, S->m, S->v, S->tm.n_params, lr, o->weight_decay, S->step + 1);
+    S->step++;
+    R->tokens += sums[8];
+    r->W = W, r->gnorm = gnorm, r->lr = lr;
+    return DS_OK;
+}
+
+// Rank 0 after a step: the progress event, the held-out evaluation when due, the metrics line.
+static ds_status run_report(run *R, const step_result *r, int do_eval) {
+    const ds_train_opts *o = R->S.o;
+    const state *S = &R->S;
+    const double *sums = r->sums, W = r->W;
+    const double ptau = sums[7] > 0 ? sums[6] / sums[7] : 0;
+    ds_status st;
+    char line[4096];
+    snprintf(line, sizeof line,
+             "{\"step\":%d,\"loss\":%.6f,\"ce\":%.6f,\"l1\":%.6f,\"conf\":%.6f,\"kl\":%.6f,\"ptau\":%.4f,"
+             "\"lr\":%.3e,\"grad_norm\":%.4f,\"slots\":%.0f,\"blocks\":%.0f",
+             S->step, sums[0] / W, sums[1] / W, sums[2] / W, sums[3] / W, sums[10] / W, ptau, r->lr, r->gnorm, sums[5],
+             sums[7]);
+    const double t = now_s() - R->t_start, per = t / (S->step - R->first_step);
+    ds_train_event ev = {.kind = DS_TRAIN_EV_STEP, .step = S->step, .steps = o->steps, .first_step = R->first_step,
+                         .loss = sums[0] / W, .ce = sums[1] / W, .l1 = sums[2] / W, .conf = sums[3] / W,
+                         .ptau = ptau, .lr = r->lr, .grad_norm = r->gnorm, .elapsed_s = t,
+                         .tok_per_s = t > 0 ? R->tokens / t : 0, .blocks_per_s = per > 0 ? sums[7] / per : 0,
+                         .eta_s = per * (o->steps - S->step), .best_tau = S->best_tau, .best_step = S->best_step};
+    emit(o, &ev);
+    if (do_eval && (st = heldout_eval(&R->S, R->target, R->heldout, R->t_start, line, sizeof line))) return st;
+    return append_metrics(o, R->metrics, line);
+}
+
+// Rank 0: metrics.jsonl's lines up to this step on disk, then the checkpoint that counts them.
+static ds_status run_checkpoint(run *R) {
+    const ds_train_opts *o = R->S.o;
+    ds_status st;
+    if (fsync(fileno(R->metrics)) != 0) return ds_fail(DS_ERR_IO, "%s/metrics.jsonl: fsync failed: %s", o->out, strerror(errno));
+    if ((st = save(&R->S))) {
+        // (a full disk): metrics.jsonl back to the lines of the checkpoint still current
+        if (R->metrics_at >= 0 && ftruncate(fileno(R->metrics), (off_t)R->metrics_at) == 0) fsync(fileno(R->metrics));
+        return st;
+    }
+    R->metrics_at = ftell(R->metrics);
+    R->last_saved = R->S.step;
+    return DS_OK;
+}
+
+// Steps until the last, an interrupt (checkpointed), --stop-after, or the early stop.
+static ds_status run_loop(run *R) {
+    const ds_train_opts *o = R->S.o;
+    const int rank = R->rank;
+    state *S = &R->S;
+    ds_status st;
+    R->save_every = o->save_every > 0 ? o->save_every : (o->steps >= 10 ? o->steps / 10 : 1);
+    R->eval_every = o->eval_every > 0 ? o->eval_every : R->save_every;
+    R->perm_epoch = -1;
+    R->t_start = now_s();
+    R->tokens = 0;
+    R->first_step = S->step;
+    R->last_saved = o->resume ? S->step : -1;
+    while (S->step < o->steps) {
+        step_result r;
+        if ((st = run_step(R, &r))) return st;
+        const int do_eval = o->eval_prompts && (S->step % R->eval_every == 0 || S->step == o->steps);
+        if (rank == 0 && (st = run_report(R, &r, do_eval))) return st;
         // Early stop: rank 0 decides, every rank follows.
-        double early = rank == 0 && do_eval && o->patience > 0 && S.stale_evals >= o->patience;
+        double early = rank == 0 && do_eval && o->patience > 0 && S->stale_evals >= o->patience;
         if (do_eval) ds_mpi_allreduce_sum(&early, 1);
-        const int stop = sums[9] > 0;
-        const int pause = o->stop_after > 0 && S.step - first_step >= o->stop_after;
-        if (rank == 0 && (S.step % save_every == 0 || S.step == o->steps || stop || pause || early > 0)) {
-            // metrics.jsonl's lines up to this step on disk before the checkpoint that counts them
-            if (fsync(fileno(metrics)) != 0) {
-                st = ds_fail(DS_ERR_IO, "%s/metrics.jsonl: fsync failed: %s", o->out, strerror(errno));
-                goto done;
-            }
-            if ((st = save(&S))) {
-                // (a full disk): metrics.jsonl back to the lines of the checkpoint still current
-                if (metrics_at >= 0 && ftruncate(fileno(metrics), (off_t)metrics_at) == 0) fsync(fileno(metrics));
-                goto done;
-            }
-            metrics_at = ftell(metrics);
-            last_saved = S.step;
-        }
+        const int stop = r.sums[9] > 0;
+        const int pause = o->stop_after > 0 && S->step - R->first_step >= o->stop_after;
+        if (rank == 0 && (S->step % R->save_every == 0 || S->step == o->steps || stop || pause || early > 0) &&
+            (st = run_checkpoint(R)))
+            return st;
         if (stop) {
-            if (rank == 0) message(o, S.step, "interrupted: checkpoint of step %d saved in %s", S.step, o->out);
-            st = ds_fail(DS_ERR_INTERRUPTED, "training interrupted at step %d (resume with --resume)", S.step);
-            goto done;
+            if (rank == 0) message(o, S->step, "interrupted: checkpoint of step %d saved in %s", S->step, o->out);
+            return ds_fail(DS_ERR_INTERRUPTED, "training interrupted at step %d (resume with --resume)", S->step);
         }
         if (pause) {
-            if (rank == 0) message(o, S.step, "stopped after %d steps as asked; checkpoint in %s", o->stop_after, o->out);
-            goto done;
+            if (rank == 0) message(o, S->step, "stopped after %d steps as asked; checkpoint in %s", o->stop_after, o->out);
+            return DS_OK;
         }
         if (early > 0) {
             if (rank == 0)
-                message(o, S.step,
+                message(o, S->step,
                         "stopped early at step %d: held-out tau has not improved in %d evaluations (best %.3f at step %d)",
-                        S.step, o->patience, S.best_tau, S.best_step);
-            goto done;
+                        S->step, o->patience, S->best_tau, S->best_step);
+            return DS_OK;
         }
     }
-done:
-    if (metrics) fclose(metrics);
-    ds_heldout_free(heldout);
-    ds_tws_free(ws);
-    ds_kv_free(kv);
-    ds_workspace_free(tws);
-    free(grad), free(taps), free(hidden), free(anchors), free(perm);
-    free(S.m), free(S.v), free(S.config_text);
-    if (S.tm.d) ds_tmodel_free(&S.tm);
-    ds_data_close(data);
-    ds_model_free(target);
+    return DS_OK;
+}
+
+static void run_close(run *R) {
+    if (R->metrics) fclose(R->metrics);
+    ds_heldout_free(R->heldout);
+    ds_tws_free(R->ws);
+    ds_kv_free(R->kv);
+    ds_workspace_free(R->tws);
+    free(R->grad), free(R->taps), free(R->hidden), free(R->anchors), free(R->perm);
+    free(R->S.m), free(R->S.v), free(R->S.config_text);
+    if (R->S.tm.d) ds_tmodel_free(&R->S.tm);
+    ds_data_close(R->data);
+    ds_model_free(R->target);
+}
+
+ds_status ds_train_run(const ds_train_opts *o) {
+    const int rank = ds_mpi_rank(), ranks = ds_mpi_size();
+    if (o->steps < 1 || o->batch < 1 || o->anchors < 1 || !(o->lr > 0) || o->warmup < 0 || o->warmup > 1)
+        return ds_fail(DS_ERR_INVALID, "training needs steps, batch and anchors >= 1, lr > 0, warmup in [0, 1]");
+    if (o->batch % ranks)
+        return ds_fail(DS_ERR_INVALID, "--batch %d must be a multiple of the %d MPI ranks", o->batch, ranks);
+    run R = {.S = {.o = o}, .rank = rank, .ranks = ranks};
+    ds_status st = run_open(&R);
+    if (!st && R.S.step >= o->steps) {
+        if (rank == 0) message(o, R.S.step, "%s already finished %d steps", o->out, R.S.step);
+    } else if (!st && !(st = run_buffers(&R))) {
+        st = run_loop(&R);
+    }
+    run_close(&R);
     return st;
 }
