@@ -24,7 +24,8 @@
 #     llama.cpp gets it as the dflash GGUF its converter writes (DRAFTER_GGUF, default: written by
 #     bench/drafter_gguf.py, bf16). Configurations: llama-server plain, llama-server --spec-type
 #     draft-dspark --spec-draft-n-max K for each K in DRAFT_N (default "3 5 7"), dspark serve --spec
-#     none, dspark serve -d DRAFTER --schedule auto. Greedy texts are compared across configurations
+#     none, dspark serve -d DRAFTER for each of DSPARK_SPEC (default "auto"; fixed-K: --schedule fixed
+#     --draft-max K). Greedy texts are compared across configurations
 #     (each engine's speculative text must equal its own plain text; the two engines' texts may
 #     differ where their arithmetic rounds differently, and the summary says whether they agree).
 # Both sides run with n_ctx >= PP + TG, one sequence, CPU only. One JSON line per measurement on
@@ -48,6 +49,7 @@ SPEC_TG=${SPEC_TG:-64}
 CONC=${CONC:-"1 4"}
 TEMPS=${TEMPS:-"0 1"}
 DRAFT_N=${DRAFT_N:-"3 5 7"}
+DSPARK_SPEC=${DSPARK_SPEC:-auto}
 
 die() { echo "bench_peer: $*" >&2; exit 1; }
 [ -x "$BUILD/bin/bench_decode" ] || die "$BUILD/bin/bench_decode not found (make build first)"
@@ -145,7 +147,10 @@ if [[ " $PHASES " == *" spec "* ]]; then
           serve_run llama.cpp "draft-dspark-$k" "$conc" "$temp" "$r" "$f" "$t" -- "${L[@]}" -md "$dg" \
             --spec-type draft-dspark --spec-draft-n-max "$k" -fa on | tee -a "$RESULTS"
         done
-        serve_run dspark auto "$conc" "$temp" "$r" "$f" "$t" -- "${D[@]}" -d "$DRAFTER" --schedule auto | tee -a "$RESULTS"
+        for c in $DSPARK_SPEC; do
+          if [ "$c" = auto ]; then sched=(--schedule auto); else sched=(--schedule fixed --draft-max "${c#fixed-}"); fi
+          serve_run dspark "$c" "$conc" "$temp" "$r" "$f" "$t" -- "${D[@]}" -d "$DRAFTER" "${sched[@]}" | tee -a "$RESULTS"
+        done
       done
     done; done; done
     [ -n "${DRAFTER_GGUF:-}" ] || rm -f "$dg"
