@@ -130,7 +130,7 @@ static int add_class(parser *ps, const uint32_t *lohi, int n, int neg) {
     g->cs_off[c] = g->n_rng;
     g->cs_n[c] = n;
     g->cs_neg[c] = (uint8_t)neg;
-    memcpy(g->rng + 2 * (size_t)g->n_rng, lohi, sizeof(uint32_t) * 2 * (size_t)n);
+    if (n) memcpy(g->rng + 2 * (size_t)g->n_rng, lohi, sizeof(uint32_t) * 2 * (size_t)n); // ([] has none)
     g->n_rng += n;
     uint32_t *bm = g->cs_ascii + 4 * (size_t)c;
     memset(bm, 0, 16);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/utf8.h"
 #include "dspark.h"
 
 #define MAX_DEPTH 64
@@ -536,6 +537,9 @@ ds_status ds_json_schema_to_gbnf(const char *schema_json, size_t len, char **gbn
         if (!(*gbnf = strdup(ds_json_object_gbnf()))) return ds_fail(DS_ERR_NOMEM, "out of memory");
         return DS_OK;
     }
+    size_t bad = 0; // (cJSON passes invalid UTF-8 through; a const or enum string would carry it into the grammar)
+    if (!ds_utf8_valid((const uint8_t *)schema_json, len, &bad))
+        return ds_fail(DS_ERR_INVALID, "json schema: not valid UTF-8 (byte %zu)", bad);
     cJSON *root = cJSON_ParseWithLength(schema_json, len);
     if (!root) return ds_fail(DS_ERR_INVALID, "json schema: not valid JSON");
     conv c = {.root = root};
