@@ -553,6 +553,17 @@ ds_status ds_json_schema_to_gbnf(const char *schema_json, size_t len, char **gbn
         if (all.bad) st = ds_fail(DS_ERR_NOMEM, "json schema: out of memory");
         else *gbnf = all.s;
     }
+    if (!st) { // e.g. {"$ref": "#"}: a $ref cycle that consumes nothing is a left-recursive grammar
+        ds_grammar *g = NULL;
+        if (ds_grammar_parse(*gbnf, &g)) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", ds_last_error());
+            st = ds_fail(DS_ERR_INVALID, "json schema: its grammar is refused (a $ref cycle that consumes nothing?): %s", why);
+            free(*gbnf);
+            *gbnf = NULL;
+        }
+        ds_grammar_free(g);
+    }
     if (bad_keyword) *bad_keyword = st ? c.bad_kw : NULL;
     free(top.s);
     free(c.rules.s);
