@@ -461,57 +461,13 @@ static int key_selected(const char *key, const char *const *keep) {
     return 0;
 }
 
-static void put_str(FILE *f, const char *p, uint64_t n) {
-    fwrite(&n, 8, 1, f);
-    fwrite(p, 1, (size_t)n, f);
-}
-
 ds_status ds_gguf_write_metadata(const ds_gguf *g, const char *const *keep, const char *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ds_fail(DS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    uint64_t nkv = 0;
-    for (uint64_t i = 0; i < g->n_kv; i++) nkv += key_selected(g->kv[i].key, keep);
-    const uint32_t magic = 0x46554747, version = 3;
-    const uint64_t nt = 0;
-    fwrite(&magic, 4, 1, f);
-    fwrite(&version, 4, 1, f);
-    fwrite(&nt, 8, 1, f);
-    fwrite(&nkv, 8, 1, f);
-    for (uint64_t i = 0; i < g->n_kv; i++) {
-        const ds_gguf_kv *kv = &g->kv[i];
-        if (!key_selected(kv->key, keep)) continue;
-        put_str(f, kv->key, strlen(kv->key));
-        const uint32_t ty = (uint32_t)kv->type;
-        fwrite(&ty, 4, 1, f);
-        if (kv->type == DS_GGUF_STRING) {
-            put_str(f, kv->v.s.ptr, kv->v.s.len);
-        } else if (kv->type == DS_GGUF_ARRAY) {
-            const uint32_t at = (uint32_t)kv->arr_type;
-            fwrite(&at, 4, 1, f);
-            fwrite(&kv->arr_n, 8, 1, f);
-            if (kv->arr_type == DS_GGUF_STRING)
-                for (uint64_t k = 0; k < kv->arr_n; k++) put_str(f, kv->arr_strs[k].ptr, kv->arr_strs[k].len);
-            else
-                fwrite(kv->arr_data, type_size(kv->arr_type), (size_t)kv->arr_n, f);
-        } else {
-            unsigned char b[8];
-            if (kv->type == DS_GGUF_F32) {
-                const float v = (float)kv->v.f;
-                memcpy(b, &v, 4);
-            } else if (kv->type == DS_GGUF_F64) {
-                memcpy(b, &kv->v.f, 8);
-            } else {
-                const uint64_t v = kv->v.u; // little-endian: the low bytes are the value
-                memcpy(b, &v, 8);
-            }
-            fwrite(b, 1, type_size(kv->type), f);
-        }
-    }
-    const long pos = ftell(f); // pad the (empty) data section to the default alignment
-    static const char zeros[32];
-    if (pos % 32) fwrite(zeros, 1, (size_t)(32 - pos % 32), f);
-    const int bad = ferror(f) | (fflush(f) != 0);
-    const int err = errno;
-    if (bad | (fclose(f) != 0)) return ds_fail(DS_ERR_IO, "%s: write failed: %s", path, strerror(bad ? err : errno));
-    return DS_OK;
+    ds_gguf_writer *w;
+    ds_status st = ds_gguf_writer_init(&w);
+    if (st) return st;
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (key_selected(g->kv[i].key, keep)) ds_gguf_writer_copy(w, &g->kv[i]);
+    if (!(st = ds_gguf_writer_open(w, path))) st = ds_gguf_writer_commit(w);
+    ds_gguf_writer_free(w);
+    return st;
 }
