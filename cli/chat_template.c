@@ -1,6 +1,5 @@
 // dspark chat-template: render a conversation with a Jinja chat template as transformers'
 // apply_chat_template does, and print the text exactly (no newline added).
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,39 +33,6 @@ const cli_command cli_chat_template_cmd = {.name = "chat-template",
     .usage = "usage: dspark chat-template --template FILE --messages FILE.json [options]", .col = 25, .opts = ct_opts,
     .unknown = "unknown argument '%s' (see dspark chat-template --help)"};
 
-// The whole file, NUL-ended (NULL with a message on stderr).
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "dspark: %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t n = 0, cap = 4096;
-    char *b = malloc(cap);
-    for (size_t got; b && (got = fread(b + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (n + 1 == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
-    const int err = ferror(f);
-    fclose(f);
-    if (!b || err) {
-        free(b);
-        fprintf(stderr, "dspark: %s: %s\n", path, b ? "read error" : "out of memory");
-        return NULL;
-    }
-    b[n] = 0;
-    if (strlen(b) != n) {
-        free(b);
-        fprintf(stderr, "dspark: %s: the file holds a NUL byte\n", path);
-        return NULL;
-    }
-    return b;
-}
-
 int cmd_chat_template(int argc, char **argv) {
     ct_args a = {.generation_prompt = 1};
     const int prc = cli_parse(&cli_chat_template_cmd, argc, argv, &a);
@@ -74,7 +40,7 @@ int cmd_chat_template(int argc, char **argv) {
     const char *tpath = a.template, *mpath = a.messages, *topath = a.tools, *kwargs = a.kwargs, *bos = a.bos, *eos = a.eos;
     const int gen = a.generation_prompt;
     if (!tpath || !mpath) return cli_usage_error("chat-template needs --template FILE and --messages FILE.json");
-    char *src = slurp(tpath), *msgs = src ? slurp(mpath) : NULL, *tools = msgs && topath ? slurp(topath) : NULL;
+    char *src = cli_read_file(tpath), *msgs = src ? cli_read_file(mpath) : NULL, *tools = msgs && topath ? cli_read_file(topath) : NULL;
     int rc = 1;
     ds_chat_template *t = NULL;
     char *out = NULL;

@@ -20,6 +20,9 @@ const char *cli_model_path(const char *given);
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
 double cli_now(void); // seconds, monotonic
+// A whole file as a NUL-ended string (NULL after printing why on stderr: cannot open, read error,
+// out of memory, a NUL byte inside).
+char *cli_read_file(const char *path);
 // Set by SIGINT once cli_catch_interrupt() is installed.
 extern volatile int cli_interrupted;
 void cli_catch_interrupt(void);

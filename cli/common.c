@@ -249,3 +249,36 @@ int cli_register_drafter(const char *dir, const char *source, int has_tau, doubl
     fprintf(stderr, " in %s\n", reg);
     return 0;
 }
+
+// The whole file, NUL-ended (NULL with a message on stderr).
+char *cli_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "dspark: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t n = 0, cap = 4096;
+    char *b = malloc(cap);
+    for (size_t got; b && (got = fread(b + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    const int err = ferror(f);
+    fclose(f);
+    if (!b || err) {
+        free(b);
+        fprintf(stderr, "dspark: %s: %s\n", path, b ? "read error" : "out of memory");
+        return NULL;
+    }
+    b[n] = 0;
+    if (strlen(b) != n) {
+        free(b);
+        fprintf(stderr, "dspark: %s: the file holds a NUL byte\n", path);
+        return NULL;
+    }
+    return b;
+}

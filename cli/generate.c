@@ -82,33 +82,11 @@ typedef struct {
     ds_gen *gen;       // the request: its prompt ids, its text (the continuation) and its tokens
 } gen_state;
 
-// A whole file as a NUL-terminated string (NULL after printing why).
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "dspark: cannot open %s\n", path);
-        return NULL;
-    }
-    size_t n = 0, cap = 4096;
-    char *s = malloc(cap);
-    for (size_t r; s && (r = fread(s + n, 1, cap - n - 1, f)) > 0;) {
-        n += r;
-        if (n + 1 == cap) {
-            char *t = realloc(s, cap *= 2);
-            if (!t) free(s);
-            s = t;
-        }
-    }
-    fclose(f);
-    if (s) s[n] = 0;
-    return s;
-}
-
 // The GBNF text of --grammar-file / --json-schema (NULL: none; *bad: failed, after printing why).
 static char *load_grammar(const gen_args *a, int *bad) {
     *bad = 0;
     if (!a->grammar_file && !a->schema_file) return NULL;
-    char *text = slurp(a->grammar_file ? a->grammar_file : a->schema_file);
+    char *text = cli_read_file(a->grammar_file ? a->grammar_file : a->schema_file);
     if (!text || a->grammar_file) {
         *bad = !text;
         return text;

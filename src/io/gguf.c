@@ -53,7 +53,7 @@ static char *str_dup(ds_gguf_str s) {
     return r;
 }
 
-static size_t type_size(ds_gguf_type t) {
+size_t ds_gguf_scalar_size(ds_gguf_type t) {
     switch (t) {
     case DS_GGUF_U8: case DS_GGUF_I8: case DS_GGUF_BOOL: return 1;
     case DS_GGUF_U16: case DS_GGUF_I16: return 2;
@@ -67,7 +67,7 @@ static size_t type_size(ds_gguf_type t) {
 static ds_status skip_array(cursor *c, ds_gguf_type t, uint64_t n, int depth, const char *key) {
     if (depth > GGUF_MAX_ARRAY_DEPTH)
         return ds_fail(DS_ERR_FORMAT, "%s: metadata '%s' nests arrays too deeply", c->path, key);
-    size_t es = type_size(t);
+    size_t es = ds_gguf_scalar_size(t);
     if (es) {
         if (n > (uint64_t)(c->end - c->p) / es)
             return ds_fail(DS_ERR_FORMAT, "%s: metadata array '%s' has %llu elements, past the end of the file",
@@ -419,7 +419,7 @@ ds_status ds_gguf_get_str(const ds_gguf *g, const char *key, char *buf, size_t c
 }
 
 double ds_gguf_arr_f64(const ds_gguf_kv *kv, uint64_t i) {
-    const uint8_t *p = kv->arr_data + i * type_size(kv->arr_type);
+    const uint8_t *p = kv->arr_data + i * ds_gguf_scalar_size(kv->arr_type);
     switch (kv->arr_type) {
     case DS_GGUF_F32: { float v; memcpy(&v, p, 4); return v; }
     case DS_GGUF_F64: { double v; memcpy(&v, p, 8); return v; }
@@ -437,7 +437,7 @@ static int64_t f64_to_i64(double v) {
 }
 
 int64_t ds_gguf_arr_i64(const ds_gguf_kv *kv, uint64_t i) {
-    const uint8_t *p = kv->arr_data + i * type_size(kv->arr_type);
+    const uint8_t *p = kv->arr_data + i * ds_gguf_scalar_size(kv->arr_type);
     switch (kv->arr_type) {
     case DS_GGUF_U8: case DS_GGUF_BOOL: return *p;
     case DS_GGUF_I8: return (int8_t)*p;

@@ -81,6 +81,9 @@ ds_status ds_gguf_get_str(const ds_gguf *g, const char *key, char *buf, size_t c
 double ds_gguf_arr_f64(const ds_gguf_kv *kv, uint64_t i);
 int64_t ds_gguf_arr_i64(const ds_gguf_kv *kv, uint64_t i);
 
+// Bytes of one scalar metadata value of type t (0 for strings and arrays).
+size_t ds_gguf_scalar_size(ds_gguf_type t);
+
 // Name of a ggml tensor type id ("Q4_K", ...), for error messages.
 const char *ds_ggml_type_name(uint32_t type);
 

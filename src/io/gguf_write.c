@@ -121,16 +121,6 @@ void ds_gguf_writer_arr_str(ds_gguf_writer *w, const char *key, uint64_t n, cons
     for (uint64_t i = 0; i < n; i++) put_str(w, s[i], len ? len[i] : strlen(s[i]));
 }
 
-static size_t scalar_size(ds_gguf_type t) {
-    switch (t) {
-    case DS_GGUF_U8: case DS_GGUF_I8: case DS_GGUF_BOOL: return 1;
-    case DS_GGUF_U16: case DS_GGUF_I16: return 2;
-    case DS_GGUF_U32: case DS_GGUF_I32: case DS_GGUF_F32: return 4;
-    case DS_GGUF_U64: case DS_GGUF_I64: case DS_GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
 void ds_gguf_writer_copy(ds_gguf_writer *w, const ds_gguf_kv *kv) {
     put_key(w, kv->key, kv->type);
     if (kv->type == DS_GGUF_STRING) {
@@ -141,8 +131,8 @@ void ds_gguf_writer_copy(ds_gguf_writer *w, const ds_gguf_kv *kv) {
         put(w, &kv->arr_n, 8);
         if (kv->arr_type == DS_GGUF_STRING)
             for (uint64_t k = 0; k < kv->arr_n; k++) put_str(w, kv->arr_strs[k].ptr, kv->arr_strs[k].len);
-        else if (scalar_size(kv->arr_type))
-            put(w, kv->arr_data, (size_t)kv->arr_n * scalar_size(kv->arr_type));
+        else if (ds_gguf_scalar_size(kv->arr_type))
+            put(w, kv->arr_data, (size_t)kv->arr_n * ds_gguf_scalar_size(kv->arr_type));
         else if (!w->err)
             w->err = ds_fail(DS_ERR_UNSUPPORTED, "GGUF metadata '%s': nested arrays are not copied", kv->key);
     } else {
@@ -155,7 +145,7 @@ void ds_gguf_writer_copy(ds_gguf_writer *w, const ds_gguf_kv *kv) {
         } else {
             memcpy(b, &kv->v.u, 8); // little-endian: the low bytes are the value
         }
-        put(w, b, scalar_size(kv->type));
+        put(w, b, ds_gguf_scalar_size(kv->type));
     }
 }
 
