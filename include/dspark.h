@@ -663,9 +663,13 @@ int ds_engine_finished(const ds_engine *e, int id);
 int ds_engine_take(ds_engine *e, int id, int32_t *out, int cap);
 const ds_seq_stats *ds_engine_stats(const ds_engine *e, int id);
 // Why a sequence ended: DS_FINISH_NONE while it runs, DS_FINISH_STOP at a stop id (given in
-// *stop_token when non-NULL; -1 otherwise), DS_FINISH_LENGTH at its token budget.
-typedef enum { DS_FINISH_NONE = 0, DS_FINISH_STOP, DS_FINISH_LENGTH } ds_finish_reason;
+// *stop_token when non-NULL; -1 otherwise), DS_FINISH_LENGTH at its token budget, DS_FINISH_ERROR
+// when it failed on its own (its grammar too ambiguous to follow, or out of memory in it: the
+// other sequences go on; ds_engine_seq_error says why).
+typedef enum { DS_FINISH_NONE = 0, DS_FINISH_STOP, DS_FINISH_LENGTH, DS_FINISH_ERROR } ds_finish_reason;
 ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token);
+// The one-line error of a sequence that finished with DS_FINISH_ERROR ("" otherwise).
+const char *ds_engine_seq_error(const ds_engine *e, int id);
 // Log-probabilities of a sequence's generated tokens (call after ds_engine_add, before its first
 // step), with `top` (0..20) most likely alternatives each: from the target's processed distribution
 // at each position (the one the token was drawn from; at temperature 0 the same at temperature 1),
@@ -747,14 +751,16 @@ ds_status ds_gen_set_sampling(ds_gen *g, const ds_sampler_params *sp, uint64_t s
 // ds_gen_init, then ds_gen_begin with the request's budget.
 ds_status ds_gen_start(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *r, ds_gen **out);
 // After a round (ds_engine_step): move the tokens the engine committed into the text output.
-// *n_new (optional) gets how many were taken. On failure (out of memory) the output is finished.
+// *n_new (optional) gets how many were taken. On failure (out of memory) the output is finished;
+// when the engine failed the sequence on its own (DS_FINISH_ERROR) this returns its error once.
 // Once the request is done it stays in the engine until ds_gen_leave / ds_gen_free.
 ds_status ds_gen_update(ds_gen *g, int *n_new);
 // The request is done: its text output ended (stop id, stop string, end of turn) or the engine
 // finished it (EOS, budget).
 int ds_gen_done(const ds_gen *g);
 // Why it ended: DS_FINISH_STOP (a stop id or string, the end of turn, EOS), DS_FINISH_LENGTH (the
-// budget, or a failed update), DS_FINISH_NONE while it runs.
+// budget, or a failed update), DS_FINISH_ERROR (the engine failed it: ds_gen_update's error),
+// DS_FINISH_NONE while it runs.
 ds_finish_reason ds_gen_finish_reason(const ds_gen *g);
 // End the request here unless it is done (interrupted, or a front end's own limit): its text output
 // is finished (an incomplete character flushed) and its reason is DS_FINISH_LENGTH.

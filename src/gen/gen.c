@@ -169,6 +169,7 @@ ds_status ds_gen_update(ds_gen *g, int *n_new) {
         g->engine_done = 1;
         g->engine_reason = ds_engine_finish_reason(g->e, g->seq, NULL);
         if (!ds_text_out_end(g->tx) && (st = ds_text_out_finish(g->tx))) g->cut = 1;
+        if (g->engine_reason == DS_FINISH_ERROR) st = ds_fail(DS_ERR_INVALID, "%s", ds_engine_seq_error(g->e, g->seq));
     }
     if (ds_gen_done(g)) g->t_done = now_s() - g->t_begin;
     return st;
@@ -180,6 +181,7 @@ ds_finish_reason ds_gen_finish_reason(const ds_gen *g) {
     const ds_text_end end = ds_text_out_end(g->tx);
     if (end == DS_TEXT_RUNNING) return DS_FINISH_NONE;
     if (end != DS_TEXT_ENDED) return DS_FINISH_STOP;
+    if (g->engine_done && g->engine_reason == DS_FINISH_ERROR) return DS_FINISH_ERROR;
     return !g->cut && g->engine_done && g->engine_reason == DS_FINISH_STOP ? DS_FINISH_STOP : DS_FINISH_LENGTH;
 }
 

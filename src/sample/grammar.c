@@ -19,6 +19,11 @@
 
 #define DS_MASK_CACHE 1024 // masks kept per matcher (allocated as used: V / 8 bytes each)
 #define DS_TOKEN_MAX 1024 // longer tokens are never allowed
+// Most (element, continuation) items one closure may visit: an ambiguous grammar (b* b* with b
+// recursive, say) can double its parse stacks with every character; past this the matcher stops
+// with one "too ambiguous" error instead of running for minutes (the JSON-schema grammars and the
+// tests' GBNF stay below 100).
+#define DS_GRAMMAR_MAX_ITEMS 4096
 
 // ---- vocabulary ----------------------------------------------------------------------------------
 
@@ -222,7 +227,9 @@ struct ds_grammar_matcher {
                         // do not tell those apart (-3 unknown, -2 they do)
     int cap_ascii;
     int32_t start_set;
-    ds_i32vec work, tmp, vis; // scratch of advance
+    ds_i32vec work, tmp, vis; // scratch of advance: vis lists the (pos, parent) items of one closure
+    uint64_t *vis_key;  // (DS_VIS_CAP) those items, hashed (0 = free), emptied after each closure
+    ds_status err;      // why the last operation failed: DS_ERR_NOMEM, or DS_ERR_INVALID (too ambiguous)
     // DFS scratch per depth (max_depth + 1)
     int32_t *ds_set;
     uint32_t *ds_cp;
@@ -277,16 +284,46 @@ static int cmp_i32(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// Expand the work items (pos, parent pairs on m->work) into tops on m->tmp; then intern.
+#define DS_VIS_CAP (4 * DS_GRAMMAR_MAX_ITEMS) // a power of two, at most a quarter full
+
+// Whether item (pos, par) was visited in this closure; marks it visited. -1: out of memory.
+static int visit_seen(ds_grammar_matcher *m, int32_t pos, int32_t par) {
+    const uint64_t key = ((uint64_t)(uint32_t)pos << 32 | (uint32_t)par) + 1;
+    size_t i = mix(key) & (DS_VIS_CAP - 1);
+    for (; m->vis_key[i]; i = (i + 1) & (DS_VIS_CAP - 1))
+        if (m->vis_key[i] == key) return 1;
+    m->vis_key[i] = key;
+    return ds_i32vec_push(&m->vis, (int32_t)i) ? -1 : 0;
+}
+
+static int32_t close_items(ds_grammar_matcher *m);
+
+// Expand the work items (pos, parent pairs on m->work) into tops on m->tmp; then intern. -1 on
+// failure, m->err saying why.
 static int32_t close_set(ds_grammar_matcher *m) {
-    const ds_grammar *g = m->g;
+    m->err = DS_ERR_NOMEM;
     m->vis.n = 0;
+    const int32_t s = close_items(m);
+    for (int i = 0; i < m->vis.n; i++) m->vis_key[m->vis.v[i]] = 0; // (all removed together: no tombstones)
+    m->vis.n = 0;
+    if (s < 0) {
+        m->work.n = 0;
+        m->tmp.n = 0;
+    }
+    return s;
+}
+
+static int32_t close_items(ds_grammar_matcher *m) {
+    const ds_grammar *g = m->g;
     while (m->work.n) {
         const int32_t par = m->work.v[--m->work.n], pos = m->work.v[--m->work.n];
-        int seen = 0;
-        for (int i = 0; i < m->vis.n && !seen; i += 2) seen = m->vis.v[i] == pos && m->vis.v[i + 1] == par;
+        const int seen = visit_seen(m, pos, par);
+        if (seen < 0) return -1;
         if (seen) continue;
-        if (ds_i32vec_push(&m->vis, pos) || ds_i32vec_push(&m->vis, par)) return -1;
+        if (m->vis.n > DS_GRAMMAR_MAX_ITEMS) {
+            m->err = DS_ERR_INVALID;
+            return -1;
+        }
         const int32_t e = g->el[pos];
         switch (e & 3) {
         case DS_GEL_CHARS: {
@@ -497,6 +534,7 @@ void ds_grammar_matcher_free(ds_grammar_matcher *m) {
     free(m->work.v);
     free(m->tmp.v);
     free(m->vis.v);
+    free(m->vis_key);
     free(m->ds_set);
     free(m->ds_cp);
     free(m->ds_need);
@@ -523,7 +561,8 @@ ds_status ds_grammar_matcher_init(const ds_grammar *g, const ds_grammar_vocab *v
     m->ds_cp = malloc(sizeof(uint32_t) * D);
     m->ds_need = malloc(D);
     m->ds_len = malloc(D);
-    int bad = !m->end_ids || !m->end_mask || !m->cache || !m->ds_set || !m->ds_cp || !m->ds_need || !m->ds_len;
+    m->vis_key = calloc(DS_VIS_CAP, sizeof(uint64_t));
+    int bad = !m->vis_key || !m->end_ids || !m->end_mask || !m->cache || !m->ds_set || !m->ds_cp || !m->ds_need || !m->ds_len;
     for (int i = 0; i < n_end && !bad; i++)
         if (end_ids[i] >= 0 && end_ids[i] < m->V) {
             m->end_ids[m->n_end++] = end_ids[i];
@@ -540,11 +579,22 @@ ds_status ds_grammar_matcher_init(const ds_grammar *g, const ds_grammar_vocab *v
         bad = m->start_set < 0;
     }
     if (bad) {
+        const ds_status st = m->start_set < 0 && m->err == DS_ERR_INVALID ? ds_grammar_matcher_fail(m)
+                                                                          : ds_fail(DS_ERR_NOMEM, "out of memory for a grammar matcher");
         ds_grammar_matcher_free(m);
-        return ds_fail(DS_ERR_NOMEM, "out of memory for a grammar matcher");
+        return st;
     }
     *out = m;
     return DS_OK;
+}
+
+ds_status ds_grammar_matcher_fail(const ds_grammar_matcher *m) {
+    if (m->err == DS_ERR_INVALID)
+        return ds_fail(DS_ERR_INVALID,
+                       "grammar too ambiguous: more than %d parse stacks after one character (a repetition of a "
+                       "recursive rule that can match the same text in many ways, e.g. b* b*)",
+                       DS_GRAMMAR_MAX_ITEMS);
+    return ds_fail(DS_ERR_NOMEM, "out of memory in a grammar matcher");
 }
 
 ds_grammar_state ds_grammar_start(const ds_grammar_matcher *m) {
@@ -635,8 +685,9 @@ const uint32_t *ds_grammar_mask(ds_grammar_matcher *m, const ds_grammar_state *s
     }
     uint32_t *mask = m->cache + (size_t)slot * m->W;
     m->cache_key[slot] = ~0ULL - 1; // invalid while computing
+    m->err = DS_ERR_NOMEM;
     if (compute_mask(m, s, mask)) {
-        ds_fail(DS_ERR_NOMEM, "out of memory computing a grammar mask");
+        ds_grammar_matcher_fail(m);
         return NULL;
     }
     m->cache_key[slot] = key;
@@ -647,6 +698,7 @@ const uint32_t *ds_grammar_mask(ds_grammar_matcher *m, const ds_grammar_state *s
 
 int ds_grammar_accept_text(ds_grammar_matcher *m, ds_grammar_state *s, const char *text, size_t n) {
     if (s->ended) return 0;
+    m->err = DS_ERR_NOMEM;
     ds_grammar_state t = *s;
     for (size_t i = 0; i < n; i++) {
         const int r = step(m, &t.set, &t.cp, &t.need, &t.len, (uint8_t)text[i]);
@@ -667,7 +719,11 @@ int ds_grammar_accept(ds_grammar_matcher *m, ds_grammar_state *s, int32_t tok) {
     }
     const ds_grammar_vocab *v = m->voc;
     const int r = ds_grammar_accept_text(m, s, (const char *)v->bytes + v->off[tok], (size_t)(v->off[tok + 1] - v->off[tok]));
-    return r < 0 ? -1 : 1; // (allowed by the mask: its bytes are accepted)
+    if (r < 0) {
+        ds_grammar_matcher_fail(m);
+        return -1;
+    }
+    return 1; // (allowed by the mask: its bytes are accepted)
 }
 
 void ds_logits_mask(float *logits, const uint32_t *mask, int n) {

@@ -87,6 +87,10 @@ typedef struct ds_grammar_matcher ds_grammar_matcher;
 ds_status ds_grammar_matcher_init(const ds_grammar *g, const ds_grammar_vocab *v, const int32_t *end_ids, int n_end,
                                   ds_grammar_matcher **out);
 void ds_grammar_matcher_free(ds_grammar_matcher *m);
+// After a call on m failed (NULL or -1): record why as the one-line error and return its code,
+// DS_ERR_NOMEM, or DS_ERR_INVALID when the grammar is too ambiguous to follow (more parse stacks
+// than the matcher keeps; see grammar.c). The failing calls below have recorded it already.
+ds_status ds_grammar_matcher_fail(const ds_grammar_matcher *m);
 ds_grammar_state ds_grammar_start(const ds_grammar_matcher *m);
 // The allowed tokens in state s: a bitmask of V bits ((V + 31) / 32 words, bit i of word i / 32),
 // valid until the next call on m. NULL: out of memory (with a message).

@@ -38,6 +38,7 @@ typedef struct {
                            // stop string or the end of turn) and how much may be sent; in the engine
                            // while ds_gen_seq >= 0 (engine thread only)
     const char *finish;    // "stop" / "length" once finished normally (under mu)
+    int failed;            // the engine failed it (DS_FINISH_ERROR): r->fail_msg says why (under mu)
     size_t sent;           // streaming: bytes of text sent (HTTP side)
     int ended;             // streaming: its finish chunk was sent (HTTP side)
     // logprobs (under mu): per output token its log-probability, then top_logprobs alternatives
@@ -70,6 +71,7 @@ typedef struct srv_req {
     int failed;            // it failed (engine error, shutdown): error says why
     char error[256];
     int error_status;      // HTTP status for a non-streamed failure
+    char fail_msg[256];    // a choice failed on its own (its grammar): the request's 400 (under mu)
     // The connection waiting for it (under mu): suspended while it waits for the engine, which
     // resumes it (conn_wake) and, meanwhile, peeks at fd to notice a client that left.
     struct MHD_Connection *conn;
@@ -276,7 +278,12 @@ static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
     const int oom = ds_gen_update(c->g, &n_new) != DS_OK; // out of memory: it ended there
     if (n_new > 0 && r->t_first == 0) r->t_first = now_s();
     if (!oom && n_new > 0 && r->oa.logprobs && !take_logprobs(s, r, c)) ds_gen_end(c->g);
-    if (ds_gen_done(c->g) && !c->finish) c->finish = ds_gen_finish_reason(c->g) == DS_FINISH_STOP ? "stop" : "length";
+    const ds_finish_reason why = ds_gen_finish_reason(c->g);
+    if (why == DS_FINISH_ERROR && !c->failed) { // the engine failed it alone (its grammar): the request fails
+        c->failed = 1;
+        snprintf(r->fail_msg, sizeof r->fail_msg, "%s", ds_engine_seq_error(s->e, ds_gen_seq(c->g)));
+    }
+    if (ds_gen_done(c->g) && !c->finish) c->finish = why == DS_FINISH_STOP ? "stop" : "length";
     if (c->finish) { // it leaves the engine
         ds_gen_leave(c->g);
         s->n_seqs--;
@@ -401,8 +408,10 @@ static void *engine_main(void *arg) {
                 drop_active(s, i);
                 req_done(s, r, msg, 500);
             } else if (deliver(s, r)) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "%s", r->fail_msg);
                 drop_active(s, i);
-                req_done(s, r, NULL, 0);
+                req_done(s, r, msg[0] ? msg : NULL, 400);
             }
         }
     }
@@ -459,6 +468,8 @@ static char *json_take(cJSON *o) {
 static enum MHD_Result respond_json(ds_server *s, struct MHD_Connection *c, unsigned status, cJSON *o) {
     return respond(s, c, status, json_take(o), "application/json");
 }
+
+static const char *err_type(int status) { return status < 500 ? "invalid_request_error" : "server_error"; }
 
 static cJSON *error_body(const char *msg, const char *type, const char *param, const char *code) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
@@ -756,7 +767,7 @@ static int stream_next(ds_server *s, srv_req *r) {
     }
     if (r->state == RQ_DONE && r->failed) {
         r->phase = PH_END;
-        if (!out_event(r, error_body(r->error, "server_error", NULL, NULL))) return 0;
+        if (!out_event(r, error_body(r->error, err_type(r->error_status), NULL, NULL))) return 0;
         return out_put(r, "data: [DONE]\n\n", NULL, NULL);
     }
     for (int i = 0; i < r->n_ch; i++) {
@@ -889,7 +900,7 @@ static enum MHD_Result completion_answer(ds_server *s, struct MHD_Connection *c,
         pthread_mutex_unlock(&s->mu);
         return MHD_NO;
     }
-    cJSON *o = r->failed ? error_body(r->error, "server_error", NULL, NULL) : completion_json(s, r);
+    cJSON *o = r->failed ? error_body(r->error, err_type(r->error_status), NULL, NULL) : completion_json(s, r);
     const unsigned status = r->failed ? (unsigned)r->error_status : 200;
     req_release(s, r);
     pthread_mutex_unlock(&s->mu);

@@ -18,6 +18,7 @@
 // processed distributions. After verification the committed state becomes g_rows[a] advanced by
 // the next token; the other rows' states are dropped with the rejected drafts' KV rows.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,6 +74,8 @@ typedef struct {
     ds_grammar_matcher *gm;      // that entry's matcher (shared by the sequences with the same grammar)
     ds_grammar_state g_state;    // after the committed tokens
     ds_grammar_state g_rows[DS_MAX_DRAFT + 1]; // before row k: g_state advanced by d_0..d_{k-1}
+    int g_failed;                // the grammar failed while drafting (seq_fail follows)
+    char err[256];               // why it failed (DS_FINISH_ERROR)
     int V;
 } seq;
 
@@ -123,6 +126,13 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// s fails on its own (DS_FINISH_ERROR, the last error as its message); the others go on.
+static void seq_fail(seq *s) {
+    s->finished = 1;
+    s->reason = DS_FINISH_ERROR;
+    snprintf(s->err, sizeof s->err, "%s", ds_last_error());
 }
 
 const char *ds_spec_kind_name(ds_spec_kind k) {
@@ -366,13 +376,17 @@ static int grammar_constrain(void *ctx, int k, const int32_t *tokens, float *log
         if (s->g_rows[k - 1].ended) return 0;
         s->g_rows[k] = s->g_rows[k - 1];
         const int r = ds_grammar_accept(s->gm, &s->g_rows[k], tokens[k - 1]);
-        if (r <= 0) return r < 0 ? -1 : 0;
+        if (r < 0) s->g_failed = 1; // (stop drafting it; the engine fails it after the batch)
+        if (r <= 0) return 0;
         if (s->g_rows[k].ended) return 0;
     } else {
         s->g_rows[0] = s->g_state;
     }
     const uint32_t *mask = ds_grammar_mask(s->gm, &s->g_rows[k]);
-    if (!mask) return -1;
+    if (!mask) {
+        s->g_failed = 1;
+        return 0;
+    }
     ds_logits_mask(logits, mask, s->V);
     return ds_logits_mask_any(logits, mask, s->V);
 }
@@ -384,7 +398,7 @@ static ds_status grammar_rows(seq *s) {
     for (int k = 0; k < s->ell; k++) {
         s->g_rows[k + 1] = s->g_rows[k];
         const int r = s->g_rows[k].ended ? 0 : ds_grammar_accept(s->gm, &s->g_rows[k + 1], s->rows[1 + k]);
-        if (r < 0) return DS_ERR_NOMEM;
+        if (r < 0) return ds_grammar_matcher_fail(s->gm);
         if (!r) {
             s->ell = k;
             break;
@@ -592,7 +606,10 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     if (s->gm) // row k's logits masked with the state before it (the drafter masked slot k alike)
         for (int k = 0; k <= s->ell; k++) {
             const uint32_t *mask = ds_grammar_mask(s->gm, &s->g_rows[k]);
-            if (!mask) return DS_ERR_NOMEM;
+            if (!mask) {
+                seq_fail(s);
+                return DS_OK;
+            }
             ds_logits_mask(s->p_logits + (size_t)k * V, mask, V);
         }
     ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
@@ -615,7 +632,10 @@ static ds_status finish_round(ds_engine *e, seq *s) {
         if ((st = record_logprobs(e, s, k, k < a ? s->rows[1 + k] : next, s->n_gen + k))) return st;
     if (s->gm) { // the state after the accepted drafts, then the next token; other rows are dropped
         s->g_state = s->g_rows[a];
-        if (ds_grammar_accept(s->gm, &s->g_state, next) < 0) return ds_fail(DS_ERR_NOMEM, "out of memory in a grammar");
+        if (ds_grammar_accept(s->gm, &s->g_state, next) < 0) {
+            seq_fail(s); // (this round's tokens are not committed: the request fails)
+            return DS_OK;
+        }
     }
     int more = 1;
     for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
@@ -745,8 +765,13 @@ ds_status ds_engine_step(ds_engine *e) {
     if (auto_sched) schedule_auto(e);
     for (int i = 0; i < e->n_seqs; i++) { // grammar: the rows' states, ngram drafts cut where disallowed
         seq *s = &e->seqs[i];
-        if (s->used && !s->finished && !prefilling(s) && s->gm && (st = grammar_rows(s)))
-            return ds_fail(st, "out of memory in a grammar");
+        if (!s->used || s->finished || prefilling(s) || !s->gm) continue;
+        if (s->g_failed) {
+            ds_grammar_matcher_fail(s->gm);
+            seq_fail(s);
+        } else if (grammar_rows(s)) {
+            seq_fail(s);
+        }
     }
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     for (int i = 0; i < e->n_seqs; i++) {
@@ -777,6 +802,11 @@ ds_status ds_engine_step(ds_engine *e) {
     }
     if (auto_sched) ds_cost_observe(&e->costs, B, t_fwd); // as the profile measures: the forward
     return DS_OK;
+}
+
+const char *ds_engine_seq_error(const ds_engine *e, int id) {
+    const seq *s = get(e, id);
+    return s && s->reason == DS_FINISH_ERROR ? s->err : "";
 }
 
 ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *stop_token) {

@@ -91,6 +91,29 @@ static void test_match(void **st) {
     assert_int_equal(match(par, "(()))"), 0);
 }
 
+// A grammar that matches the same text in exponentially many ways (the fuzzer's finding: it ran
+// for minutes) stops with one "too ambiguous" error within a few characters, not a hang.
+static void test_ambiguous(void **st) {
+    (void)st;
+    ds_grammar *g;
+    assert_int_equal(ds_grammar_parse("root ::= \"a\" b* b* \"c\"\nb ::= root | \"a\" | \"aa\"", &g), DS_OK);
+    ds_grammar_matcher *m;
+    const int32_t eos = 2;
+    assert_int_equal(ds_grammar_matcher_init(g, g_voc, &eos, 1, &m), DS_OK);
+    ds_grammar_state s = ds_grammar_start(m);
+    int failed_at = -1;
+    for (int i = 0; i < 64 && failed_at < 0; i++) {
+        const int r = ds_grammar_accept_text(m, &s, "a", 1);
+        if (r > 0 && ds_grammar_mask(m, &s)) continue;
+        failed_at = i;
+        assert_int_equal(ds_grammar_matcher_fail(m), DS_ERR_INVALID);
+        assert_non_null(strstr(ds_last_error(), "grammar too ambiguous"));
+    }
+    assert_true(failed_at >= 0 && failed_at < 32);
+    ds_grammar_matcher_free(m);
+    ds_grammar_free(g);
+}
+
 static void expect_error(const char *gbnf, const char *needle) {
     ds_grammar *g = NULL;
     assert_int_not_equal(ds_grammar_parse(gbnf, &g), DS_OK);
@@ -283,6 +306,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_ambiguous),
         cmocka_unit_test(test_mask),
         cmocka_unit_test(test_split_utf8),
         cmocka_unit_test(test_json_schema),
