@@ -38,7 +38,6 @@ typedef struct {
                            // stop string or the end of turn) and how much may be sent; in the engine
                            // while ds_gen_seq >= 0 (engine thread only)
     const char *finish;    // "stop" / "length" once finished normally (under mu)
-    int failed;            // the engine failed it (DS_FINISH_ERROR): r->fail_msg says why (under mu)
     size_t sent;           // streaming: bytes of text sent (HTTP side)
     int ended;             // streaming: its finish chunk was sent (HTTP side)
     // logprobs (under mu): per output token its log-probability, then top_logprobs alternatives
@@ -279,10 +278,8 @@ static int deliver_choice(ds_server *s, srv_req *r, srv_choice *c) {
     if (n_new > 0 && r->t_first == 0) r->t_first = now_s();
     if (!oom && n_new > 0 && r->oa.logprobs && !take_logprobs(s, r, c)) ds_gen_end(c->g);
     const ds_finish_reason why = ds_gen_finish_reason(c->g);
-    if (why == DS_FINISH_ERROR && !c->failed) { // the engine failed it alone (its grammar): the request fails
-        c->failed = 1;
+    if (why == DS_FINISH_ERROR && !r->fail_msg[0]) // the engine failed it alone (its grammar): the request fails
         snprintf(r->fail_msg, sizeof r->fail_msg, "%s", ds_engine_seq_error(s->e, ds_gen_seq(c->g)));
-    }
     if (ds_gen_done(c->g) && !c->finish) c->finish = why == DS_FINISH_STOP ? "stop" : "length";
     if (c->finish) { // it leaves the engine
         ds_gen_leave(c->g);
