@@ -144,15 +144,27 @@ static ds_status check_weight(const char *path, const char *what, const ds_weigh
     return DS_OK;
 }
 
-ds_status ds_model_finish(ds_model *m, const char *path) {
-    ds_model_info *in = &m->info;
-    // The name comes from the file (GGUF general.name) or a path and reaches JSON output
-    // (/v1/models, cost tables): printable valid UTF-8 only.
+// A weight one layer reads: checked like check_weight under the name "layer L <field>", its bytes
+// added to the per-token read count.
+static ds_status check_layer_weight(const char *path, int l, const char *field, const ds_weight *w, int rows,
+                                    int cols, size_t *bytes) {
+    char what[64];
+    snprintf(what, sizeof what, "layer %d %s", l, field);
+    ds_status st = check_weight(path, what, w, rows, cols);
+    if (!st) *bytes += ds_weight_bytes(w);
+    return st;
+}
+
+// The name comes from the file (GGUF general.name) or a path and reaches JSON output
+// (/v1/models, cost tables): printable valid UTF-8 only.
+static void model_escape_name(ds_model *m) {
     char name[sizeof m->name];
     ds_text_escape(name, sizeof name, m->name, strlen(m->name));
     memcpy(m->name, name, sizeof name);
-    in->arch = m->arch;
-    in->name = m->name;
+}
+
+// The model-wide hyper-parameters are within the bounds every buffer size is computed from.
+static ds_status check_hparams(const ds_model_info *in, const char *path) {
     if (in->n_layers <= 0 || in->n_layers > 4096 || in->dim <= 0 || in->dim > (1 << 16) || in->n_heads <= 0 ||
         in->n_kv_heads <= 0 || in->n_heads % in->n_kv_heads || in->head_dim <= 0 || in->head_dim % 2 ||
         in->head_dim > 4096 || in->ffn_dim <= 0 || in->ffn_dim > (1 << 20) || in->vocab_size <= 0 ||
@@ -163,11 +175,13 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
                        in->vocab_size, in->max_ctx);
     if (!(in->norm_eps > 0) || !(in->rope_theta > 0))
         return ds_fail(DS_ERR_FORMAT, "%s: norm epsilon and rope theta must be positive", path);
-    ds_status st;
-    if ((st = check_weight(path, "token embedding", &m->tok_embd, in->vocab_size, in->dim)) ||
-        (st = check_weight(path, "output", &m->output, in->vocab_size, in->dim)))
-        return st;
-    if (!m->rope[0].inv_freq) { // the default RoPE over the model-wide head_dim
+    return DS_OK;
+}
+
+// RoPE set 0 defaults to the plain one over the model-wide head_dim when the loader set none.
+static ds_status model_default_rope(ds_model *m, const char *path) {
+    const ds_model_info *in = &m->info;
+    if (!m->rope[0].inv_freq) {
         if (!(m->rope[0].inv_freq = ds_model_own(m, (size_t)in->head_dim / 2)))
             return ds_fail(DS_ERR_NOMEM, "%s: internal: vector storage too small", path);
         m->rope[0].half = in->head_dim / 2;
@@ -176,110 +190,144 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     }
     if (m->n_rope < 1) m->n_rope = 1;
     m->inv_freq = m->rope[0].inv_freq;
-    size_t bytes = ds_weight_bytes(&m->output);
-    m->max_head_dim = m->max_q_dim = m->max_kv_dim = m->max_ffn_dim = 0;
-    m->max_experts = m->max_top_k = m->max_expert_dim = 0;
-    if (m->ple_dim) { // per-layer embeddings: the table is (tokens, layers x ple_dim), one row read per token
-        const int pw = in->n_layers * m->ple_dim;
-        if (m->ple_embd.cols != pw || m->ple_embd.rows < in->vocab_size)
-            return ds_fail(DS_ERR_FORMAT, "%s: per-layer embedding table has shape (%d, %d), expected (>= %d, %d)",
-                           path, m->ple_embd.rows, m->ple_embd.cols, in->vocab_size, pw);
-        if ((st = check_weight(path, "per_layer_model_projection", &m->ple_model_proj, pw, in->dim))) return st;
-        if (!m->ple_proj_norm) return ds_fail(DS_ERR_FORMAT, "%s: missing per_layer_projection_norm", path);
-        bytes += ds_weight_bytes(&m->ple_embd) / (size_t)m->ple_embd.rows + ds_weight_bytes(&m->ple_model_proj);
+    return DS_OK;
+}
+
+// The model-wide per-layer embedding tensors: the table is (tokens, layers x ple_dim), one row read
+// per token.
+static ds_status check_ple_tables(const ds_model *m, const char *path, size_t *bytes) {
+    const ds_model_info *in = &m->info;
+    const int pw = in->n_layers * m->ple_dim;
+    if (m->ple_embd.cols != pw || m->ple_embd.rows < in->vocab_size)
+        return ds_fail(DS_ERR_FORMAT, "%s: per-layer embedding table has shape (%d, %d), expected (>= %d, %d)", path,
+                       m->ple_embd.rows, m->ple_embd.cols, in->vocab_size, pw);
+    ds_status st;
+    if ((st = check_weight(path, "per_layer_model_projection", &m->ple_model_proj, pw, in->dim))) return st;
+    if (!m->ple_proj_norm) return ds_fail(DS_ERR_FORMAT, "%s: missing per_layer_projection_norm", path);
+    *bytes += ds_weight_bytes(&m->ple_embd) / (size_t)m->ple_embd.rows + ds_weight_bytes(&m->ple_model_proj);
+    return DS_OK;
+}
+
+// Layer l's geometry: the model-wide values fill what the loader left 0, a KV-shared layer names an
+// earlier unshared layer of the same attention type, and the widths are plausible. Raises the
+// model's max_* workspace widths.
+static ds_status layer_check_geometry(ds_model *m, int l, const char *path) {
+    const ds_model_info *in = &m->info;
+    ds_layer *L = &m->layers[l];
+    if (!L->head_dim) L->head_dim = in->head_dim;
+    if (!L->n_kv_heads) L->n_kv_heads = in->n_kv_heads;
+    if (!L->ffn_dim) L->ffn_dim = in->ffn_dim;
+    if (!L->kv_shared) L->kv_src = l;
+    if (L->kv_shared) {
+        const ds_layer *S = L->kv_src >= 0 && L->kv_src < l ? &m->layers[L->kv_src] : NULL;
+        if (!S || S->kv_shared || S->head_dim != L->head_dim || S->n_kv_heads != L->n_kv_heads ||
+            S->window != L->window || S->rope != L->rope)
+            return ds_fail(DS_ERR_FORMAT, "%s: layer %d shares the KV cache of layer %d, which is no earlier "
+                           "unshared layer of the same attention type", path, l, L->kv_src);
     }
-    for (int l = 0; l < in->n_layers; l++) {
-        ds_layer *L = &m->layers[l];
-        if (!L->head_dim) L->head_dim = in->head_dim;
-        if (!L->n_kv_heads) L->n_kv_heads = in->n_kv_heads;
-        if (!L->ffn_dim) L->ffn_dim = in->ffn_dim;
-        if (!L->kv_shared) L->kv_src = l;
-        if (L->kv_shared) {
-            const ds_layer *S = L->kv_src >= 0 && L->kv_src < l ? &m->layers[L->kv_src] : NULL;
-            if (!S || S->kv_shared || S->head_dim != L->head_dim || S->n_kv_heads != L->n_kv_heads ||
-                S->window != L->window || S->rope != L->rope)
-                return ds_fail(DS_ERR_FORMAT, "%s: layer %d shares the KV cache of layer %d, which is no earlier "
-                               "unshared layer of the same attention type", path, l, L->kv_src);
-        }
-        if (L->ffn_dim <= 0 || L->ffn_dim > (1 << 20))
-            return ds_fail(DS_ERR_FORMAT, "%s: layer %d has an implausible MLP width %d", path, l, L->ffn_dim);
-        if (L->ffn_dim > m->max_ffn_dim) m->max_ffn_dim = L->ffn_dim;
-        if (L->attn_scale == 0) L->attn_scale = 1.0f / sqrtf((float)L->head_dim);
-        if (L->out_scale == 0) L->out_scale = 1.0f;
-        const int hd = L->head_dim;
-        if (hd <= 0 || hd % 2 || hd > 4096 || L->n_kv_heads <= 0 || in->n_heads % L->n_kv_heads || L->rope < 0 ||
-            L->rope >= m->n_rope || m->rope[L->rope].half != hd / 2 || L->window < 0)
-            return ds_fail(DS_ERR_FORMAT, "%s: layer %d has an implausible attention geometry (head_dim %d, kv heads %d)",
-                           path, l, hd, L->n_kv_heads);
-        const int qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
-        if (hd > m->max_head_dim) m->max_head_dim = hd;
-        if (qd > m->max_q_dim) m->max_q_dim = qd;
-        if (kvd > m->max_kv_dim) m->max_kv_dim = kvd;
-        char what[64];
-#define CHECK(field, r, c)                                              \
-    snprintf(what, sizeof what, "layer %d " #field, l);                 \
-    if ((st = check_weight(path, what, &L->field, r, c))) return st;    \
-    bytes += ds_weight_bytes(&L->field);
-        CHECK(wq, qd, in->dim)
-        if (!L->kv_shared) {
-            CHECK(wk, kvd, in->dim)
-        }
-        if (L->wv.data && !L->kv_shared) {
-            CHECK(wv, kvd, in->dim)
-        }
-        CHECK(wo, in->dim, qd)
-        if (!L->moe || L->w_gate.data) { // (an MoE layer may have no dense MLP)
-            CHECK(w_gate, L->ffn_dim, in->dim)
-            CHECK(w_up, L->ffn_dim, in->dim)
-            CHECK(w_down, in->dim, L->ffn_dim)
-        }
-        if (L->moe) {
-            const ds_moe *E = L->moe;
-            if (E->n_experts < 1 || E->n_experts > 4096 || E->top_k < 1 || E->top_k > E->n_experts ||
-                E->ffn_dim < 1 || E->ffn_dim > (1 << 20))
-                return ds_fail(DS_ERR_FORMAT, "%s: layer %d: implausible experts (%d experts, top %d, width %d)", path, l,
-                               E->n_experts, E->top_k, E->ffn_dim);
-            snprintf(what, sizeof what, "layer %d router", l);
-            if ((st = check_weight(path, what, &E->router, E->n_experts, in->dim))) return st;
-            if (E->shared_gate.data) {
-                snprintf(what, sizeof what, "layer %d shared_expert_gate", l);
-                if ((st = check_weight(path, what, &E->shared_gate, 1, in->dim))) return st;
-                bytes += ds_weight_bytes(&E->shared_gate);
-            }
-            size_t expert_bytes = 0;
-            for (int e = 0; e < E->n_experts; e++) {
-                snprintf(what, sizeof what, "layer %d expert %d gate_proj", l, e);
-                if ((st = check_weight(path, what, &E->gate[e], E->ffn_dim, in->dim))) return st;
-                snprintf(what, sizeof what, "layer %d expert %d up_proj", l, e);
-                if ((st = check_weight(path, what, &E->up[e], E->ffn_dim, in->dim))) return st;
-                snprintf(what, sizeof what, "layer %d expert %d down_proj", l, e);
-                if ((st = check_weight(path, what, &E->down[e], in->dim, E->ffn_dim))) return st;
-                const size_t b = ds_weight_bytes(&E->gate[e]) + ds_weight_bytes(&E->up[e]) + ds_weight_bytes(&E->down[e]);
-                expert_bytes = b > expert_bytes ? b : expert_bytes;
-            }
-            // a decoded token reads the router and top_k experts
-            bytes += ds_weight_bytes(&E->router) + (size_t)E->top_k * expert_bytes;
-            if (expert_bytes > in->expert_bytes) in->expert_bytes = expert_bytes;
-            if (E->n_experts > m->max_experts) m->max_experts = E->n_experts;
-            if (E->top_k > m->max_top_k) m->max_top_k = E->top_k;
-            if (E->ffn_dim > m->max_expert_dim) m->max_expert_dim = E->ffn_dim;
-        }
-        if (m->ple_dim) {
-            CHECK(ple_gate, m->ple_dim, in->dim)
-            CHECK(ple_proj, in->dim, m->ple_dim)
-            if (!L->ple_post_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
-            bytes += (size_t)in->dim * 4;
-        }
-#undef CHECK
-        if (!L->attn_norm || !L->ffn_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
-        bytes += (size_t)2 * in->dim * 4;
+    if (L->ffn_dim <= 0 || L->ffn_dim > (1 << 20))
+        return ds_fail(DS_ERR_FORMAT, "%s: layer %d has an implausible MLP width %d", path, l, L->ffn_dim);
+    if (L->ffn_dim > m->max_ffn_dim) m->max_ffn_dim = L->ffn_dim;
+    if (L->attn_scale == 0) L->attn_scale = 1.0f / sqrtf((float)L->head_dim);
+    if (L->out_scale == 0) L->out_scale = 1.0f;
+    const int hd = L->head_dim;
+    if (hd <= 0 || hd % 2 || hd > 4096 || L->n_kv_heads <= 0 || in->n_heads % L->n_kv_heads || L->rope < 0 ||
+        L->rope >= m->n_rope || m->rope[L->rope].half != hd / 2 || L->window < 0)
+        return ds_fail(DS_ERR_FORMAT, "%s: layer %d has an implausible attention geometry (head_dim %d, kv heads %d)",
+                       path, l, hd, L->n_kv_heads);
+    const int qd = in->n_heads * hd, kvd = L->n_kv_heads * hd;
+    if (hd > m->max_head_dim) m->max_head_dim = hd;
+    if (qd > m->max_q_dim) m->max_q_dim = qd;
+    if (kvd > m->max_kv_dim) m->max_kv_dim = kvd;
+    return DS_OK;
+}
+
+// Layer l's attention and dense MLP matrices (a KV-shared layer has no k/v of its own, v is optional,
+// an MoE layer may have no dense MLP).
+static ds_status layer_check_dense(const ds_model *m, int l, const char *path, size_t *bytes) {
+    const ds_layer *L = &m->layers[l];
+    const int dim = m->info.dim, qd = m->info.n_heads * L->head_dim, kvd = L->n_kv_heads * L->head_dim;
+    ds_status st;
+    if ((st = check_layer_weight(path, l, "wq", &L->wq, qd, dim, bytes))) return st;
+    if (!L->kv_shared && (st = check_layer_weight(path, l, "wk", &L->wk, kvd, dim, bytes))) return st;
+    if (L->wv.data && !L->kv_shared && (st = check_layer_weight(path, l, "wv", &L->wv, kvd, dim, bytes))) return st;
+    if ((st = check_layer_weight(path, l, "wo", &L->wo, dim, qd, bytes))) return st;
+    if (!L->moe || L->w_gate.data) {
+        if ((st = check_layer_weight(path, l, "w_gate", &L->w_gate, L->ffn_dim, dim, bytes)) ||
+            (st = check_layer_weight(path, l, "w_up", &L->w_up, L->ffn_dim, dim, bytes)) ||
+            (st = check_layer_weight(path, l, "w_down", &L->w_down, dim, L->ffn_dim, bytes)))
+            return st;
     }
-    in->weight_bytes = bytes + (size_t)in->dim * 4 * 2; // + one embedding row and the final norm
-    in->moe_layers = m->n_moe;
-    in->n_experts = m->max_experts;
-    in->top_k_experts = m->max_top_k;
-    in->weight_type = m->layers[0].wq.type;
-    if (in->eos_id >= 0) { // the EOS id is always the first stop id
+    return DS_OK;
+}
+
+// Layer l's experts: plausible counts, the router, the optional shared-expert gate and every expert's
+// three matrices. A decoded token reads the router and top_k experts (the largest counted); raises
+// info.expert_bytes and the model's max_* expert widths.
+static ds_status layer_check_experts(ds_model *m, int l, const char *path, size_t *bytes) {
+    const ds_moe *E = m->layers[l].moe;
+    const int dim = m->info.dim;
+    if (E->n_experts < 1 || E->n_experts > 4096 || E->top_k < 1 || E->top_k > E->n_experts || E->ffn_dim < 1 ||
+        E->ffn_dim > (1 << 20))
+        return ds_fail(DS_ERR_FORMAT, "%s: layer %d: implausible experts (%d experts, top %d, width %d)", path, l,
+                       E->n_experts, E->top_k, E->ffn_dim);
+    char what[64];
+    ds_status st;
+    snprintf(what, sizeof what, "layer %d router", l);
+    if ((st = check_weight(path, what, &E->router, E->n_experts, dim))) return st;
+    if (E->shared_gate.data) {
+        snprintf(what, sizeof what, "layer %d shared_expert_gate", l);
+        if ((st = check_weight(path, what, &E->shared_gate, 1, dim))) return st;
+        *bytes += ds_weight_bytes(&E->shared_gate);
+    }
+    size_t expert_bytes = 0;
+    for (int e = 0; e < E->n_experts; e++) {
+        snprintf(what, sizeof what, "layer %d expert %d gate_proj", l, e);
+        if ((st = check_weight(path, what, &E->gate[e], E->ffn_dim, dim))) return st;
+        snprintf(what, sizeof what, "layer %d expert %d up_proj", l, e);
+        if ((st = check_weight(path, what, &E->up[e], E->ffn_dim, dim))) return st;
+        snprintf(what, sizeof what, "layer %d expert %d down_proj", l, e);
+        if ((st = check_weight(path, what, &E->down[e], dim, E->ffn_dim))) return st;
+        const size_t b = ds_weight_bytes(&E->gate[e]) + ds_weight_bytes(&E->up[e]) + ds_weight_bytes(&E->down[e]);
+        expert_bytes = b > expert_bytes ? b : expert_bytes;
+    }
+    *bytes += ds_weight_bytes(&E->router) + (size_t)E->top_k * expert_bytes;
+    if (expert_bytes > m->info.expert_bytes) m->info.expert_bytes = expert_bytes;
+    if (E->n_experts > m->max_experts) m->max_experts = E->n_experts;
+    if (E->top_k > m->max_top_k) m->max_top_k = E->top_k;
+    if (E->ffn_dim > m->max_expert_dim) m->max_expert_dim = E->ffn_dim;
+    return DS_OK;
+}
+
+// Layer l's per-layer embedding gate, projection and post-norm (plus the norm's bytes).
+static ds_status layer_check_ple(const ds_model *m, int l, const char *path, size_t *bytes) {
+    const ds_layer *L = &m->layers[l];
+    const int dim = m->info.dim;
+    ds_status st;
+    if ((st = check_layer_weight(path, l, "ple_gate", &L->ple_gate, m->ple_dim, dim, bytes)) ||
+        (st = check_layer_weight(path, l, "ple_proj", &L->ple_proj, dim, m->ple_dim, bytes)))
+        return st;
+    if (!L->ple_post_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
+    *bytes += (size_t)dim * 4;
+    return DS_OK;
+}
+
+// Layer l, whole: geometry, dense matrices, experts, per-layer embeddings, the two norms.
+static ds_status layer_check(ds_model *m, int l, const char *path, size_t *bytes) {
+    const ds_layer *L = &m->layers[l];
+    ds_status st;
+    if ((st = layer_check_geometry(m, l, path)) || (st = layer_check_dense(m, l, path, bytes))) return st;
+    if (L->moe && (st = layer_check_experts(m, l, path, bytes))) return st;
+    if (m->ple_dim && (st = layer_check_ple(m, l, path, bytes))) return st;
+    if (!L->attn_norm || !L->ffn_norm) return ds_fail(DS_ERR_FORMAT, "%s: layer %d is missing a norm", path, l);
+    *bytes += (size_t)2 * m->info.dim * 4;
+    return DS_OK;
+}
+
+// The EOS id is always the first stop id; with no EOS id the first stop id becomes it.
+static void model_order_stop_ids(ds_model *m) {
+    ds_model_info *in = &m->info;
+    if (in->eos_id >= 0) {
         int32_t rest[DS_MAX_STOP];
         int n = 0;
         for (int i = 0; i < m->n_stop; i++)
@@ -290,6 +338,31 @@ ds_status ds_model_finish(ds_model *m, const char *path) {
     } else if (m->n_stop) {
         in->eos_id = m->stop_ids[0];
     }
+}
+
+ds_status ds_model_finish(ds_model *m, const char *path) {
+    ds_model_info *in = &m->info;
+    model_escape_name(m);
+    in->arch = m->arch;
+    in->name = m->name;
+    ds_status st;
+    if ((st = check_hparams(in, path))) return st;
+    if ((st = check_weight(path, "token embedding", &m->tok_embd, in->vocab_size, in->dim)) ||
+        (st = check_weight(path, "output", &m->output, in->vocab_size, in->dim)))
+        return st;
+    if ((st = model_default_rope(m, path))) return st;
+    size_t bytes = ds_weight_bytes(&m->output);
+    m->max_head_dim = m->max_q_dim = m->max_kv_dim = m->max_ffn_dim = 0;
+    m->max_experts = m->max_top_k = m->max_expert_dim = 0;
+    if (m->ple_dim && (st = check_ple_tables(m, path, &bytes))) return st;
+    for (int l = 0; l < in->n_layers; l++)
+        if ((st = layer_check(m, l, path, &bytes))) return st;
+    in->weight_bytes = bytes + (size_t)in->dim * 4 * 2; // + one embedding row and the final norm
+    in->moe_layers = m->n_moe;
+    in->n_experts = m->max_experts;
+    in->top_k_experts = m->max_top_k;
+    in->weight_type = m->layers[0].wq.type;
+    model_order_stop_ids(m);
     return ds_model_check_ids(m, path);
 }
 
