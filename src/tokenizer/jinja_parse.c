@@ -513,176 +513,197 @@ static int body(parser *P, const char *const *ends, vec *out, int *which);
 
 static const char *k_unsupported_tags[] = {"include", "import", "from", "extends", "block", "call", "with", "do", "autoescape", "trans", NULL};
 
+// {% if c %}...{% elif c %}...{% else %}...{% endif %}: elif chains as a nested if in the else branch.
+static ds_jnode *stmt_if(parser *P, int line) {
+    ds_jnode *n = node(P, JS_IF), *top = n;
+    if (!n) return NULL;
+    n->line = line;
+    for (;;) {
+        if (!(n->x = expr(P)) || !block_end(P)) return NULL;
+        static const char *const ends[] = {"elif", "else", "endif", NULL};
+        vec b = {0};
+        int w;
+        if (!body(P, ends, &b, &w)) return NULL;
+        n->kids = b.v, n->n_kids = b.n;
+        if (w == 0) { // elif: a nested if in the else branch
+            ds_jnode *e = node(P, JS_IF);
+            if (!e) return NULL;
+            n->body2 = ds_ja_alloc(P->a, sizeof *n->body2);
+            if (!n->body2) return NULL;
+            n->body2[0] = e, n->n_body2 = 1;
+            n = e;
+            continue;
+        }
+        if (w == 1) {
+            if (!block_end(P)) return NULL;
+            static const char *const ends2[] = {"endif", NULL};
+            vec e = {0};
+            if (!body(P, ends2, &e, &w)) return NULL;
+            n->body2 = e.v, n->n_body2 = e.n;
+        }
+        return block_end(P) ? top : NULL;
+    }
+}
+
+// {% for a, b in xs if c %}...{% else %}...{% endfor %} (the names, the iterable, the optional filter).
+static ds_jnode *stmt_for(parser *P, int line) {
+    ds_jnode *n = node(P, JS_FOR);
+    if (!n) return NULL;
+    n->line = line;
+    vec names = {0};
+    do {
+        char *nm = take_name(P);
+        if (!nm) return NULL;
+        vec_push(P, &names, NULL, nm);
+    } while (accept_op(P, ","));
+    n->names = names.names, n->n_names = names.n;
+    if (!accept_name(P, "in")) return pfail(P, DS_ERR_FORMAT, "expected 'in' in a for loop, got %s", tok_desc(P));
+    if (!(n->x = or_expr(P))) return NULL; // (no conditional expression: `if` filters the loop)
+    if (accept_name(P, "if") && !(n->y = expr(P))) return NULL;
+    if (is_name(P, "recursive")) return pfail(P, DS_ERR_UNSUPPORTED, "recursive for loops are not supported");
+    if (!block_end(P)) return NULL;
+    static const char *const ends[] = {"else", "endfor", NULL};
+    vec b = {0};
+    int w;
+    P->in_loop++;
+    int ok = body(P, ends, &b, &w);
+    P->in_loop--;
+    if (!ok) return NULL;
+    n->kids = b.v, n->n_kids = b.n;
+    if (w == 0) {
+        static const char *const ends2[] = {"endfor", NULL};
+        vec e = {0};
+        if (!block_end(P) || !body(P, ends2, &e, &w)) return NULL;
+        n->body2 = e.v, n->n_body2 = e.n;
+    }
+    return block_end(P) ? n : NULL;
+}
+
+// {% set x = e %}, {% set a, b = e %}, {% set ns.attr = e %} and the block form {% set x %}...{% endset %}.
+static ds_jnode *stmt_set(parser *P, int line) {
+    ds_jnode *n = node(P, JS_SET);
+    if (!n) return NULL;
+    n->line = line;
+    // target: name, name.attr, or names separated by commas
+    vec names = {0};
+    char *first = take_name(P);
+    if (!first) return NULL;
+    if (accept_op(P, ".")) {
+        ds_jnode *t = node(P, JN_ATTR);
+        if (!t || !(t->x = node(P, JN_NAME))) return NULL;
+        t->x->name = first;
+        if (!(t->name = take_name(P))) return NULL;
+        n->x = t;
+    } else {
+        vec_push(P, &names, NULL, first);
+        while (accept_op(P, ",")) {
+            char *nm = take_name(P);
+            if (!nm) return NULL;
+            vec_push(P, &names, NULL, nm);
+        }
+        n->names = names.names, n->n_names = names.n;
+    }
+    if (cur(P)->type == JT_BLOCK_END && !n->x && names.n == 1) { // {% set x %}...{% endset %}
+        P->i++;
+        n->kind = JS_SET_BLOCK;
+        n->name = first;
+        static const char *const ends[] = {"endset", NULL};
+        vec b = {0};
+        int w;
+        if (!body(P, ends, &b, &w)) return NULL;
+        n->kids = b.v, n->n_kids = b.n;
+        return block_end(P) ? n : NULL;
+    }
+    if (is_op(P, "|")) return pfail(P, DS_ERR_UNSUPPORTED, "filters on a block set are not supported");
+    if (!expect_op(P, "=") || !(n->y = tuple_expr(P))) return NULL;
+    return block_end(P) ? n : NULL;
+}
+
+// {% macro name(a, b=default) %}...{% endmacro %}: a loop outside does not reach into the body.
+static ds_jnode *stmt_macro(parser *P, int line) {
+    ds_jnode *n = node(P, JS_MACRO);
+    if (!n || !(n->name = take_name(P)) || !expect_op(P, "(")) return NULL;
+    n->line = line;
+    vec params = {0};
+    while (!is_op(P, ")")) {
+        char *nm = take_name(P);
+        ds_jnode *def = NULL;
+        if (!nm) return NULL;
+        if (accept_op(P, "=") && !(def = expr(P))) return NULL;
+        vec_push(P, &params, def, nm);
+        if (!accept_op(P, ",")) break;
+    }
+    if (!expect_op(P, ")") || !block_end(P)) return NULL;
+    n->names = params.names, n->vals = params.v, n->n_names = params.n;
+    static const char *const ends[] = {"endmacro", NULL};
+    vec b = {0};
+    int w, saved = P->in_loop;
+    P->in_loop = 0;
+    P->in_macro++;
+    int ok = body(P, ends, &b, &w);
+    P->in_macro--;
+    P->in_loop = saved;
+    if (!ok) return NULL;
+    accept_name(P, n->name); // {% endmacro name %}
+    n->kids = b.v, n->n_kids = b.n;
+    return block_end(P) ? n : NULL;
+}
+
+// {% filter f | g %}...{% endfilter %}: the chain is parsed as filters on a placeholder (n->y).
+static ds_jnode *stmt_filter(parser *P, int line) {
+    ds_jnode *n = node(P, JS_FILTER_BLOCK);
+    if (!n) return NULL;
+    n->line = line;
+    ds_jnode *ph = node(P, JN_LIT);
+    if (!ph) return NULL;
+    ph->lit = ds_jv_undef(NULL);
+    ds_jnode *chain = one_filter(P, ph);
+    while (chain && accept_op(P, "|")) chain = one_filter(P, chain);
+    if (!chain || !block_end(P)) return NULL;
+    n->x = chain;
+    n->y = ph;
+    static const char *const ends[] = {"endfilter", NULL};
+    vec b = {0};
+    int w;
+    if (!body(P, ends, &b, &w)) return NULL;
+    n->kids = b.v, n->n_kids = b.n;
+    return block_end(P) ? n : NULL;
+}
+
+// {% generation %}...{% endgeneration %} (transformers' AssistantTracker): the body renders as it is.
+static ds_jnode *stmt_generation(parser *P) {
+    ds_jnode *n = node(P, JS_BODY);
+    if (!n || !block_end(P)) return NULL;
+    static const char *const ends[] = {"endgeneration", NULL};
+    vec b = {0};
+    int w;
+    if (!body(P, ends, &b, &w)) return NULL;
+    n->kids = b.v, n->n_kids = b.n;
+    return block_end(P) ? n : NULL;
+}
+
+// {% break %} and {% continue %}, only inside a for loop.
+static ds_jnode *stmt_break(parser *P) {
+    const int brk = is_name(P, "break");
+    if (!P->in_loop) return pfail(P, DS_ERR_FORMAT, "'%s' outside a for loop", brk ? "break" : "continue");
+    P->i++;
+    ds_jnode *n = node(P, brk ? JS_BREAK : JS_CONTINUE);
+    return n && block_end(P) ? n : NULL;
+}
+
+// One {% ... %} tag after its BLOCK_BEGIN: the tag's name picks the statement.
 static ds_jnode *statement(parser *P) {
     const int line = cur(P)->line;
     if (cur(P)->type != JT_NAME) return pfail(P, DS_ERR_FORMAT, "expected a statement name, got %s", tok_desc(P));
     for (int k = 0; k_unsupported_tags[k]; k++)
         if (is_name(P, k_unsupported_tags[k])) return pfail(P, DS_ERR_UNSUPPORTED, "the '%s' tag is not supported", k_unsupported_tags[k]);
-    if (accept_name(P, "if")) {
-        ds_jnode *n = node(P, JS_IF), *top = n;
-        if (!n) return NULL;
-        n->line = line;
-        for (;;) {
-            if (!(n->x = expr(P)) || !block_end(P)) return NULL;
-            static const char *const ends[] = {"elif", "else", "endif", NULL};
-            vec b = {0};
-            int w;
-            if (!body(P, ends, &b, &w)) return NULL;
-            n->kids = b.v, n->n_kids = b.n;
-            if (w == 0) { // elif: a nested if in the else branch
-                ds_jnode *e = node(P, JS_IF);
-                if (!e) return NULL;
-                n->body2 = ds_ja_alloc(P->a, sizeof *n->body2);
-                if (!n->body2) return NULL;
-                n->body2[0] = e, n->n_body2 = 1;
-                n = e;
-                continue;
-            }
-            if (w == 1) {
-                if (!block_end(P)) return NULL;
-                static const char *const ends2[] = {"endif", NULL};
-                vec e = {0};
-                if (!body(P, ends2, &e, &w)) return NULL;
-                n->body2 = e.v, n->n_body2 = e.n;
-            }
-            return block_end(P) ? top : NULL;
-        }
-    }
-    if (accept_name(P, "for")) {
-        ds_jnode *n = node(P, JS_FOR);
-        if (!n) return NULL;
-        n->line = line;
-        vec names = {0};
-        do {
-            char *nm = take_name(P);
-            if (!nm) return NULL;
-            vec_push(P, &names, NULL, nm);
-        } while (accept_op(P, ","));
-        n->names = names.names, n->n_names = names.n;
-        if (!accept_name(P, "in")) return pfail(P, DS_ERR_FORMAT, "expected 'in' in a for loop, got %s", tok_desc(P));
-        if (!(n->x = or_expr(P))) return NULL; // (no conditional expression: `if` filters the loop)
-        if (accept_name(P, "if") && !(n->y = expr(P))) return NULL;
-        if (is_name(P, "recursive")) return pfail(P, DS_ERR_UNSUPPORTED, "recursive for loops are not supported");
-        if (!block_end(P)) return NULL;
-        static const char *const ends[] = {"else", "endfor", NULL};
-        vec b = {0};
-        int w;
-        P->in_loop++;
-        int ok = body(P, ends, &b, &w);
-        P->in_loop--;
-        if (!ok) return NULL;
-        n->kids = b.v, n->n_kids = b.n;
-        if (w == 0) {
-            static const char *const ends2[] = {"endfor", NULL};
-            vec e = {0};
-            if (!block_end(P) || !body(P, ends2, &e, &w)) return NULL;
-            n->body2 = e.v, n->n_body2 = e.n;
-        }
-        return block_end(P) ? n : NULL;
-    }
-    if (accept_name(P, "set")) {
-        ds_jnode *n = node(P, JS_SET);
-        if (!n) return NULL;
-        n->line = line;
-        // target: name, name.attr, or names separated by commas
-        vec names = {0};
-        char *first = take_name(P);
-        if (!first) return NULL;
-        if (accept_op(P, ".")) {
-            ds_jnode *t = node(P, JN_ATTR);
-            if (!t || !(t->x = node(P, JN_NAME))) return NULL;
-            t->x->name = first;
-            if (!(t->name = take_name(P))) return NULL;
-            n->x = t;
-        } else {
-            vec_push(P, &names, NULL, first);
-            while (accept_op(P, ",")) {
-                char *nm = take_name(P);
-                if (!nm) return NULL;
-                vec_push(P, &names, NULL, nm);
-            }
-            n->names = names.names, n->n_names = names.n;
-        }
-        if (cur(P)->type == JT_BLOCK_END && !n->x && names.n == 1) { // {% set x %}...{% endset %}
-            P->i++;
-            n->kind = JS_SET_BLOCK;
-            n->name = first;
-            static const char *const ends[] = {"endset", NULL};
-            vec b = {0};
-            int w;
-            if (!body(P, ends, &b, &w)) return NULL;
-            n->kids = b.v, n->n_kids = b.n;
-            return block_end(P) ? n : NULL;
-        }
-        if (is_op(P, "|")) return pfail(P, DS_ERR_UNSUPPORTED, "filters on a block set are not supported");
-        if (!expect_op(P, "=") || !(n->y = tuple_expr(P))) return NULL;
-        return block_end(P) ? n : NULL;
-    }
-    if (accept_name(P, "macro")) {
-        ds_jnode *n = node(P, JS_MACRO);
-        if (!n || !(n->name = take_name(P)) || !expect_op(P, "(")) return NULL;
-        n->line = line;
-        vec params = {0};
-        while (!is_op(P, ")")) {
-            char *nm = take_name(P);
-            ds_jnode *def = NULL;
-            if (!nm) return NULL;
-            if (accept_op(P, "=") && !(def = expr(P))) return NULL;
-            vec_push(P, &params, def, nm);
-            if (!accept_op(P, ",")) break;
-        }
-        if (!expect_op(P, ")") || !block_end(P)) return NULL;
-        n->names = params.names, n->vals = params.v, n->n_names = params.n;
-        static const char *const ends[] = {"endmacro", NULL};
-        vec b = {0};
-        int w, saved = P->in_loop;
-        P->in_loop = 0;
-        P->in_macro++;
-        int ok = body(P, ends, &b, &w);
-        P->in_macro--;
-        P->in_loop = saved;
-        if (!ok) return NULL;
-        accept_name(P, n->name); // {% endmacro name %}
-        n->kids = b.v, n->n_kids = b.n;
-        return block_end(P) ? n : NULL;
-    }
-    if (accept_name(P, "filter")) {
-        ds_jnode *n = node(P, JS_FILTER_BLOCK);
-        if (!n) return NULL;
-        n->line = line;
-        // a filter chain applied to the body: parsed as filters on a placeholder (n->y)
-        ds_jnode *ph = node(P, JN_LIT);
-        if (!ph) return NULL;
-        ph->lit = ds_jv_undef(NULL);
-        ds_jnode *chain = one_filter(P, ph);
-        while (chain && accept_op(P, "|")) chain = one_filter(P, chain);
-        if (!chain || !block_end(P)) return NULL;
-        n->x = chain;
-        n->y = ph;
-        static const char *const ends[] = {"endfilter", NULL};
-        vec b = {0};
-        int w;
-        if (!body(P, ends, &b, &w)) return NULL;
-        n->kids = b.v, n->n_kids = b.n;
-        return block_end(P) ? n : NULL;
-    }
-    if (accept_name(P, "generation")) { // transformers' AssistantTracker: the body renders as it is
-        ds_jnode *n = node(P, JS_BODY);
-        if (!n || !block_end(P)) return NULL;
-        static const char *const ends[] = {"endgeneration", NULL};
-        vec b = {0};
-        int w;
-        if (!body(P, ends, &b, &w)) return NULL;
-        n->kids = b.v, n->n_kids = b.n;
-        return block_end(P) ? n : NULL;
-    }
-    if (is_name(P, "break") || is_name(P, "continue")) {
-        const int brk = is_name(P, "break");
-        if (!P->in_loop) return pfail(P, DS_ERR_FORMAT, "'%s' outside a for loop", brk ? "break" : "continue");
-        P->i++;
-        ds_jnode *n = node(P, brk ? JS_BREAK : JS_CONTINUE);
-        return n && block_end(P) ? n : NULL;
-    }
+    if (accept_name(P, "if")) return stmt_if(P, line);
+    if (accept_name(P, "for")) return stmt_for(P, line);
+    if (accept_name(P, "set")) return stmt_set(P, line);
+    if (accept_name(P, "macro")) return stmt_macro(P, line);
+    if (accept_name(P, "filter")) return stmt_filter(P, line);
+    if (accept_name(P, "generation")) return stmt_generation(P);
+    if (is_name(P, "break") || is_name(P, "continue")) return stmt_break(P);
     return pfail(P, DS_ERR_FORMAT, "unknown tag '%.*s'", (int)(cur(P)->n < 40 ? cur(P)->n : 40), cur(P)->s);
 }
 
