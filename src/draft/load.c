@@ -76,40 +76,37 @@ float *ds_drafter_own(ds_drafter *d, size_t n) {
 
 // ---- config.json ---------------------------------------------------------------------------------
 
-static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    cJSON *j;
-    ds_status st = ds_json_load(path, 1 << 20, &j);
-    if (st) return st;
-    memset(c, 0, sizeof *c);
+// architectures[0] names the drafter style; the options dspark's runtime lacks are refused by name.
+static ds_status config_read_arch(ds_drafter *d, const cJSON *j, const char *path) {
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(j, "architectures");
     const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     const char *arch = cJSON_IsString(a0) ? a0->valuestring : "";
     if (!strcmp(arch, "Qwen3DSparkModel")) d->style = DS_STYLE_QWEN3;
     else if (!strcmp(arch, "Gemma4DSparkModel")) d->style = DS_STYLE_GEMMA4;
-    else {
-        st = ds_fail(DS_ERR_UNSUPPORTED,
-                     "%s: architectures[0] '%s' is not a DeepSpec drafter (Qwen3DSparkModel or Gemma4DSparkModel)", path,
-                     arch);
-        goto done;
-    }
+    else
+        return ds_fail(DS_ERR_UNSUPPORTED,
+                       "%s: architectures[0] '%s' is not a DeepSpec drafter (Qwen3DSparkModel or Gemma4DSparkModel)", path,
+                       arch);
     snprintf(d->arch, sizeof d->arch, "%s", arch);
     int moe = 0, ple = 0;
-    const char *tid;
+    ds_status st;
     if ((st = ds_json_bool(j, path, "enable_moe_block", 0, &moe)) ||
         (st = ds_json_int(j, path, "hidden_size_per_layer_input", 0, 1 << 20, &ple)))
-        goto done;
-    if (moe || ple) {
-        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: %s is not supported by dspark's drafter runtime", path,
-                     moe ? "enable_moe_block = true" : "hidden_size_per_layer_input != 0");
-        goto done;
-    }
+        return st;
+    if (moe || ple)
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: %s is not supported by dspark's drafter runtime", path,
+                       moe ? "enable_moe_block = true" : "hidden_size_per_layer_input != 0");
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types"), *e;
-    cJSON_ArrayForEach(e, lt) if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
-        st = ds_fail(DS_ERR_UNSUPPORTED, "%s: layer_types must all be \"full_attention\" (no sliding window in drafters)", path);
-        goto done;
-    }
+    cJSON_ArrayForEach(e, lt) if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer_types must all be \"full_attention\" (no sliding window in drafters)",
+                       path);
+    return DS_OK;
+}
+
+// The sizes, flags and names every style shares (target_id is printed, so escaped).
+static ds_status config_read_sizes(ds_drafter *d, const cJSON *j, const char *path, draft_config *c) {
+    const char *tid;
+    ds_status st;
     if ((st = ds_json_int(j, path, "hidden_size", -1, 1 << 16, &d->H)) ||
         (st = ds_json_int(j, path, "intermediate_size", -1, 1 << 20, &d->F)) ||
         (st = ds_json_int(j, path, "vocab_size", -1, 1 << 24, &d->V)) ||
@@ -125,96 +122,113 @@ static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
         (st = ds_json_num(j, path, "rms_norm_eps", 1e-6, &c->eps)) ||
         (st = ds_json_str(j, path, "markov_head_type", &c->head_type)) ||
         (st = ds_json_str(j, path, "target_id", &tid)))
-        goto done;
-    ds_text_escape(d->target_id, sizeof d->target_id, tid ? tid : "", tid ? strlen(tid) : 0); // (printed)
-    if (c->rank > 0) {
-        const char *h = c->head_type ? c->head_type : "vanilla";
-        if (!strcmp(h, "vanilla")) d->markov = DS_MARKOV_VANILLA;
-        else if (!strcmp(h, "gated")) d->markov = DS_MARKOV_GATED;
-        else if (!strcmp(h, "rnn")) d->markov = DS_MARKOV_RNN;
-        else {
-            st = ds_fail(DS_ERR_UNSUPPORTED, "%s: markov_head_type '%s' is not supported (vanilla, gated, rnn)", path, h);
-            goto done;
-        }
-        snprintf(d->markov_name, sizeof d->markov_name, "%s", h);
-    }
-    if (d->nq == 0 || c->layers == 0 || c->block == 0 || d->H == 0 || d->V == 0) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: hidden_size, vocab_size, heads, layers and block_size must be positive", path);
-        goto done;
-    }
-    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->layers)) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: layer_types must list one type per layer (%d), not %d", path, c->layers,
-                     cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1);
-        goto done;
-    }
-    // Taps.
-    const cJSON *taps = cJSON_GetObjectItemCaseSensitive(j, "target_layer_ids");
-    if (!cJSON_IsArray(taps) || cJSON_GetArraySize(taps) < 1 || cJSON_GetArraySize(taps) > 64) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must be a list of 1..64 layer ids", path);
-        goto done;
-    }
+        return st;
+    ds_text_escape(d->target_id, sizeof d->target_id, tid ? tid : "", tid ? strlen(tid) : 0);
+    return DS_OK;
+}
+
+// markov_head_type, read only when there is a Markov head (markov_rank > 0).
+static ds_status config_read_markov(ds_drafter *d, const char *path, const draft_config *c) {
+    if (c->rank <= 0) return DS_OK;
+    const char *h = c->head_type ? c->head_type : "vanilla";
+    if (!strcmp(h, "vanilla")) d->markov = DS_MARKOV_VANILLA;
+    else if (!strcmp(h, "gated")) d->markov = DS_MARKOV_GATED;
+    else if (!strcmp(h, "rnn")) d->markov = DS_MARKOV_RNN;
+    else return ds_fail(DS_ERR_UNSUPPORTED, "%s: markov_head_type '%s' is not supported (vanilla, gated, rnn)", path, h);
+    snprintf(d->markov_name, sizeof d->markov_name, "%s", h);
+    return DS_OK;
+}
+
+// The required sizes are positive and layer_types, when given, has one entry per layer.
+static ds_status config_check_sizes(const ds_drafter *d, const cJSON *j, const char *path, const draft_config *c) {
+    if (d->nq == 0 || c->layers == 0 || c->block == 0 || d->H == 0 || d->V == 0)
+        return ds_fail(DS_ERR_FORMAT, "%s: hidden_size, vocab_size, heads, layers and block_size must be positive", path);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
+    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->layers))
+        return ds_fail(DS_ERR_FORMAT, "%s: layer_types must list one type per layer (%d), not %d", path, c->layers,
+                       cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1);
+    return DS_OK;
+}
+
+// target_layer_ids: the target layers the drafter taps (their order is checked against the target later).
+static ds_status config_read_taps(ds_drafter *d, const cJSON *j, const char *path) {
+    const cJSON *taps = cJSON_GetObjectItemCaseSensitive(j, "target_layer_ids"), *e;
+    if (!cJSON_IsArray(taps) || cJSON_GetArraySize(taps) < 1 || cJSON_GetArraySize(taps) > 64)
+        return ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must be a list of 1..64 layer ids", path);
     d->T = 0;
     cJSON_ArrayForEach(e, taps) {
-        if (!ds_json_is_int(e, -1, 4096)) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must hold integers", path);
-            goto done;
-        }
+        if (!ds_json_is_int(e, -1, 4096)) return ds_fail(DS_ERR_FORMAT, "%s: target_layer_ids must hold integers", path);
         d->tap_ids[d->T++] = (int)e->valuedouble;
     }
-    if (d->style == DS_STYLE_QWEN3) {
-        if ((st = ds_json_int(j, path, "num_key_value_heads", d->nq, 4096, &d->nkv)) ||
-            (st = ds_json_int(j, path, "head_dim", d->H / d->nq, 4096, &d->hd)))
-            goto done;
-        double th1;
-        if ((st = ds_json_num(j, path, "rope_theta", 1e6, &th1))) goto done;
-        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-        if ((st = ds_json_num(rp, path, "rope_theta", th1, &c->theta))) goto done;
-        c->partial = 1.0;
-        c->k_eq_v = 0;
-    } else {
-        int kv_local;
-        if ((st = ds_json_int(j, path, "global_head_dim", -1, 4096, &d->hd)) ||
-            (st = ds_json_int(j, path, "num_key_value_heads", d->nq, 4096, &kv_local)) ||
-            (st = ds_json_bool(j, path, "attention_k_eq_v", 0, &c->k_eq_v)) ||
-            (st = ds_json_num(j, path, "final_logit_softcapping", 0, &c->softcap)))
-            goto done;
-        if ((st = ds_json_int(j, path, "num_global_key_value_heads", kv_local, 4096, &d->nkv))) goto done;
-        if (!c->k_eq_v) { // released Gemma drafters share K and V; dspark has no v_proj path for Gemma
-            st = ds_fail(DS_ERR_UNSUPPORTED, "%s: attention_k_eq_v = false (a Gemma drafter with v_proj) is not supported",
-                         path);
-            goto done;
-        }
-        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-        const cJSON *fa = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
-        if (!cJSON_IsObject(fa)) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: Gemma drafters need rope_parameters.full_attention", path);
-            goto done;
-        }
-        if ((st = ds_json_num(fa, path, "rope_theta", 1e6, &c->theta)) ||
-            (st = ds_json_num(fa, path, "partial_rotary_factor", 1.0, &c->partial)))
-            goto done;
-        if (!(c->partial > 0 && c->partial <= 1)) {
-            st = ds_fail(DS_ERR_FORMAT, "%s: partial_rotary_factor must be in (0, 1]", path);
-            goto done;
-        }
-    }
-    if (!(c->eps > 0)) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: rms_norm_eps must be positive", path);
-        goto done;
-    }
-    if (!(c->theta > 0)) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: rope_theta must be positive", path);
-        goto done;
-    }
-    if (d->nkv == 0 || d->nq % d->nkv || d->hd == 0 || d->hd % 2) {
-        st = ds_fail(DS_ERR_FORMAT, "%s: inconsistent attention geometry (heads %d/%d, head dim %d)", path, d->nq,
-                     d->nkv, d->hd);
-        goto done;
-    }
-    // MLX affine quantization (docs/formats/mlx-affine.md): the block says which modules are quantized and
-    // how; ds_st_weight_q checks every quantized tensor against it.
-    st = ds_quant_config_parse(j, path, &d->quant);
-done:
+    return DS_OK;
+}
+
+// Qwen3 attention: kv heads, head_dim and rope_theta (rope_parameters.rope_theta over the top-level one).
+static ds_status config_read_qwen3_attention(ds_drafter *d, const cJSON *j, const char *path, draft_config *c) {
+    ds_status st;
+    if ((st = ds_json_int(j, path, "num_key_value_heads", d->nq, 4096, &d->nkv)) ||
+        (st = ds_json_int(j, path, "head_dim", d->H / d->nq, 4096, &d->hd)))
+        return st;
+    double th1;
+    if ((st = ds_json_num(j, path, "rope_theta", 1e6, &th1))) return st;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if ((st = ds_json_num(rp, path, "rope_theta", th1, &c->theta))) return st;
+    c->partial = 1.0;
+    c->k_eq_v = 0;
+    return DS_OK;
+}
+
+// Gemma 4 attention: the global (full-attention) geometry, K = V, the logit softcap and
+// rope_parameters.full_attention.
+static ds_status config_read_gemma4_attention(ds_drafter *d, const cJSON *j, const char *path, draft_config *c) {
+    int kv_local;
+    ds_status st;
+    if ((st = ds_json_int(j, path, "global_head_dim", -1, 4096, &d->hd)) ||
+        (st = ds_json_int(j, path, "num_key_value_heads", d->nq, 4096, &kv_local)) ||
+        (st = ds_json_bool(j, path, "attention_k_eq_v", 0, &c->k_eq_v)) ||
+        (st = ds_json_num(j, path, "final_logit_softcapping", 0, &c->softcap)))
+        return st;
+    if ((st = ds_json_int(j, path, "num_global_key_value_heads", kv_local, 4096, &d->nkv))) return st;
+    if (!c->k_eq_v) // released Gemma drafters share K and V; dspark has no v_proj path for Gemma
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: attention_k_eq_v = false (a Gemma drafter with v_proj) is not supported",
+                       path);
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+    if (!cJSON_IsObject(fa)) return ds_fail(DS_ERR_FORMAT, "%s: Gemma drafters need rope_parameters.full_attention", path);
+    if ((st = ds_json_num(fa, path, "rope_theta", 1e6, &c->theta)) ||
+        (st = ds_json_num(fa, path, "partial_rotary_factor", 1.0, &c->partial)))
+        return st;
+    if (!(c->partial > 0 && c->partial <= 1))
+        return ds_fail(DS_ERR_FORMAT, "%s: partial_rotary_factor must be in (0, 1]", path);
+    return DS_OK;
+}
+
+// Norm epsilon, RoPE base and attention geometry, whichever style set them.
+static ds_status config_check_attention(const ds_drafter *d, const char *path, const draft_config *c) {
+    if (!(c->eps > 0)) return ds_fail(DS_ERR_FORMAT, "%s: rms_norm_eps must be positive", path);
+    if (!(c->theta > 0)) return ds_fail(DS_ERR_FORMAT, "%s: rope_theta must be positive", path);
+    if (d->nkv == 0 || d->nq % d->nkv || d->hd == 0 || d->hd % 2)
+        return ds_fail(DS_ERR_FORMAT, "%s: inconsistent attention geometry (heads %d/%d, head dim %d)", path, d->nq,
+                       d->nkv, d->hd);
+    return DS_OK;
+}
+
+static ds_status read_config(ds_drafter *d, const char *dir, draft_config *c) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *j;
+    ds_status st = ds_json_load(path, 1 << 20, &j);
+    if (st) return st;
+    memset(c, 0, sizeof *c);
+    if (!(st = config_read_arch(d, j, path)) && !(st = config_read_sizes(d, j, path, c)) &&
+        !(st = config_read_markov(d, path, c)) && !(st = config_check_sizes(d, j, path, c)) &&
+        !(st = config_read_taps(d, j, path)) &&
+        !(st = d->style == DS_STYLE_QWEN3 ? config_read_qwen3_attention(d, j, path, c)
+                                          : config_read_gemma4_attention(d, j, path, c)) &&
+        !(st = config_check_attention(d, path, c)))
+        // MLX affine quantization (docs/formats/mlx-affine.md): the block says which modules are quantized
+        // and how; ds_st_weight_q checks every quantized tensor against it.
+        st = ds_quant_config_parse(j, path, &d->quant);
     cJSON_Delete(j);
     return st;
 }
