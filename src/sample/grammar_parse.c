@@ -331,8 +331,111 @@ static int postfix(parser *ps, int rule, ds_i32vec *seq, int start) {
     return 0;
 }
 
+// "..." after its opening quote: one one-character class per character (none for "").
+static int item_string(parser *ps, ds_i32vec *seq, const char *at) {
+    while (ps->p < ps->end && *ps->p != '"') {
+        uint32_t cp, lohi[2];
+        if (read_char(ps, &cp)) return -1;
+        lohi[0] = lohi[1] = cp;
+        const int cs = add_class(ps, lohi, 1, 0);
+        if (cs < 0 || emit(ps, seq, (cs << 2) | DS_GEL_CHARS)) return -1;
+    }
+    if (ps->p >= ps->end) return perr(ps, at, "unterminated string literal", NULL);
+    ps->p++;
+    return 0;
+}
+
+// [...] / [^...] after its '[': the ranges as one class.
+static int item_class(parser *ps, ds_i32vec *seq, const char *at) {
+    int neg = 0;
+    if (ps->p < ps->end && *ps->p == '^') {
+        neg = 1;
+        ps->p++;
+    }
+    ds_i32vec r = {0};
+    while (ps->p < ps->end && *ps->p != ']') {
+        uint32_t lo, hi;
+        if (read_char(ps, &lo)) {
+            free(r.v);
+            return -1;
+        }
+        hi = lo;
+        if (ps->end - ps->p >= 2 && ps->p[0] == '-' && ps->p[1] != ']') {
+            ps->p++;
+            if (read_char(ps, &hi)) {
+                free(r.v);
+                return -1;
+            }
+            if (hi < lo) {
+                free(r.v);
+                return perr(ps, at, "character range with its end before its start", NULL);
+            }
+        }
+        if (ds_i32vec_push(&r, (int32_t)lo) || ds_i32vec_push(&r, (int32_t)hi)) {
+            free(r.v);
+            return nomem(ps);
+        }
+    }
+    if (ps->p >= ps->end) {
+        free(r.v);
+        return perr(ps, at, "unterminated character class", NULL);
+    }
+    ps->p++;
+    const int cs = add_class(ps, (const uint32_t *)r.v, r.n / 2, neg);
+    free(r.v);
+    if (cs < 0 || emit(ps, seq, (cs << 2) | DS_GEL_CHARS)) return -1;
+    return 0;
+}
+
+// '.' after the dot: any code point.
+static int item_any(parser *ps, ds_i32vec *seq) {
+    const uint32_t lohi[2] = {0, 0x10FFFF};
+    const int cs = add_class(ps, lohi, 1, 0);
+    return cs < 0 || emit(ps, seq, (cs << 2) | DS_GEL_CHARS) ? -1 : 0;
+}
+
+// ( alternatives ) after its '(': a rule of its own, referenced once.
+static int item_group(parser *ps, int rule, ds_i32vec *seq, const char *at) {
+    if (++ps->depth > MAX_DEPTH) return perr(ps, at, "parentheses nested deeper than 64", NULL);
+    const int r = synth_rule(ps, rule);
+    if (r < 0) return -1;
+    ds_i32vec body = {0};
+    const int rc = parse_alts(ps, rule, &body, 1);
+    ps->rules[r].body = body; // (ps->rules may have moved while parsing the group)
+    if (rc) return -1;
+    skip(ps, 1);
+    if (ps->p >= ps->end || *ps->p != ')') return perr(ps, at, "unclosed '('", NULL);
+    ps->p++;
+    ps->depth--;
+    return emit(ps, seq, (r << 2) | DS_GEL_RULE) ? -1 : 0;
+}
+
+// A rule name: a reference, the rule declared here if it is not yet (its first use is remembered).
+static int item_ref(parser *ps, ds_i32vec *seq) {
+    const char *s = ps->p;
+    while (ps->p < ps->end && is_name(*ps->p)) ps->p++;
+    int r = find_rule(ps, s, (size_t)(ps->p - s));
+    if (r < 0) {
+        if ((r = add_rule(ps, s, (size_t)(ps->p - s))) < 0) return -1;
+        pos_of(ps, s, &ps->rules[r].ref_line, &ps->rules[r].ref_col);
+    }
+    return emit(ps, seq, (r << 2) | DS_GEL_RULE) ? -1 : 0;
+}
+
+// One item of a sequence at ps->p (a literal, class, '.', group or rule name); 1 when ps->p starts none.
+static int parse_item(parser *ps, int rule, ds_i32vec *seq) {
+    const char *at = ps->p;
+    const char c = *ps->p;
+    if (c == '"') return ps->p++, item_string(ps, seq, at);
+    if (c == '[') return ps->p++, item_class(ps, seq, at);
+    if (c == '.') return ps->p++, item_any(ps, seq);
+    if (c == '(') return ps->p++, item_group(ps, rule, seq, at);
+    if (is_name(c)) return item_ref(ps, seq);
+    return 1;
+}
+
 static int parse_seq(parser *ps, int rule, ds_i32vec *seq, int nested) {
-    int last = -1; // start of the last item
+    int last = -1; // start of the last item (-1: nothing to repeat, e.g. after "")
     for (;;) {
         skip(ps, nested);
         if (ps->p >= ps->end) return 0;
@@ -344,98 +447,20 @@ static int parse_seq(parser *ps, int rule, ds_i32vec *seq, int nested) {
             continue;
         }
         if (c == '|' || c == ')') return 0;
-        if (c == '"') {
-            ps->p++;
-            last = seq->n;
-            while (ps->p < ps->end && *ps->p != '"') {
-                uint32_t cp, lohi[2];
-                if (read_char(ps, &cp)) return -1;
-                lohi[0] = lohi[1] = cp;
-                const int cs = add_class(ps, lohi, 1, 0);
-                if (cs < 0 || emit(ps, seq, (cs << 2) | DS_GEL_CHARS)) return -1;
-            }
-            if (ps->p >= ps->end) return perr(ps, at, "unterminated string literal", NULL);
-            ps->p++;
-            if (seq->n == last) last = -1; // "" matches nothing: nothing to repeat
-        } else if (c == '[') {
-            ps->p++;
-            int neg = 0;
-            if (ps->p < ps->end && *ps->p == '^') {
-                neg = 1;
-                ps->p++;
-            }
-            ds_i32vec r = {0};
-            while (ps->p < ps->end && *ps->p != ']') {
-                uint32_t lo, hi;
-                if (read_char(ps, &lo)) {
-                    free(r.v);
-                    return -1;
-                }
-                hi = lo;
-                if (ps->end - ps->p >= 2 && ps->p[0] == '-' && ps->p[1] != ']') {
-                    ps->p++;
-                    if (read_char(ps, &hi)) {
-                        free(r.v);
-                        return -1;
-                    }
-                    if (hi < lo) {
-                        free(r.v);
-                        return perr(ps, at, "character range with its end before its start", NULL);
-                    }
-                }
-                if (ds_i32vec_push(&r, (int32_t)lo) || ds_i32vec_push(&r, (int32_t)hi)) {
-                    free(r.v);
-                    return nomem(ps);
-                }
-            }
-            if (ps->p >= ps->end) {
-                free(r.v);
-                return perr(ps, at, "unterminated character class", NULL);
-            }
-            ps->p++;
-            const int cs = add_class(ps, (const uint32_t *)r.v, r.n / 2, neg);
-            free(r.v);
-            last = seq->n;
-            if (cs < 0 || emit(ps, seq, (cs << 2) | DS_GEL_CHARS)) return -1;
-        } else if (c == '.') {
-            ps->p++;
-            const uint32_t lohi[2] = {0, 0x10FFFF};
-            const int cs = add_class(ps, lohi, 1, 0);
-            last = seq->n;
-            if (cs < 0 || emit(ps, seq, (cs << 2) | DS_GEL_CHARS)) return -1;
-        } else if (c == '(') {
-            ps->p++;
-            if (++ps->depth > MAX_DEPTH) return perr(ps, at, "parentheses nested deeper than 64", NULL);
-            const int r = synth_rule(ps, rule);
-            if (r < 0) return -1;
-            ds_i32vec body = {0};
-            const int rc = parse_alts(ps, rule, &body, 1);
-            ps->rules[r].body = body; // (ps->rules may have moved while parsing the group)
-            if (rc) return -1;
-            skip(ps, 1);
-            if (ps->p >= ps->end || *ps->p != ')') return perr(ps, at, "unclosed '('", NULL);
-            ps->p++;
-            ps->depth--;
-            last = seq->n;
-            if (emit(ps, seq, (r << 2) | DS_GEL_RULE)) return -1;
-        } else if (is_name(c)) {
-            const char *s = ps->p;
-            while (ps->p < ps->end && is_name(*ps->p)) ps->p++;
-            int r = find_rule(ps, s, (size_t)(ps->p - s));
-            if (r < 0) {
-                if ((r = add_rule(ps, s, (size_t)(ps->p - s))) < 0) return -1;
-                pos_of(ps, s, &ps->rules[r].ref_line, &ps->rules[r].ref_col);
-            }
-            last = seq->n;
-            if (emit(ps, seq, (r << 2) | DS_GEL_RULE)) return -1;
-        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+        if (c == '*' || c == '+' || c == '?' || c == '{') {
             if (last < 0) return perr(ps, at, "repetition operator without anything to repeat", NULL);
             if (postfix(ps, rule, seq, last)) return -1;
             last = -1;
-        } else {
+            continue;
+        }
+        const int start = seq->n;
+        const int rc = parse_item(ps, rule, seq);
+        if (rc < 0) return -1;
+        if (rc > 0) {
             char s[2] = {c, 0};
             return perr(ps, at, "unexpected character", s);
         }
+        last = seq->n > start ? start : -1;
     }
 }
 
