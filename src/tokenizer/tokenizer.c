@@ -177,18 +177,113 @@ void ds_tokenizer_free(ds_tokenizer *t) {
     free(t);
 }
 
-#define FAIL(code, ...)                                                                            \
-    do {                                                                                           \
-        st = ds_fail(code, __VA_ARGS__);                                                           \
-        goto fail;                                                                                 \
-    } while (0)
+// Piece texts into one pool (off[i]..off[i+1]); a NULL piece is only allowed empty.
+static ds_status spm_copy_pieces(ds_tokenizer *t, const char *const *pieces, const size_t *piece_lens) {
+    size_t total = 0;
+    t->off[0] = 0;
+    for (int i = 0; i < t->n_vocab; i++) {
+        size_t n = piece_lens ? piece_lens[i] : (pieces[i] ? strlen(pieces[i]) : 0);
+        if (!pieces[i] && n > 0) return ds_fail(DS_ERR_INVALID, "tokenizer: piece %d is NULL", i);
+        if (!ds_add_ok(total, n, &total)) return ds_fail(DS_ERR_INVALID, "tokenizer: pieces too large");
+        t->off[i + 1] = total;
+        if (n > t->max_piece_len) t->max_piece_len = n;
+    }
+    t->pool = ds_malloc(total);
+    if (!t->pool) return ds_fail(DS_ERR_NOMEM, "tokenizer: out of memory");
+    for (int i = 0; i < t->n_vocab; i++)
+        if (t->off[i + 1] > t->off[i]) memcpy(t->pool + t->off[i], pieces[i], t->off[i + 1] - t->off[i]);
+    return DS_OK;
+}
+
+// Scores (no NaN) and token types: the given ones checked, else derived from the special ids and the
+// "<0xHH>" spelling of byte pieces.
+static ds_status spm_set_types(ds_tokenizer *t, const float *scores, const int32_t *types) {
+    char q[256];
+    for (int i = 0; i < t->n_vocab; i++) {
+        size_t n;
+        const char *p = piece_ptr(t, i, &n);
+        t->scores[i] = scores ? scores[i] : 0.0f;
+        if (isnan(t->scores[i])) return ds_fail(DS_ERR_INVALID, "tokenizer: piece %d has a NaN score", i);
+        int ty;
+        if (types) {
+            ty = types[i];
+            if (ty < 0 || ty > DS_TOKTYPE_BYTE)
+                return ds_fail(DS_ERR_INVALID, "tokenizer: piece %d (\"%s\") has unknown token type %d", i,
+                               quote(p, n, q, sizeof q), ty);
+            if (ty == DS_TOKTYPE_BYTE && parse_byte_piece(p, n) < 0)
+                return ds_fail(DS_ERR_INVALID, "tokenizer: byte piece %d is \"%s\", not <0xHH>", i,
+                               quote(p, n, q, sizeof q));
+        } else if (i == t->unk) {
+            ty = DS_TOKTYPE_UNKNOWN;
+        } else if (i == t->bos || i == t->eos) {
+            ty = DS_TOKTYPE_CONTROL;
+        } else {
+            ty = parse_byte_piece(p, n) >= 0 ? DS_TOKTYPE_BYTE : DS_TOKTYPE_NORMAL;
+        }
+        t->types[i] = (uint8_t)ty;
+        if (ty == DS_TOKTYPE_USER_DEFINED && n > 0) t->n_user_defined++;
+    }
+    return DS_OK;
+}
+
+// Decoded bytes of every token (dec_off[i]..dec_off[i+1] in dec).
+static ds_status spm_decode_pieces(ds_tokenizer *t) {
+    size_t dtotal = 0;
+    t->dec_off[0] = 0;
+    for (int i = 0; i < t->n_vocab; i++) {
+        size_t n;
+        const char *p = piece_ptr(t, i, &n);
+        dtotal += decode_piece(p, n, t->types[i], NULL); // never more than the piece itself
+        t->dec_off[i + 1] = dtotal;
+    }
+    t->dec = ds_malloc(dtotal);
+    if (!t->dec) return ds_fail(DS_ERR_NOMEM, "tokenizer: out of memory");
+    for (int i = 0; i < t->n_vocab; i++) {
+        size_t n;
+        const char *p = piece_ptr(t, i, &n);
+        decode_piece(p, n, t->types[i], t->dec + t->dec_off[i]);
+    }
+    return DS_OK;
+}
+
+// Byte fallback, as llama.cpp's byte_to_token: the piece "<0xHH>" (upper-case hex), else the
+// one-byte piece itself; where llama.cpp would throw we use unk.
+static void spm_map_bytes(ds_tokenizer *t) {
+    for (int b = 0; b < 256; b++) {
+        char name[7];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        int32_t id = ds_tok_lookup(t, name, 6);
+        if (id < 0) {
+            char c = (char)b;
+            id = ds_tok_lookup(t, &c, 1);
+        }
+        t->byte_tok[b] = id >= 0 ? id : t->unk;
+    }
+}
+
+// The non-empty user-defined pieces, longest first (cmp_len_id), matched before the model splits.
+static ds_status spm_order_user_defined(ds_tokenizer *t) {
+    if (t->n_user_defined <= 0) return DS_OK;
+    len_id *tmp = ds_malloc((size_t)t->n_user_defined * sizeof *tmp);
+    t->user_defined = ds_malloc((size_t)t->n_user_defined * sizeof *t->user_defined);
+    if (!tmp || !t->user_defined) {
+        free(tmp);
+        return ds_fail(DS_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    int k = 0;
+    for (int i = 0; i < t->n_vocab; i++) {
+        size_t n = t->off[i + 1] - t->off[i];
+        if (t->types[i] == DS_TOKTYPE_USER_DEFINED && n > 0) tmp[k++] = (len_id){n, i};
+    }
+    qsort(tmp, (size_t)k, sizeof *tmp, cmp_len_id);
+    for (int i = 0; i < k; i++) t->user_defined[i] = tmp[i].id;
+    free(tmp);
+    return DS_OK;
+}
 
 ds_status ds_tokenizer_init_spm(int n_vocab, const char *const *pieces, const size_t *piece_lens,
                                 const float *scores, const int32_t *types, int bos, int eos, int unk,
                                 int add_space_prefix, ds_tokenizer **out) {
-    ds_status st = DS_OK;
-    ds_tokenizer *t = NULL;
-    char q[256];
     if (!out) return ds_fail(DS_ERR_INVALID, "tokenizer: NULL output pointer");
     *out = NULL;
     if (n_vocab <= 0 || !pieces)
@@ -197,7 +292,7 @@ ds_status ds_tokenizer_init_spm(int n_vocab, const char *const *pieces, const si
         return ds_fail(DS_ERR_INVALID, "tokenizer: special id out of range (bos %d, eos %d, unk %d, %d pieces)",
                        bos, eos, unk, n_vocab);
 
-    t = ds_calloc(1, sizeof *t);
+    ds_tokenizer *t = ds_calloc(1, sizeof *t);
     if (!t) return DS_ERR_NOMEM;
     t->n_vocab = n_vocab;
     t->bos = bos;
@@ -208,104 +303,21 @@ ds_status ds_tokenizer_init_spm(int n_vocab, const char *const *pieces, const si
     t->dec_off = ds_malloc(((size_t)n_vocab + 1) * sizeof *t->dec_off);
     t->scores = ds_malloc((size_t)n_vocab * sizeof *t->scores);
     t->types = ds_malloc((size_t)n_vocab);
-    if (!t->off || !t->dec_off || !t->scores || !t->types) FAIL(DS_ERR_NOMEM, "tokenizer: out of memory");
-
-    // Piece texts.
-    size_t total = 0;
-    t->off[0] = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        size_t n = piece_lens ? piece_lens[i] : (pieces[i] ? strlen(pieces[i]) : 0);
-        if (!pieces[i] && n > 0) FAIL(DS_ERR_INVALID, "tokenizer: piece %d is NULL", i);
-        if (!ds_add_ok(total, n, &total)) FAIL(DS_ERR_INVALID, "tokenizer: pieces too large");
-        t->off[i + 1] = total;
-        if (n > t->max_piece_len) t->max_piece_len = n;
-    }
-    t->pool = ds_malloc(total);
-    if (!t->pool) FAIL(DS_ERR_NOMEM, "tokenizer: out of memory");
-    for (int i = 0; i < n_vocab; i++)
-        if (t->off[i + 1] > t->off[i]) memcpy(t->pool + t->off[i], pieces[i], t->off[i + 1] - t->off[i]);
-
-    // Scores and types.
-    for (int i = 0; i < n_vocab; i++) {
-        size_t n;
-        const char *p = piece_ptr(t, i, &n);
-        t->scores[i] = scores ? scores[i] : 0.0f;
-        if (isnan(t->scores[i])) FAIL(DS_ERR_INVALID, "tokenizer: piece %d has a NaN score", i);
-        int ty;
-        if (types) {
-            ty = types[i];
-            if (ty < 0 || ty > DS_TOKTYPE_BYTE)
-                FAIL(DS_ERR_INVALID, "tokenizer: piece %d (\"%s\") has unknown token type %d", i,
-                     quote(p, n, q, sizeof q), ty);
-            if (ty == DS_TOKTYPE_BYTE && parse_byte_piece(p, n) < 0)
-                FAIL(DS_ERR_INVALID, "tokenizer: byte piece %d is \"%s\", not <0xHH>", i, quote(p, n, q, sizeof q));
-        } else if (i == unk) {
-            ty = DS_TOKTYPE_UNKNOWN;
-        } else if (i == bos || i == eos) {
-            ty = DS_TOKTYPE_CONTROL;
-        } else {
-            ty = parse_byte_piece(p, n) >= 0 ? DS_TOKTYPE_BYTE : DS_TOKTYPE_NORMAL;
-        }
-        t->types[i] = (uint8_t)ty;
-        if (ty == DS_TOKTYPE_USER_DEFINED && n > 0) t->n_user_defined++;
-    }
-
-    // Text -> id map over all non-empty pieces (llama.cpp's token_to_id holds every token, whatever
+    ds_status st;
+    if (!t->off || !t->dec_off || !t->scores || !t->types) st = ds_fail(DS_ERR_NOMEM, "tokenizer: out of memory");
+    // The text -> id map holds every non-empty piece (llama.cpp's token_to_id holds every token, whatever
     // its type; an empty piece can never match a non-empty symbol, so it is left out).
-    if ((st = ds_tok_build_index(t)) != DS_OK) goto fail;
-
-    // Decoded bytes of every token.
-    size_t dtotal = 0;
-    t->dec_off[0] = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        size_t n;
-        const char *p = piece_ptr(t, i, &n);
-        dtotal += decode_piece(p, n, t->types[i], NULL); // never more than the piece itself
-        t->dec_off[i + 1] = dtotal;
+    else if (!(st = spm_copy_pieces(t, pieces, piece_lens)) && !(st = spm_set_types(t, scores, types)) &&
+             !(st = ds_tok_build_index(t)) && !(st = spm_decode_pieces(t))) {
+        spm_map_bytes(t);
+        st = spm_order_user_defined(t);
     }
-    t->dec = ds_malloc(dtotal);
-    if (!t->dec) FAIL(DS_ERR_NOMEM, "tokenizer: out of memory");
-    for (int i = 0; i < n_vocab; i++) {
-        size_t n;
-        const char *p = piece_ptr(t, i, &n);
-        decode_piece(p, n, t->types[i], t->dec + t->dec_off[i]);
+    if (st) {
+        ds_tokenizer_free(t);
+        return st;
     }
-
-    // Byte fallback, as llama.cpp's byte_to_token: the piece "<0xHH>" (upper-case hex), else the
-    // one-byte piece itself; where llama.cpp would throw we use unk.
-    for (int b = 0; b < 256; b++) {
-        char name[7];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        int32_t id = ds_tok_lookup(t, name, 6);
-        if (id < 0) {
-            char c = (char)b;
-            id = ds_tok_lookup(t, &c, 1);
-        }
-        t->byte_tok[b] = id >= 0 ? id : unk;
-    }
-
-    if (t->n_user_defined > 0) {
-        len_id *tmp = ds_malloc((size_t)t->n_user_defined * sizeof *tmp);
-        t->user_defined = ds_malloc((size_t)t->n_user_defined * sizeof *t->user_defined);
-        if (!tmp || !t->user_defined) {
-            free(tmp);
-            FAIL(DS_ERR_NOMEM, "tokenizer: out of memory");
-        }
-        int k = 0;
-        for (int i = 0; i < n_vocab; i++) {
-            size_t n = t->off[i + 1] - t->off[i];
-            if (t->types[i] == DS_TOKTYPE_USER_DEFINED && n > 0) tmp[k++] = (len_id){n, i};
-        }
-        qsort(tmp, (size_t)k, sizeof *tmp, cmp_len_id);
-        for (int i = 0; i < k; i++) t->user_defined[i] = tmp[i].id;
-        free(tmp);
-    }
-
     *out = t;
     return DS_OK;
-fail:
-    ds_tokenizer_free(t);
-    return st;
 }
 
 int ds_tokenizer_vocab_size(const ds_tokenizer *t) { return t ? t->n_vocab : 0; }
