@@ -32,53 +32,44 @@ static cJSON *str_n(const ds_gguf_str *s) {
     return j;
 }
 
-// A GGUF byte-level BPE vocabulary (tokenizer.ggml.model "gpt2", as llama.cpp converts Qwen and
-// Llama 3) rewritten as the tokenizer.json + tokenizer_config.json it came from, then loaded as one:
-// tokens, merges, token types (3 = control -> special added token, 4 = user-defined -> added
-// token), the pre-tokenizer regex named by tokenizer.ggml.pre, BOS when add_bos_token says so,
-// and tokenizer.chat_template.
-static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, ds_tokenizer **out) {
-    const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
-    const ds_gguf_kv *merges = ds_gguf_find_kv(g, "tokenizer.ggml.merges");
-    const ds_gguf_kv *types = ds_gguf_find_kv(g, "tokenizer.ggml.token_type");
-    const ds_gguf_kv *tmpl = ds_gguf_find_kv(g, "tokenizer.chat_template");
+// The token, merge and token-type arrays are there and of matching types and lengths.
+static ds_status bpe_check_arrays(const char *path, const ds_gguf_kv *toks, const ds_gguf_kv *merges,
+                                  const ds_gguf_kv *types) {
     if (!toks || toks->type != DS_GGUF_ARRAY || toks->arr_type != DS_GGUF_STRING || toks->arr_n == 0 || toks->arr_n > (1u << 24) ||
         !merges || merges->type != DS_GGUF_ARRAY || merges->arr_type != DS_GGUF_STRING ||
         (types && (types->type != DS_GGUF_ARRAY || types->arr_n != toks->arr_n || types->arr_type == DS_GGUF_STRING ||
                    types->arr_type == DS_GGUF_ARRAY)))
         return ds_fail(DS_ERR_FORMAT, "%s: tokenizer.ggml.tokens/merges/token_type are missing or inconsistent", path);
+    return DS_OK;
+}
+
+// tokenizer.ggml.pre: the split regex (NULL: ByteLevel's own), NFC and ignore_merges it implies.
+static ds_status bpe_read_pre(const char *path, const ds_gguf *g, const char **re, int *nfc, int *ignore_merges) {
     char pre[64] = "default";
     ds_status st;
     if (ds_gguf_find_kv(g, "tokenizer.ggml.pre") && (st = ds_gguf_get_str(g, "tokenizer.ggml.pre", pre, sizeof pre))) return st;
-    const char *re = NULL;
-    int nfc = 0, ignore_merges = 0;
-    if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3")) re = k_re_llama3, ignore_merges = 1;
-    else if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) re = k_re_qwen2, nfc = 1;
+    *re = NULL;
+    *nfc = *ignore_merges = 0;
+    if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") || !strcmp(pre, "llama-v3")) *re = k_re_llama3, *ignore_merges = 1;
+    else if (!strcmp(pre, "qwen2") || !strcmp(pre, "deepseek-r1-qwen")) *re = k_re_qwen2, *nfc = 1;
     else if (strcmp(pre, "default") && strcmp(pre, "gpt-2") && strcmp(pre, "gpt2"))
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: BPE pre-tokenizer '%s' is not supported (llama-bpe, qwen2, gpt-2)", path, pre);
-    int64_t bos, eos;
-    int add_bos;
-    if ((st = ds_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &bos)) ||
-        (st = ds_gguf_get_int_or(g, "tokenizer.ggml.eos_token_id", -1, &eos)) ||
-        (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", 0, &add_bos)))
-        return st;
-    if (bos >= (int64_t)toks->arr_n || eos >= (int64_t)toks->arr_n)
-        return ds_fail(DS_ERR_FORMAT, "%s: BOS/EOS id out of range", path);
+    return DS_OK;
+}
 
-    cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+// tokenizer.json's model (vocab, merges) and added_tokens; returns 1 when out of memory.
+static int bpe_json_model(cJSON *root, const ds_gguf_kv *toks, const ds_gguf_kv *merges, const ds_gguf_kv *types,
+                          int ignore_merges) {
     cJSON *model = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(model, "type", "BPE");
     cJSON_AddBoolToObject(model, "ignore_merges", ignore_merges);
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *mj = cJSON_AddArrayToObject(model, "merges");
     cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
-    int oom = !root || !cfg || !model || !vocab || !mj || !added;
-    for (uint64_t i = 0; i < toks->arr_n && !oom; i++) {
+    if (!model || !vocab || !mj || !added) return 1;
+    for (uint64_t i = 0; i < toks->arr_n; i++) {
         cJSON *name = str_n(&toks->arr_strs[i]);
         int ty = types ? (int)ds_gguf_arr_i64(types, i) : 1;
-        if (!name) {
-            oom = 1;
-            break;
-        }
+        if (!name) return 1;
         if (ty == 3 || ty == 4) {
             cJSON *a = cJSON_CreateObject();
             cJSON_AddNumberToObject(a, "id", (double)i);
@@ -90,11 +81,16 @@ static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, ds_tokenizer 
         cJSON_AddItemToObject(vocab, name->valuestring, cJSON_CreateNumber((double)i));
         cJSON_Delete(name);
     }
-    for (uint64_t i = 0; i < merges->arr_n && !oom; i++) {
+    for (uint64_t i = 0; i < merges->arr_n; i++) {
         cJSON *m = str_n(&merges->arr_strs[i]);
-        if (!m) oom = 1;
-        else cJSON_AddItemToArray(mj, m);
+        if (!m) return 1;
+        cJSON_AddItemToArray(mj, m);
     }
+    return 0;
+}
+
+// tokenizer.json's normalizer (NFC or none), pre-tokenizer (the split regex, then ByteLevel) and decoder.
+static void bpe_json_pre_tokenizer(cJSON *root, const char *re, int nfc) {
     if (nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
     cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
     cJSON_AddStringToObject(pt, "type", "Sequence");
@@ -111,18 +107,50 @@ static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, ds_tokenizer 
     cJSON_AddBoolToObject(bl, "use_regex", re == NULL);
     cJSON_AddItemToArray(pts, bl);
     cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
-    if (add_bos && bos >= 0) {
-        cJSON *pp = cJSON_AddObjectToObject(root, "post_processor");
-        cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
-        cJSON *single = cJSON_AddArrayToObject(pp, "single");
-        cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(a, "SpecialToken"), "id", "bos");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(b, "Sequence"), "id", "A");
-        cJSON_AddItemToArray(single, a);
-        cJSON_AddItemToArray(single, b);
-        cJSON *ids = cJSON_AddArrayToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(pp, "special_tokens"), "bos"), "ids");
-        cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)bos));
-    }
+}
+
+// tokenizer.json's post-processor: BOS before every sequence.
+static void bpe_json_add_bos(cJSON *root, int64_t bos) {
+    cJSON *pp = cJSON_AddObjectToObject(root, "post_processor");
+    cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+    cJSON *single = cJSON_AddArrayToObject(pp, "single");
+    cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(a, "SpecialToken"), "id", "bos");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(b, "Sequence"), "id", "A");
+    cJSON_AddItemToArray(single, a);
+    cJSON_AddItemToArray(single, b);
+    cJSON *ids = cJSON_AddArrayToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(pp, "special_tokens"), "bos"), "ids");
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)bos));
+}
+
+// A GGUF byte-level BPE vocabulary (tokenizer.ggml.model "gpt2", as llama.cpp converts Qwen and
+// Llama 3) rewritten as the tokenizer.json + tokenizer_config.json it came from, then loaded as one:
+// tokens, merges, token types (3 = control -> special added token, 4 = user-defined -> added
+// token), the pre-tokenizer regex named by tokenizer.ggml.pre, BOS when add_bos_token says so,
+// and tokenizer.chat_template.
+static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, ds_tokenizer **out) {
+    const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    const ds_gguf_kv *merges = ds_gguf_find_kv(g, "tokenizer.ggml.merges");
+    const ds_gguf_kv *types = ds_gguf_find_kv(g, "tokenizer.ggml.token_type");
+    const ds_gguf_kv *tmpl = ds_gguf_find_kv(g, "tokenizer.chat_template");
+    ds_status st;
+    if ((st = bpe_check_arrays(path, toks, merges, types))) return st;
+    const char *re;
+    int nfc, ignore_merges;
+    if ((st = bpe_read_pre(path, g, &re, &nfc, &ignore_merges))) return st;
+    int64_t bos, eos;
+    int add_bos;
+    if ((st = ds_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &bos)) ||
+        (st = ds_gguf_get_int_or(g, "tokenizer.ggml.eos_token_id", -1, &eos)) ||
+        (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", 0, &add_bos)))
+        return st;
+    if (bos >= (int64_t)toks->arr_n || eos >= (int64_t)toks->arr_n)
+        return ds_fail(DS_ERR_FORMAT, "%s: BOS/EOS id out of range", path);
+
+    cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+    int oom = !root || !cfg || bpe_json_model(root, toks, merges, types, ignore_merges);
+    bpe_json_pre_tokenizer(root, re, nfc);
+    if (add_bos && bos >= 0) bpe_json_add_bos(root, bos);
     if (bos >= 0) cJSON_AddItemToObject(cfg, "bos_token", str_n(&toks->arr_strs[bos]));
     if (eos >= 0) cJSON_AddItemToObject(cfg, "eos_token", str_n(&toks->arr_strs[eos]));
     if (tmpl && tmpl->type == DS_GGUF_STRING) cJSON_AddItemToObject(cfg, "chat_template", str_n(&tmpl->v.s));
