@@ -20,16 +20,6 @@ extern "C" {
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Files (src/io/atomic.c). Every file the library writes is written atomically: to
-// "<path>.tmp.<pid>", fsync'ed, renamed over <path>. What may stand at <path>: nothing, a regular
-// file or a link to one; anything else (a directory, FIFO, device, dangling link) is refused.
-
-// Write `text` as the whole content of `path`, atomically.
-ds_status ds_atomic_write_text(const char *path, const char *text);
-// Whether a file may be written at `path` by the rule above (DS_OK when it may), without writing.
-ds_status ds_atomic_check(const char *path);
-
-// ---------------------------------------------------------------------------------------------
 // Drafter training data (src/train/data.c; the format is documented in src/train/data.h): reading.
 
 typedef struct ds_data ds_data;
