@@ -377,7 +377,7 @@ static int prepare(const bench_shape *s, const char *tdir, const char *ddir, con
         p.bits = bits;
         p.group_size = 64;
         fprintf(stderr, "bench: quantizing the drafter to %d bits\n", bits);
-        if (ds_quantize(ddir, qdir, &p, &(ds_quantize_stats){0})) return 1;
+        if (ds_quantize_run(ddir, qdir, &p, &(ds_quantize_stats){0})) return 1;
     }
     return 0;
 }

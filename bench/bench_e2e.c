@@ -24,6 +24,7 @@
 
 #include "bench_util.h"
 #include "dspark.h"
+#include "gen/prompts.h"
 #include "train/data.h"
 
 #define N_POL BENCH_N_POLICIES

@@ -390,7 +390,7 @@ int main(int argc, char **argv) {
         p.group_size = 64;
         p.target = 1;
         fprintf(stderr, "bench: quantizing %s to %d bits\n", bf16d, p.bits);
-        if (ds_quantize(bf16d, qd[b], &p, NULL)) {
+        if (ds_quantize_run(bf16d, qd[b], &p, NULL)) {
             fprintf(stderr, "bench: %s\n", ds_last_error());
             return 1;
         }

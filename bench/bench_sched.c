@@ -97,6 +97,7 @@
 #include "dspark.h"
 #include "kernels/matmul.h"
 #include "sched/schedule.h"
+#include "gen/prompts.h"
 #include "train/data.h"
 
 #define GAMMA 7      // block size of the trained drafter (and of the replay)

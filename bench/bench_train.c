@@ -10,7 +10,7 @@
 
 #include "bench_util.h"
 #include "kernels/matmul.h"
-#include "train/trainer.h"
+#include "train/mpi.h"
 
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);

@@ -19,7 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
-#include "train/trainer.h"
+#include "train/mpi.h"
 
 // Monotonic seconds.
 static inline double bench_now(void) {
@@ -552,7 +552,7 @@ static inline double bench_train_blocks_per_s(const char *target, const char *da
                                               double *blocks) {
     char out[64];
     snprintf(out, sizeof out, "/tmp/dspark_bench_train.%d.%d", (int)getpid(), threads);
-    ds_train_opts o = ds_train_defaults();
+    ds_train_params o = ds_train_default();
     o.target = target;
     o.data = data;
     o.out = out;

@@ -6,7 +6,7 @@
 // Each round gives z_k = logit(c_k) for its slots and the labels 1{a ≥ k}. A round near the end of a
 // token budget drafts (and verifies) fewer than K slots: it contributes only those positions; the
 // positions it never drafted are missing data, not rejections. The job is ds_calibrate_run
-// (include/dspark_jobs.h, src/gen/calibrate.c); this file parses its options, prints the table and
+// (include/dspark_jobs.h, src/jobs/calibrate.c); this file parses its options, prints the table and
 // draws the reliability diagrams with gnuplot.
 #include <math.h>
 #include <stdio.h>
@@ -185,7 +185,7 @@ int cmd_calibrate(int argc, char **argv) {
         ds_model_free(m);
         return 1;
     }
-    ds_calibrate_options o = ds_calibrate_options_default();
+    ds_calibrate_params o = ds_calibrate_default();
     o.prompts = a.prompts;
     o.out = out_path;
     o.temp = (float)a.temp;

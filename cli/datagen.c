@@ -117,7 +117,7 @@ int cmd_datagen(int argc, char **argv) {
         ds_mpi_finalize();
         return rc == CLI_HELP ? 0 : rc;
     }
-    ds_datagen_opts o = ds_datagen_defaults();
+    ds_datagen_params o = ds_datagen_default();
     if (!(o.target = cli_model_path(a.model))) {
         ds_mpi_finalize();
         return 1;

@@ -4,7 +4,7 @@
 // finishes), and both total and per-request tokens/s are reported. At temperature 0, and when
 // sampling under the coupled rule (whose output is the seed's, whatever the drafter), every prompt's
 // tokens must equal the baseline's (a free losslessness check). The job is ds_eval_run
-// (include/dspark_jobs.h, src/gen/eval.c); this file parses its options and prints its result.
+// (include/dspark_jobs.h, src/jobs/eval.c); this file parses its options and prints its result.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,7 +145,7 @@ int cmd_eval(int argc, char **argv) {
         ds_model_free(m);
         return 1;
     }
-    ds_eval_options o = ds_eval_options_default();
+    ds_eval_params o = ds_eval_default();
     o.prompts = a.prompts;
     o.max_tokens = (int)a.max_tokens;
     o.concurrency = (int)a.concurrency;

@@ -1,5 +1,5 @@
 // dspark inflate: stories260K and its drafter grown to a realistic size, computing exactly what
-// they compute (src/inflate/inflate.h).
+// they compute (src/jobs/inflate.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +70,7 @@ int cmd_inflate(int argc, char **argv) {
     p.progress = progress;
     g_t0 = cli_now();
     static ds_inflate_stats s;
-    ds_status st = ds_inflate(target, drafter, out, &p, &s);
+    ds_status st = ds_inflate_run(target, drafter, out, &p, &s);
     if (st) {
         if (g_line_open) fputc('\n', stderr);
         return cli_fail(st);

@@ -1,6 +1,6 @@
 // dspark profile: measure the target's verification cost table SPS(B) on this machine (the input of
 // --schedule auto) and save it as JSON; with -d, also the drafter's cost of drafting one full block.
-// The job is ds_profile_run (include/dspark_jobs.h, src/sched/profile.c).
+// The job is ds_profile_run (include/dspark_jobs.h, src/jobs/profile.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +87,7 @@ int cmd_profile(int argc, char **argv) {
     const ds_model_info *in = ds_model_get_info(m);
     fprintf(stderr, "dspark: profiling %s with %d threads: B = 1..%ld, %ld context rows, median of %ld%s\n", in->name,
             threads, a.bmax, a.ctx, a.repeats, a.quick ? " (quick: powers of two, interpolated)" : "");
-    ds_profile_options o = ds_profile_options_default();
+    ds_profile_params o = ds_profile_default();
     o.bmax = (int)a.bmax;
     o.ctx = (int)a.ctx;
     o.repeats = (int)a.repeats;

@@ -1,4 +1,4 @@
-// dspark quantize: a drafter or target in MLX's affine 4/8-bit format (src/quant/quantize.h).
+// dspark quantize: a drafter or target in MLX's affine 4/8-bit format (src/jobs/quantize.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,13 +118,13 @@ int cmd_quantize(int argc, char **argv) {
     char out[4096];
     snprintf(out, sizeof out, "%s", pos[1]);
     for (size_t k = strlen(out); k > 1 && out[k - 1] == '/'; k--) out[k - 1] = 0;
-    pos[1] = out; // (ds_quantize refuses an OUT that is not a dspark output and creates OUT.tmp.PID before any work)
+    pos[1] = out; // (ds_quantize_run refuses an OUT that is not a dspark output and creates OUT.tmp.PID before any work)
     cli_catch_interrupt();
     p.interrupted = &cli_interrupted;
     p.progress = progress;
     g_t0 = cli_now();
     ds_quantize_stats s;
-    ds_status st = ds_quantize(pos[0], pos[1], &p, &s);
+    ds_status st = ds_quantize_run(pos[0], pos[1], &p, &s);
     if (st && g_open) fputc('\n', stderr); // the error on a line of its own
     if (st) return cli_fail(st);
     if (p.gguf_type) {

@@ -106,7 +106,7 @@ int cmd_serve(int argc, char **argv) {
     serve_args a = {.port = 8080, .maxc = 8, .queue = 64, .max_body = 1 << 20, .max_conn = 0, .header_timeout = 10,
                     .drain = 30, .schedule = DS_SCHEDULE_AUTO,
                     .spec = {.schedule = DS_SCHEDULE_AUTO, .prompt_cache_bytes = (size_t)1024 << 20},
-                    .sp = {.host = "127.0.0.1"}};
+                    .sp = ds_serve_default()};
     int rc = cli_parse(&cli_serve_cmd, argc, argv, &a);
     if (rc) return rc == CLI_HELP ? 0 : rc;
     const char *drafter = a.drafter;

@@ -13,14 +13,14 @@
 extern char **environ;
 
 typedef struct {
-    ds_train_opts o;
+    ds_train_params o;
     const char *model, *plot;
     int reg, threads; // --register, -t
 } train_args;
 
 // --seed S: the data order, the anchors and a fresh drafter's initialization.
 static int set_seed(void *field, const char *v) {
-    ds_train_opts *o = field;
+    ds_train_params *o = field;
     long n;
     if (!cli_parse_int(v, 0, 0x7fffffffffffffffL, &n)) return cli_usage_error("--seed expects a non-negative integer");
     o->seed = (uint64_t)n;
@@ -30,7 +30,7 @@ static int set_seed(void *field, const char *v) {
 
 // --eval-temp T[,T..]
 static int set_eval_temps(void *field, const char *v) {
-    ds_train_opts *o = field;
+    ds_train_params *o = field;
     o->n_eval_temps = 0;
     for (const char *s = v;;) {
         char num[64];
@@ -266,11 +266,11 @@ static void draw_plot(const char *out, const char *png) {
 
 int cmd_train(int argc, char **argv) {
     ds_mpi_init(&argc, &argv);
-    train_args a = {.o = ds_train_defaults()};
+    train_args a = {.o = ds_train_default()};
     const int prc = cli_parse(&cli_train_cmd, argc, argv, &a);
     if (prc == CLI_HELP) ds_mpi_finalize();
     if (prc) return prc == CLI_HELP ? 0 : prc;
-    ds_train_opts o = a.o;
+    ds_train_params o = a.o;
     const char *model = a.model, *plot = a.plot;
     const int reg = a.reg, threads = a.threads;
     if (!o.data) return cli_usage_error("train needs --data DATA (make it with dspark datagen)");

@@ -40,7 +40,7 @@ ds_status ds_data_get(const ds_data *d, size_t i, const int32_t **tokens, int *n
 ds_status ds_data_top_tokens(const ds_data *d, int k, int32_t *ids, int *n_out, size_t *covered, size_t *total);
 
 // ---------------------------------------------------------------------------------------------
-// Datagen (src/train/datagen.c): the frozen target writes drafter training data, R sequences at a
+// Datagen (src/jobs/datagen.c): the frozen target writes drafter training data, R sequences at a
 // time through the engine (plain decoding), each from a prompt (or BOS alone) with its own seed,
 // written in generation order so the file does not depend on R, on the thread count, or on the
 // number of MPI ranks. Under MPI (mpirun -np N), rank r generates the sequences r, r + N, ... and
@@ -74,9 +74,9 @@ typedef struct {
     volatile int *interrupted; // set asynchronously: keep the completed sequences and stop
     ds_datagen_progress_fn progress; // called a few times a second on rank 0 (NULL = silent)
     void *progress_ctx;
-} ds_datagen_opts;
+} ds_datagen_params;
 
-ds_datagen_opts ds_datagen_defaults(void);
+ds_datagen_params ds_datagen_default(void);
 
 typedef struct {
     long written, held_out;  // sequences added to out / holdout_out by this run
@@ -89,10 +89,10 @@ typedef struct {
 // Every rank calls it. Errors are one line naming the file (prompt errors "file:line"); an
 // interruption before any sequence was complete leaves the files as they were and returns
 // DS_ERR_INTERRUPTED.
-ds_status ds_datagen_run(const ds_datagen_opts *o, ds_datagen_result *r);
+ds_status ds_datagen_run(const ds_datagen_params *o, ds_datagen_result *r);
 
 // ---------------------------------------------------------------------------------------------
-// Training (src/train/trainer.c).
+// Training (src/jobs/train.c; the trainable model and its passes: src/train/).
 
 typedef struct {
     float ce, l1, conf; // multipliers (0.1, 0.9, 1.0)
@@ -111,7 +111,7 @@ typedef struct {
     double accept[DS_HELDOUT_MAX_POS]; // accepted_by_pos / tried_by_pos
 } ds_heldout_result;
 
-// What the loop reports (through ds_train_opts.progress; the library never prints).
+// What the loop reports (through ds_train_params.progress; the library never prints).
 typedef enum {
     DS_TRAIN_EV_STEP = 0, // after every optimizer step
     DS_TRAIN_EV_EVAL,     // after a held-out evaluation (its step's STEP event comes first)
@@ -170,9 +170,9 @@ typedef struct {
     int patience;             // stop after this many evaluations without a better τ (0 = never)
     ds_train_progress_fn progress; // NULL = silent
     void *progress_ctx;
-} ds_train_opts;
+} ds_train_params;
 
-ds_train_opts ds_train_defaults(void);
+ds_train_params ds_train_default(void);
 
 // Run training. With MPI (mpirun -np N), every rank calls this; rank 0 writes checkpoints and logs.
 // Returns DS_ERR_INTERRUPTED after saving when interrupted.
@@ -189,7 +189,7 @@ ds_train_opts ds_train_defaults(void);
 // removes the leftovers. best/ (keep_best) is the drafter of the best held-out τ with heldout.json
 // (step, temperature, τ, acceptance by position), replaced in one step. init/ is the fresh drafter
 // a run without --init started from; metrics.jsonl one JSON line per step.
-ds_status ds_train_run(const ds_train_opts *o);
+ds_status ds_train_run(const ds_train_params *o);
 
 // MPI (single-process fallbacks when built without it): ds_mpi_init once before anything else in a
 // program that may run under mpirun (train, datagen), ds_mpi_finalize at the end.
@@ -232,7 +232,7 @@ ds_status ds_registry_list(const char *target_id, ds_registry_entry **out, int *
 ds_status ds_registry_best(const char *target_id, ds_registry_entry *out, int *found);
 
 // ---------------------------------------------------------------------------------------------
-// Quantize (src/quant/quantize.c): a DeepSpec drafter or a target written in MLX's affine format
+// Quantize (src/jobs/quantize.c): a DeepSpec drafter or a target written in MLX's affine format
 // (docs/formats/mlx-affine.md), atomically, then reloaded as a smoke test.
 
 #define DS_QUANT_MAX_PATTERNS 64
@@ -272,10 +272,10 @@ typedef struct {
 
 // Quantize `src` into `out` (which must not exist). On any error or interruption nothing is left
 // at `out` (nor a temporary directory).
-ds_status ds_quantize(const char *src, const char *out, const ds_quantize_params *p, ds_quantize_stats *stats);
+ds_status ds_quantize_run(const char *src, const char *out, const ds_quantize_params *p, ds_quantize_stats *stats);
 
 // ---------------------------------------------------------------------------------------------
-// Inflate (src/inflate/inflate.c, where the construction is documented): a small llama target and
+// Inflate (src/jobs/inflate.c, where the construction is documented): a small llama target and
 // its DeepSpec drafter grown to a realistic size while computing exactly what they computed.
 
 typedef struct {
@@ -303,7 +303,7 @@ typedef struct {
 
 // Inflate `target` (a llama GGUF) and `drafter` (a Qwen3-style DeepSpec drafter paired with it)
 // into `out` (OUT/target, OUT/drafter), which must not exist.
-ds_status ds_inflate(const char *target, const char *drafter, const char *out, const ds_inflate_params *p,
+ds_status ds_inflate_run(const char *target, const char *drafter, const char *out, const ds_inflate_params *p,
                      ds_inflate_stats *stats);
 
 // ---------------------------------------------------------------------------------------------
@@ -337,6 +337,11 @@ typedef struct {
     const char *cors_origin;      // non-NULL: Access-Control-Allow-Origin on every response, OPTIONS preflights answered
 } ds_serve_params;
 
+// The documented defaults: 127.0.0.1, any free port, 8 decoded together, a queue of 64, 1 MiB
+// bodies, connections as the open-file limit allows, 10 s header timeout, coupled verification;
+// no model, no speculation (spec zero: DS_SPEC_NONE).
+ds_serve_params ds_serve_default(void);
+
 typedef struct ds_server ds_server;
 
 // Start the engine thread and the HTTP daemon (listening when this returns). Forward passes use
@@ -349,7 +354,7 @@ int ds_server_drain(ds_server *s, double timeout_s);
 void ds_server_free(ds_server *s);
 
 // ---------------------------------------------------------------------------------------------
-// Eval (src/gen/eval.c): speculative decoding over a prompt set against plain decoding in the same
+// Eval (src/jobs/eval.c): speculative decoding over a prompt set against plain decoding in the same
 // run (same prompts, same seeds, the same concurrency R: R prompts at a time share one engine, a
 // new prompt joining as soon as one finishes). At temperature 0, and when sampling under the
 // coupled rule (whose output is the seed's, whatever the drafter), every prompt's tokens must equal
@@ -362,9 +367,9 @@ typedef struct {
     uint64_t seed;             // prompt i uses seed + i in both runs (default 0)
     ds_sampler_params sp;      // default ds_sampler_default() (greedy)
     volatile int *interrupted; // set asynchronously: stop and report the prompts completed (NULL: never)
-} ds_eval_options;
+} ds_eval_params;
 
-ds_eval_options ds_eval_options_default(void);
+ds_eval_params ds_eval_default(void);
 
 // Totals over the completed prompts of one configuration.
 typedef struct {
@@ -388,7 +393,7 @@ typedef struct {
 // differ from plain decoding's, returns DS_ERR_MISMATCH with "eval: NOT LOSSLESS: ..." naming the
 // first one as "file:line" (r is filled all the same). An interruption is not an error: r says so.
 ds_status ds_eval_run(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *spec,
-                      const ds_eval_options *o, ds_eval_result *r);
+                      const ds_eval_params *o, ds_eval_result *r);
 
 // One run's tokens, what the check compares: prompt i's n_tokens[i] tokens at tokens + i·max_tokens,
 // done[i] set when it completed.
@@ -405,7 +410,7 @@ typedef struct {
 int ds_eval_compare(const ds_eval_tokens *a, const ds_eval_tokens *b, int *n_diff, int *first, int *at);
 
 // ---------------------------------------------------------------------------------------------
-// Calibrate (src/gen/calibrate.c): fit Sequential Temperature Scaling (docs/formats/deepspec-checkpoint.md
+// Calibrate (src/jobs/calibrate.c): fit Sequential Temperature Scaling (docs/formats/deepspec-checkpoint.md
 // §8) for a drafter's confidence head on held-out prompts and write
 // calibration.json (src/draft/calibration.c, the one module that writes and reads it). The prompts
 // are decoded with the raw (uncalibrated) confidences and fixed full-block verification, so every
@@ -435,7 +440,7 @@ typedef struct {
     double acc;  // mean label in the bin (0 when empty)
 } ds_calib_bin;
 
-// What the job reports (through ds_calibrate_options.progress; the library never prints).
+// What the job reports (through ds_calibrate_params.progress; the library never prints).
 typedef enum {
     DS_CALIBRATE_EV_RAW = 0, // the drafter came with a calibration: it is dropped (raw confidences are fitted)
     DS_CALIBRATE_EV_PROMPT,  // a prompt was decoded: `done` of `total`
@@ -456,9 +461,9 @@ typedef struct {
     volatile int *interrupted; // set asynchronously: stop, write nothing (DS_ERR_INTERRUPTED)
     void (*progress)(void *ctx, const ds_calibrate_event *ev); // NULL = silent
     void *progress_ctx;
-} ds_calibrate_options;
+} ds_calibrate_params;
 
-ds_calibrate_options ds_calibrate_options_default(void);
+ds_calibrate_params ds_calibrate_default(void);
 
 #define DS_CALIB_PLOT_POS 3 // reliability diagrams for positions 1..3
 
@@ -475,10 +480,10 @@ typedef struct {
 // is read first (a bad one fails before anything else). Any calibration loaded with d is dropped
 // for the run (an EV_RAW event; the raw confidences are fitted) and stays dropped. A run in
 // which no round drafted anything is an error (nothing is written).
-ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_options *o, ds_calibrate_result *r);
+ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_params *o, ds_calibrate_result *r);
 
 // ---------------------------------------------------------------------------------------------
-// Profile (src/sched/profile.c): the target's verification cost table SPS(B) on this machine (the
+// Profile (src/jobs/profile.c; the measurement: src/sched/profile.c): the target's verification cost table SPS(B) on this machine (the
 // input of --schedule auto, ds_profile_costs) saved as JSON for the process's thread count; with a
 // drafter, also the cost of drafting one full block (ds_drafter_profile_round with one sequence),
 // recorded in the same file ("draft_round_s", "draft_block", "drafter").
@@ -490,9 +495,9 @@ typedef struct {
     int quick;                // measure B = 1, 2, 4, ... only and interpolate (default 0)
     const char *out;          // the cost file (required; written atomically)
     const char *drafter_name; // with a drafter: recorded as "drafter" (its directory, say)
-} ds_profile_options;
+} ds_profile_params;
 
-ds_profile_options ds_profile_options_default(void);
+ds_profile_params ds_profile_default(void);
 
 typedef struct {
     ds_cost_table costs;
@@ -503,7 +508,7 @@ typedef struct {
 } ds_profile_result;
 
 // Measure m (and d, when not NULL) and write o->out.
-ds_status ds_profile_run(const ds_model *m, const ds_drafter *d, const ds_profile_options *o, ds_profile_result *r);
+ds_status ds_profile_run(const ds_model *m, const ds_drafter *d, const ds_profile_params *o, ds_profile_result *r);
 
 #ifdef __cplusplus
 }

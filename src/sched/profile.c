@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "dspark_jobs.h"
 #include "io/json.h"
 #include "sched/schedule.h"
 
@@ -95,7 +94,7 @@ ds_status ds_profile_costs(const ds_model *m, int bmax, int ctx, int repeats, in
     return st;
 }
 
-static cJSON *cost_json(const ds_cost_table *t, const char *model_name, int threads) {
+cJSON *ds_cost_table_json(const ds_cost_table *t, const char *model_name, int threads) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", model_name);
     cJSON_AddNumberToObject(j, "threads", threads);
@@ -113,38 +112,8 @@ static cJSON *cost_json(const ds_cost_table *t, const char *model_name, int thre
 }
 
 ds_status ds_cost_table_save(const ds_cost_table *t, const char *model_name, int threads, const char *path) {
-    cJSON *j = cost_json(t, model_name, threads);
+    cJSON *j = ds_cost_table_json(t, model_name, threads);
     ds_status st = j ? ds_json_save(j, path) : ds_fail(DS_ERR_NOMEM, "out of memory");
-    cJSON_Delete(j);
-    return st;
-}
-
-ds_profile_options ds_profile_options_default(void) {
-    return (ds_profile_options){.bmax = 64, .ctx = 256, .repeats = 5};
-}
-
-ds_status ds_profile_run(const ds_model *m, const ds_drafter *d, const ds_profile_options *o, ds_profile_result *r) {
-    memset(r, 0, sizeof *r);
-    if (!o->out) return ds_fail(DS_ERR_INVALID, "profile needs an output file");
-    r->threads = ds_threads();
-    ds_status st = ds_profile_costs(m, o->bmax, o->ctx, o->repeats, o->quick, &r->costs);
-    if (st) return st;
-    if (d) { // one sequence drafting a full block after ctx rows (within the target's context)
-        const int K = ds_drafter_get_info(d)->block_size, max_ctx = ds_model_get_info(m)->max_ctx;
-        int ctx = o->ctx;
-        if (ctx + K + 2 > max_ctx) ctx = max_ctx - K - 2;
-        if (ctx > 1 << 16) ctx = 1 << 16;
-        if (ctx < 1) ctx = 1;
-        r->draft_block = K, r->draft_ctx = ctx;
-        if ((st = ds_drafter_profile_round(d, 1, K, ctx, o->repeats, &r->draft_s))) return st;
-    }
-    cJSON *j = cost_json(&r->costs, ds_model_get_info(m)->name, r->threads);
-    if (j && d) {
-        cJSON_AddNumberToObject(j, "draft_round_s", r->draft_s);
-        cJSON_AddNumberToObject(j, "draft_block", r->draft_block);
-        cJSON_AddStringToObject(j, "drafter", o->drafter_name ? o->drafter_name : "");
-    }
-    st = j ? ds_json_save(j, o->out) : ds_fail(DS_ERR_NOMEM, "out of memory");
     cJSON_Delete(j);
     return st;
 }

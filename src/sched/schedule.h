@@ -18,6 +18,9 @@ double ds_cost_sps(const ds_cost_table *t, int B);
 // (w consecutive decoded rows) and E experts, D(B) = E·(1 − (1 − D1(w)/E)^ns) (the sequences route
 // independently). 0 when unknown (no statistics yet, or a dense target).
 double ds_cost_experts(const ds_cost_table *t, int B);
+// The cost table as the JSON object ds_cost_table_save writes (NULL when out of memory): the
+// profile job (jobs/profile.c) adds its drafter fields to it before saving.
+struct cJSON *ds_cost_table_json(const ds_cost_table *t, const char *model_name, int threads);
 // A forward of B rows took `seconds`: move SPS(B) towards it (an average of step times, 1/5 weight
 // for the new one, the observation first clipped to [0.5, 2] times the current step so that one
 // preempted forward cannot rewrite the table), then keep SPS non-increasing in B (entries below B

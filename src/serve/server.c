@@ -1255,6 +1255,11 @@ static ds_status fit_open_files(ds_serve_params *p) {
     return DS_OK;
 }
 
+ds_serve_params ds_serve_default(void) {
+    return (ds_serve_params){.host = "127.0.0.1", .max_concurrency = 8, .queue_max = 64, .max_body = (size_t)1 << 20,
+                             .header_timeout_s = 10, .verify = DS_VERIFY_COUPLED};
+}
+
 ds_status ds_server_start(const ds_serve_params *p, ds_server **out) {
     *out = NULL;
     ds_server *s = ds_calloc(1, sizeof *s);

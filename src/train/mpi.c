@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/mpi.h"
 
 #ifdef DS_HAVE_MPI
 #include <mpi.h>

@@ -1,6 +1,7 @@
 // Training data (the DSPKDATA file of dspark datagen: every sequence read back) and the same bytes
 // as a prompt file (plain lines or {"prompt": ...} JSON lines).
 #include "fuzz.h"
+#include "gen/prompts.h"
 #include "train/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gen/prompts.h"
 #include "train/data.h"
 
 // ---------------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ static void test_compare_flags_a_corrupted_run(void **state) {
     assert_int_equal(n_diff, 0);
 }
 
-static void eval_with(ds_spec_kind kind, const ds_drafter *d, ds_eval_result *r, const ds_eval_options *o) {
+static void eval_with(ds_spec_kind kind, const ds_drafter *d, ds_eval_result *r, const ds_eval_params *o) {
     ds_spec_params spec = {.kind = kind};
     if (kind == DS_SPEC_DSPARK) spec.draft_max = ds_drafter_get_info(d)->block_size;
     assert_int_equal(ds_eval_run(g_m, d, &spec, o, r), DS_OK);
@@ -90,7 +90,7 @@ static void eval_with(ds_spec_kind kind, const ds_drafter *d, ds_eval_result *r,
 
 static void test_eval_is_lossless(void **state) {
     (void)state;
-    ds_eval_options o = ds_eval_options_default();
+    ds_eval_params o = ds_eval_default();
     assert_int_equal(o.max_tokens, 128);
     assert_int_equal(o.concurrency, 1);
     o.prompts = g_prompts;
@@ -133,7 +133,7 @@ static void test_eval_names_a_bad_prompt_file(void **state) {
     (void)state;
     char path[1024];
     tmpdir_path(path, sizeof path, "missing", ".txt");
-    ds_eval_options o = ds_eval_options_default();
+    ds_eval_params o = ds_eval_default();
     o.prompts = path;
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
     ds_eval_result r;
@@ -200,7 +200,7 @@ static void test_calibrate_reports_and_writes(void **state) {
     (void)state;
     char out[1024];
     tmpdir_path(out, sizeof out, "calibrated", ".json");
-    ds_calibrate_options o = ds_calibrate_options_default();
+    ds_calibrate_params o = ds_calibrate_default();
     assert_int_equal(o.max_tokens, 128);
     o.prompts = g_prompts;
     o.out = out;
@@ -262,7 +262,7 @@ static void test_profile_writes_what_it_measured(void **state) {
 
     char out[1024];
     tmpdir_path(out, sizeof out, "costs", ".json");
-    ds_profile_options o = ds_profile_options_default();
+    ds_profile_params o = ds_profile_default();
     assert_int_equal(o.bmax, 64);
     assert_int_equal(o.ctx, 256);
     assert_int_equal(o.repeats, 5);

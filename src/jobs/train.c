@@ -29,12 +29,13 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "jobs/heldout.h"
 #include "train/data.h"
-#include "train/trainer.h"
+#include "train/mpi.h"
 
 
-ds_train_opts ds_train_defaults(void) {
-    ds_train_opts o = {0};
+ds_train_params ds_train_default(void) {
+    ds_train_params o = {0};
     o.shape = ds_drafter_init_default();
     // The recipe measured on stories260K (docs/results.md, issue 17): 3200 steps of 8 sequences x
     // 64 anchors at lr 6e-3 (2400 steps at 3e-3 before; the higher peak and longer schedule lower
@@ -59,7 +60,7 @@ static double now_s(void) {
 
 // Learning rate of step t (0-based): linear warmup over the first warmup·steps steps, then cosine
 // from lr to 0.
-static double lr_at(const ds_train_opts *o, int t) {
+static double lr_at(const ds_train_params *o, int t) {
     const int warm = (int)ceil(o->warmup * o->steps);
     if (t < warm) return o->lr * (t + 1) / (double)warm;
     const double prog = o->steps > warm ? (double)(t - warm) / (o->steps - warm) : 1.0;
@@ -138,7 +139,7 @@ static int sample_anchors(uint64_t seed, long item, int n, int n_prompt, int k, 
 // ---- checkpoints ---------------------------------------------------------------------------------
 
 typedef struct {
-    const ds_train_opts *o;
+    const ds_train_params *o;
     ds_tmodel tm;
     char *config_text;  // the drafter's config.json, copied into every checkpoint
     float *m, *v;       // AdamW moments (n_params)
@@ -148,12 +149,12 @@ typedef struct {
     int stale_evals;    // evaluations since the best
 } state;
 
-static void emit(const ds_train_opts *o, const ds_train_event *ev) {
+static void emit(const ds_train_params *o, const ds_train_event *ev) {
     if (o->progress) o->progress(o->progress_ctx, ev);
 }
 
-static void message(const ds_train_opts *o, int step, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void message(const ds_train_opts *o, int step, const char *fmt, ...) {
+static void message(const ds_train_params *o, int step, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void message(const ds_train_params *o, int step, const char *fmt, ...) {
     if (!o->progress) return;
     char line[1024];
     va_list ap;
@@ -322,7 +323,7 @@ static void ckpt_prune(const char *out, int current, int keep) {
 
 // Make checkpoints/step-<step> current: OUT/checkpoint switched to it by one rename (one exchange
 // over a directory of the older layout), OUT's top-level links through it, then the pruning.
-static ds_status ckpt_make_current(const ds_train_opts *o, int step) {
+static ds_status ckpt_make_current(const ds_train_params *o, int step) {
     char link[4200], tmp[4300], target[64], cur[64];
     snprintf(link, sizeof link, "%s/checkpoint", o->out);
     snprintf(target, sizeof target, CKPT_DIR "/" CKPT_NAME, step);
@@ -364,7 +365,7 @@ static ds_status write_drafter(const state *S, const char *dir) {
 // rename), then made current (ckpt_make_current). A kill at any moment leaves the previous
 // checkpoint current or this one, never files of two steps.
 static ds_status save(state *S) {
-    const ds_train_opts *o = S->o;
+    const ds_train_params *o = S->o;
     char path[4200], root[4200], dir[4300], tmp[4400];
     snprintf(root, sizeof root, "%s/" CKPT_DIR, o->out);
     snprintf(dir, sizeof dir, "%s/" CKPT_NAME, root, S->step);
@@ -422,7 +423,7 @@ static ds_status save(state *S) {
 
 // Resume: the options that shape the run must be the ones it started with.
 static ds_status load_resume(state *S, const char *dir) {
-    const ds_train_opts *o = S->o;
+    const ds_train_params *o = S->o;
     char path[4400];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     cJSON *j;
@@ -473,7 +474,7 @@ static ds_status load_resume(state *S, const char *dir) {
 // metrics.jsonl: on resume keep the lines of the steps already done (complete JSON lines only: a
 // kill can cut the last one), rewritten atomically (never truncated in place: a kill at any moment
 // leaves the old or the new file), then appended to.
-static ds_status open_metrics(const ds_train_opts *o, int keep_steps, FILE **out) {
+static ds_status open_metrics(const ds_train_params *o, int keep_steps, FILE **out) {
     char path[4200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", o->out);
     *out = NULL;
@@ -507,7 +508,7 @@ static ds_status open_metrics(const ds_train_opts *o, int keep_steps, FILE **out
 
 // One line appended to metrics.jsonl; on a failed write (a full disk) the file is cut back to its
 // previous length, so it never ends in half a line.
-static ds_status append_metrics(const ds_train_opts *o, FILE *f, const char *line) {
+static ds_status append_metrics(const ds_train_params *o, FILE *f, const char *line) {
     const long at = ftell(f);
     if (fprintf(f, "%s}\n", line) >= 0 && fflush(f) == 0) return DS_OK;
     const int err = errno ? errno : EIO;
@@ -525,7 +526,7 @@ static ds_status append_metrics(const ds_train_opts *o, FILE *f, const char *lin
 // step). Appends the metrics fields (",\"heldout\":[...]") to `json` (cap bytes).
 static ds_status heldout_eval(state *S, const ds_model *target, const ds_heldout *h, double t_start, char *json,
                               size_t cap) {
-    const ds_train_opts *o = S->o;
+    const ds_train_params *o = S->o;
     const int nt = o->n_eval_temps > 0 ? o->n_eval_temps : 1;
     const float zero = 0;
     const float *temps = o->n_eval_temps > 0 ? o->eval_temps : &zero;
@@ -621,7 +622,7 @@ typedef struct {
 // The target and the data, and the drafter: OUT's newest complete checkpoint (resume), --init, or a
 // fresh one written to OUT/init; its optimizer state when resuming.
 static ds_status run_open(run *R) {
-    const ds_train_opts *o = R->S.o;
+    const ds_train_params *o = R->S.o;
     const int rank = R->rank;
     char path[4200];
     ds_status st = ds_model_load(o->target, NULL, &R->target);
@@ -667,7 +668,7 @@ static ds_status run_open(run *R) {
 // The held-out prompts, the per-sequence buffers (sized by the longest sequence), the target's
 // cache and workspaces, metrics.jsonl.
 static ds_status run_buffers(run *R) {
-    const ds_train_opts *o = R->S.o;
+    const ds_train_params *o = R->S.o;
     ds_status st;
     if (R->rank == 0 && o->eval_prompts && (st = ds_heldout_load(o->eval_prompts, R->target, o->eval_max_tokens, &R->heldout)))
         return st;
@@ -696,7 +697,7 @@ static ds_status run_buffers(run *R) {
 // summed over the ranks (and whether any rank was interrupted, so that all stop at the same step),
 // normalized by the total slot weight, clipped, AdamW.
 static ds_status run_step(run *R, step_result *r) {
-    const ds_train_opts *o = R->S.o;
+    const ds_train_params *o = R->S.o;
     const ds_drafter_info *di = ds_drafter_get_info(R->S.tm.d);
     state *S = &R->S;
     ds_status st;
@@ -757,7 +758,7 @@ static ds_status run_step(run *R, step_result *r) {
 
 // Rank 0 after a step: the progress event, the held-out evaluation when due, the metrics line.
 static ds_status run_report(run *R, const step_result *r, int do_eval) {
-    const ds_train_opts *o = R->S.o;
+    const ds_train_params *o = R->S.o;
     const state *S = &R->S;
     const double *sums = r->sums, W = r->W;
     const double ptau = sums[7] > 0 ? sums[6] / sums[7] : 0;
@@ -781,7 +782,7 @@ static ds_status run_report(run *R, const step_result *r, int do_eval) {
 
 // Rank 0: metrics.jsonl's lines up to this step on disk, then the checkpoint that counts them.
 static ds_status run_checkpoint(run *R) {
-    const ds_train_opts *o = R->S.o;
+    const ds_train_params *o = R->S.o;
     ds_status st;
     if (fsync(fileno(R->metrics)) != 0) return ds_fail(DS_ERR_IO, "%s/metrics.jsonl: fsync failed: %s", o->out, strerror(errno));
     if ((st = save(&R->S))) {
@@ -796,7 +797,7 @@ static ds_status run_checkpoint(run *R) {
 
 // Steps until the last, an interrupt (checkpointed), --stop-after, or the early stop.
 static ds_status run_loop(run *R) {
-    const ds_train_opts *o = R->S.o;
+    const ds_train_params *o = R->S.o;
     const int rank = R->rank;
     state *S = &R->S;
     ds_status st;
@@ -852,7 +853,7 @@ static void run_close(run *R) {
     ds_model_free(R->target);
 }
 
-ds_status ds_train_run(const ds_train_opts *o) {
+ds_status ds_train_run(const ds_train_params *o) {
     const int rank = ds_mpi_rank(), ranks = ds_mpi_size();
     if (o->steps < 1 || o->batch < 1 || o->anchors < 1 || !(o->lr > 0) || o->warmup < 0 || o->warmup > 1)
         return ds_fail(DS_ERR_INVALID, "training needs steps, batch and anchors >= 1, lr > 0, warmup in [0, 1]");

@@ -11,9 +11,8 @@
 #include "dspark_jobs.h"
 #include "gen/prompts.h"
 #include "sched/calibrate.h"
-#include "train/data.h"
 
-ds_calibrate_options ds_calibrate_options_default(void) { return (ds_calibrate_options){.max_tokens = 128}; }
+ds_calibrate_params ds_calibrate_default(void) { return (ds_calibrate_params){.max_tokens = 128}; }
 
 // The rounds the observer collects.
 typedef struct {
@@ -54,7 +53,7 @@ static void observe(void *ctx, int id, int n_drafted, const float *conf, int ell
 
 // The runner's callbacks.
 typedef struct {
-    const ds_calibrate_options *o;
+    const ds_calibrate_params *o;
     const rounds *R;
     int done, total;
 } cal_run;
@@ -72,7 +71,7 @@ static void on_done(void *ctx, int i, const ds_gen *g) {
 }
 
 // The calibration file's content.
-static void calibration_of(const ds_calibrate_options *o, const ds_sts_result *r, int n_rounds, ds_calibration *c) {
+static void calibration_of(const ds_calibrate_params *o, const ds_sts_result *r, int n_rounds, ds_calibration *c) {
     memset(c, 0, sizeof *c);
     c->K = r->K;
     for (int k = 0; k < r->K; k++) {
@@ -111,7 +110,7 @@ static ds_status reliability(const ds_calib_data *d, ds_calibrate_result *r) {
     return DS_OK;
 }
 
-ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_options *o, ds_calibrate_result *r) {
+ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_params *o, ds_calibrate_result *r) {
     memset(r, 0, sizeof *r);
     if (!o->prompts || !o->out || o->max_tokens < 1)
         return ds_fail(DS_ERR_INVALID, "calibrate needs a prompt file, an output file and max_tokens >= 1");
@@ -130,10 +129,6 @@ ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_
     ds_engine *e = NULL;
     rounds R = {.K = di->block_size};
     r->n_prompts = prompts->n;
-    if (!tok) {
-        st = ds_fail(DS_ERR_INVALID, "calibrate: the target has no tokenizer");
-        goto done;
-    }
     // Measure the raw head: any calibration loaded with the drafter is dropped.
     const float *old, none[1] = {1};
     if (ds_drafter_calibration(d, &old) > 0 && o->progress)

@@ -7,10 +7,9 @@
 #include "base/status.h"
 #include "dspark_jobs.h"
 #include "gen/prompts.h"
-#include "train/data.h"
 
-ds_eval_options ds_eval_options_default(void) {
-    return (ds_eval_options){.max_tokens = 128, .concurrency = 1, .sp = ds_sampler_default()};
+ds_eval_params ds_eval_default(void) {
+    return (ds_eval_params){.max_tokens = 128, .concurrency = 1, .sp = ds_sampler_default()};
 }
 
 int ds_eval_compare(const ds_eval_tokens *a, const ds_eval_tokens *b, int *n_diff, int *first, int *at) {
@@ -110,7 +109,7 @@ static void ev_free(ev_state *g) {
     free(g->done_base);
 }
 
-static ds_status check_lossless(const ev_state *g, const ds_eval_options *o, ds_spec_kind kind, int greedy,
+static ds_status check_lossless(const ev_state *g, const ds_eval_params *o, ds_spec_kind kind, int greedy,
                                 ds_eval_result *r) {
     const int P = g->prompts->n, L = o->max_tokens;
     const ds_eval_tokens s = {P, L, g->out_spec, g->n_spec, g->done_spec}, b = {P, L, g->out_base, g->n_base, g->done_base};
@@ -130,12 +129,11 @@ static ds_status check_lossless(const ev_state *g, const ds_eval_options *o, ds_
 }
 
 ds_status ds_eval_run(const ds_model *m, const ds_drafter *drafter, const ds_spec_params *spec,
-                      const ds_eval_options *o, ds_eval_result *r) {
+                      const ds_eval_params *o, ds_eval_result *r) {
     memset(r, 0, sizeof *r);
     if (!o->prompts || o->max_tokens < 1 || o->concurrency < 1)
         return ds_fail(DS_ERR_INVALID, "eval needs a prompt file, max_tokens >= 1 and concurrency >= 1");
-    const ds_tokenizer *tok = ds_model_tokenizer(m);
-    if (!tok) return ds_fail(DS_ERR_INVALID, "eval: the target has no tokenizer");
+    const ds_tokenizer *tok = ds_model_tokenizer(m); // (none: ds_gen_prompts_tokenize says so)
     ev_state g = {0};
     ds_status st;
     if ((st = ds_prompts_load(o->prompts, &g.prompts))) return st;

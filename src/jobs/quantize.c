@@ -595,7 +595,7 @@ static ds_status quantize_gguf(const char *src, const char *out, const ds_quanti
     return st;
 }
 
-ds_status ds_quantize(const char *src, const char *out_arg, const ds_quantize_params *p, ds_quantize_stats *stats) {
+ds_status ds_quantize_run(const char *src, const char *out_arg, const ds_quantize_params *p, ds_quantize_stats *stats) {
     char out[4096]; // without trailing slashes: OUT.tmp.<pid> must be its sibling
     snprintf(out, sizeof out, "%s", out_arg);
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = 0;

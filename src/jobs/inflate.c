@@ -510,7 +510,7 @@ done:
     return st;
 }
 
-ds_status ds_inflate(const char *target, const char *drafter, const char *out_arg, const ds_inflate_params *p,
+ds_status ds_inflate_run(const char *target, const char *drafter, const char *out_arg, const ds_inflate_params *p,
                      ds_inflate_stats *stats) {
     ds_inflate_stats *dummy = NULL;
     if (!stats && !(stats = dummy = malloc(sizeof *stats))) return ds_fail(DS_ERR_NOMEM, "out of memory");

@@ -17,11 +17,12 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "gen/prompts.h"
 #include "train/data.h"
-#include "train/trainer.h"
+#include "train/mpi.h"
 
-ds_datagen_opts ds_datagen_defaults(void) {
-    ds_datagen_opts o = {0};
+ds_datagen_params ds_datagen_default(void) {
+    ds_datagen_params o = {0};
     o.sp = ds_sampler_default();
     o.sp.temperature = 0.7f;
     o.sp.top_k = 20;
@@ -33,7 +34,7 @@ ds_datagen_opts ds_datagen_defaults(void) {
     return o;
 }
 
-// Whether sequence `index` is one of the plain share (ds_datagen_opts.plain): floor((i+1)·f) > floor(i·f).
+// Whether sequence `index` is one of the plain share (ds_datagen_params.plain): floor((i+1)·f) > floor(i·f).
 static int is_plain(long index, double f) {
     return f > 0 && floor((double)(index + 1) * f) > floor((double)index * f);
 }
@@ -53,7 +54,7 @@ typedef struct {
 } dg_seq;
 
 typedef struct {
-    const ds_datagen_opts *o;
+    const ds_datagen_params *o;
     ds_model *model;
     ds_engine *engine;
     ds_prompt_set *prompts;
@@ -87,7 +88,7 @@ static void dg_free(dg_state *g) {
 }
 
 static ds_status write_seq(dg_state *g, long index, const int32_t *toks, int n, int n_prompt) {
-    const ds_datagen_opts *o = g->o;
+    const ds_datagen_params *o = g->o;
     const int hold = g->wh && ds_data_is_holdout((uint64_t)index, o->seed, o->holdout);
     (*(hold ? &g->n_hold : &g->n_main))++;
     return ds_data_writer_add(hold ? g->wh : g->w, toks, n, n_prompt);
@@ -153,9 +154,8 @@ static ds_status merge_ranks(dg_state *g) {
 
 // The sources: tokenized prompts (chat prompts rendered), or BOS alone.
 static ds_status load_sources(dg_state *g) {
-    const ds_datagen_opts *o = g->o;
+    const ds_datagen_params *o = g->o;
     const ds_model_info *info = ds_model_get_info(g->model);
-    const ds_tokenizer *tok = ds_model_tokenizer(g->model);
     ds_status st;
     if (o->prompts && (st = ds_prompts_load_chat(o->prompts, &g->prompts))) return st;
     g->n_sources = g->prompts ? g->prompts->n : 1;
@@ -172,28 +172,15 @@ static ds_status load_sources(dg_state *g) {
         g->pn[0] = 1;
         return DS_OK;
     }
-    if (!tok) return ds_fail(DS_ERR_INVALID, "%s has no tokenizer dspark supports, so it cannot take text prompts", o->target);
-    for (int i = 0; i < g->n_sources; i++) {
-        const int line = g->prompts->line[i];
-        char *text;
-        if ((st = ds_prompt_text(g->prompts, i, tok, &text))) return st; // (names file:line)
-        int n = 0;
-        if (!(st = ds_tokenize(tok, text, strlen(text), 1, NULL, 0, &n))) {
-            if (!(g->ptoks[i] = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1)))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
-            else st = ds_tokenize(tok, text, strlen(text), 1, g->ptoks[i], n, &n);
-        }
-        free(text);
-        if (st) return ds_fail_prefix(st, "%s:%d", o->prompts, line);
-        g->pn[i] = n;
-        if (n < 1) return ds_fail(DS_ERR_INVALID, "%s:%d: the prompt encodes to no tokens (the model has no BOS)", o->prompts, line);
-        if ((long)n + o->max_tokens > info->max_ctx)
-            return ds_fail(DS_ERR_INVALID, "%s:%d: prompt (%d tokens) + %d new tokens exceed the model's context of %d",
-                           o->prompts, line, n, o->max_tokens, info->max_ctx);
-    }
+    ds_gen_prompts pt; // the one prompt check (gen/prompts.h); the rows move into g
+    if ((st = ds_gen_prompts_tokenize(g->model, g->prompts, o->max_tokens, &pt))) return st;
+    for (int i = 0; i < g->n_sources; i++) g->ptoks[i] = pt.ids[i], g->pn[i] = pt.len[i];
+    free(pt.ids);
+    free(pt.len);
     return DS_OK;
 }
 
-ds_status ds_datagen_run(const ds_datagen_opts *o, ds_datagen_result *res) {
+ds_status ds_datagen_run(const ds_datagen_params *o, ds_datagen_result *res) {
     memset(res, 0, sizeof *res);
     if (o->count < 1 || o->max_tokens < 1 || o->concurrency < 1 || !o->out)
         return ds_fail(DS_ERR_INVALID, "datagen needs count, max_tokens and concurrency >= 1 and an output file");

@@ -1,14 +1,11 @@
-// The training loop: data, online target forwards, anchor sampling, AdamW with warmup + cosine,
-// gradient clipping, checkpoints (periodic, final, on interrupt) and exact resumption, optionally
-// data-parallel over MPI ranks.
-#ifndef DS_TRAIN_TRAINER_H
-#define DS_TRAIN_TRAINER_H
+// MPI for the data-parallel jobs (jobs/train.c, jobs/datagen.c): the collectives over ranks.
+#ifndef DS_TRAIN_MPI_H
+#define DS_TRAIN_MPI_H
 
 #include "dspark_jobs.h"
-#include "train/heldout.h"
 #include "train/train.h"
 
-// The job itself (ds_train_opts, ds_train_run) and ds_mpi_init / rank / size / finalize are public:
+// The train job (jobs/train.c) and ds_mpi_init / rank / size / finalize are public:
 // include/dspark_jobs.h. The collectives the loop and datagen use (single-process fallbacks when
 // built without MPI).
 
