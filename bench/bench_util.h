@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dspark.h"
+#include "dspark_jobs.h"
 #include "io/safetensors.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"

@@ -14,30 +14,12 @@
 #include <stdint.h>
 
 #include "dspark.h"
+#include "dspark/quant.h"
+#include "dspark/train.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// ---------------------------------------------------------------------------------------------
-// Drafter training data (src/train/data.c; the format is documented in src/train/data.h): reading.
-
-typedef struct ds_data ds_data;
-
-// Map and validate `path` completely. Errors are one line naming the file.
-ds_status ds_data_open(const char *path, ds_data **out);
-void ds_data_close(ds_data *d);
-size_t ds_data_count(const ds_data *d);
-uint64_t ds_data_vocab(const ds_data *d);
-size_t ds_data_total_tokens(const ds_data *d);
-// Sequence i: its ids (pointing into the mapping; valid until ds_data_close), its length and how
-// many leading tokens are prompt (loss mask 0). An out-of-range i is DS_ERR_INVALID.
-ds_status ds_data_get(const ds_data *d, size_t i, const int32_t **tokens, int *n_tokens, int *n_prompt);
-// The k most frequent token ids among the response tokens (those after each sequence's prompt) of
-// the data, most frequent first (ties: the lower id first), into ids (k); *covered gets how many
-// response tokens they account for and *total how many there are. k larger than the vocabulary
-// is clamped (*n_out = the ids written).
-ds_status ds_data_top_tokens(const ds_data *d, int k, int32_t *ids, int *n_out, size_t *covered, size_t *total);
 
 // ---------------------------------------------------------------------------------------------
 // Datagen (src/jobs/datagen.c): the frozen target writes drafter training data, R sequences at a
@@ -93,13 +75,6 @@ ds_status ds_datagen_run(const ds_datagen_params *o, ds_datagen_result *r);
 
 // ---------------------------------------------------------------------------------------------
 // Training (src/jobs/train.c; the trainable model and its passes: src/train/).
-
-typedef struct {
-    float ce, l1, conf; // multipliers (0.1, 0.9, 1.0)
-    float decay;        // per-slot weight w_k = exp(-k / decay) (4)
-    float kl;           // multiplier of KL(t ‖ p_d) = Σ_v t_v log(t_v / p_d,v), the target's distribution
-                        // as a soft label (0)
-} ds_loss_weights;
 
 #define DS_HELDOUT_MAX_POS 64
 
@@ -191,46 +166,6 @@ ds_train_params ds_train_default(void);
 // a run without --init started from; metrics.jsonl one JSON line per step.
 ds_status ds_train_run(const ds_train_params *o);
 
-// MPI (single-process fallbacks when built without it): ds_mpi_init once before anything else in a
-// program that may run under mpirun (train, datagen), ds_mpi_finalize at the end.
-void ds_mpi_init(int *argc, char ***argv);
-int ds_mpi_rank(void);
-int ds_mpi_size(void);
-void ds_mpi_finalize(void);
-
-// ---------------------------------------------------------------------------------------------
-// The drafter registry (src/train/registry.c): what `train --register` and `quantize --register`
-// wrote, under the identity of the target each drafter was made for (config.json's "target_id",
-// ds_model_target_id), so that a front end can pick a drafter for the loaded target by itself.
-// The directory: $DSPARK_REGISTRY when set, else $XDG_DATA_HOME/dspark/drafters, else
-// $HOME/.local/share/dspark/drafters. One JSON file per registered drafter directory, written
-// atomically. A drafter is only ever picked for the target whose identity it was registered under,
-// and only while its directory's config.json still records that identity.
-
-typedef struct {
-    char target_id[128];
-    char path[4096];   // absolute drafter directory
-    char source[16];   // "train", "quantize"
-    int has_tau;
-    double tau, temp;  // held-out τ and the temperature it was measured at
-    int step;          // training step of the measurement (0: unknown)
-    double time;       // registration time (seconds since the epoch)
-    int present;       // (listing) the directory still holds a drafter recorded for target_id
-} ds_registry_entry;
-
-// The registry directory into out (cap bytes).
-ds_status ds_registry_dir(char *out, size_t cap);
-// Register drafter directory `dir` (its config.json must record a target_id). The held-out score
-// is `tau` / `temp` / `step` when has_tau, else read from dir/heldout.json when present (what
-// train --keep-best writes), else none. *out (may be NULL) gets the entry written.
-ds_status ds_registry_add(const char *dir, const char *source, int has_tau, double tau, double temp, int step,
-                          ds_registry_entry *out);
-// Every entry (for target_id only, when not NULL), best first: by recorded τ (none last), then the
-// newest. *out is malloc'ed (free it); unreadable entry files are skipped.
-ds_status ds_registry_list(const char *target_id, ds_registry_entry **out, int *n);
-// The best present entry for target_id into *out; *found 0 when there is none.
-ds_status ds_registry_best(const char *target_id, ds_registry_entry *out, int *found);
-
 // ---------------------------------------------------------------------------------------------
 // Quantize (src/jobs/quantize.c): a DeepSpec drafter or a target written in MLX's affine format
 // (docs/formats/mlx-affine.md), atomically, then reloaded as a smoke test.
@@ -262,13 +197,6 @@ typedef struct {
 } ds_quantize_params;
 
 ds_quantize_params ds_quantize_default(void);
-
-typedef struct {
-    int n_tensors, n_quantized;
-    size_t src_bytes, out_bytes; // tensor data bytes before and after
-    int n_shards;                // 1 = model.safetensors
-    int n_dropped;               // target: tensors the loader never reads (vision tower, projector), not written
-} ds_quantize_stats;
 
 // Quantize `src` into `out` (which must not exist). On any error or interruption nothing is left
 // at `out` (nor a temporary directory).
@@ -418,27 +346,6 @@ int ds_eval_compare(const ds_eval_tokens *a, const ds_eval_tokens *b, int *n_dif
 // A round near the end of a budget that verified fewer than K slots contributes those positions
 // only. For k = 1..K in order, T_k on the grid 2^(i/10), i = -30..30, minimizes the 20-bin ECE of
 // the prefix survival A_k = prod_{i<=k} sigma(z_i / T_i) against 1{a >= k}.
-
-#define DS_CALIB_BINS 20    // ECE bins
-#define DS_CALIB_MAX_POS 64 // positions (slots per block) at most
-
-typedef struct {
-    int K;
-    double temps[DS_CALIB_MAX_POS];       // T_k (1 where nothing was observed)
-    int n[DS_CALIB_MAX_POS];              // rounds that observed position k
-    int n_pos[DS_CALIB_MAX_POS];          // ... of which 1{a >= k}
-    double conf_before[DS_CALIB_MAX_POS]; // mean A_k with every T = 1
-    double conf_after[DS_CALIB_MAX_POS];  // mean A_k with the fitted temperatures
-    double ece_before[DS_CALIB_MAX_POS], ece_after[DS_CALIB_MAX_POS]; // NaN when n = 0
-    double auc_before[DS_CALIB_MAX_POS], auc_after[DS_CALIB_MAX_POS]; // NaN when one class is empty
-} ds_sts_result;
-
-// One bin of a reliability diagram.
-typedef struct {
-    int count;
-    double conf; // mean confidence in the bin (0 when empty)
-    double acc;  // mean label in the bin (0 when empty)
-} ds_calib_bin;
 
 // What the job reports (through ds_calibrate_params.progress; the library never prints).
 typedef enum {

@@ -5,7 +5,9 @@ The order is read from the diagram at the top of docs/architecture.md (top line 
 so the document and the check cannot drift apart. Two checks:
 
   includes  every `#include "..."` in src/ names a header of the same or a lower layer (the public
-            headers in include/, "dspark.h" and "dspark_jobs.h", are below everything); a cli/
+            headers in include/ are below everything, but a src/ layer L may include only
+            include/dspark/X.h for X at or below L, and the composed "dspark.h" / "dspark_jobs.h"
+            only from src/jobs up; include/dspark/X.h itself includes only lower ones); a cli/
             file includes nothing but the public headers, its own "cli.h" and system headers
             (<...>, none of which may name a folder of src/): cli/ is built without src/ on its
             include path, and this says so by name;
@@ -51,7 +53,13 @@ def layer_of(rel, layers):
 def public_headers(root):
     """The headers in include/ (the public API), by the name an #include uses."""
     inc = os.path.join(root, "include")
-    return {name for name in os.listdir(inc) if name.endswith(".h")} if os.path.isdir(inc) else set()
+    if not os.path.isdir(inc):
+        return set()
+    names = {name for name in os.listdir(inc) if name.endswith(".h")}
+    sub = os.path.join(inc, "dspark")
+    if os.path.isdir(sub):
+        names |= {"dspark/" + name for name in os.listdir(sub) if name.endswith(".h")}
+    return names
 
 
 def check_cli_include(rel, lineno, line, public, src_dirs):
@@ -67,14 +75,62 @@ def check_cli_include(rel, lineno, line, public, src_dirs):
     if inc == "cli.h" or inc in public:
         return None
     return (f"{rel}:{lineno}: #include \"{inc}\": cli/ may include only the public headers (include/: "
-            f"{', '.join(sorted(public))}), cli.h and system headers")
+            f"{', '.join(sorted(h for h in public if '/' not in h))}, dspark/*.h), cli.h and system headers")
+
+
+# The composed public headers: only the jobs tier and the layers above it may include them (they
+# declare every layer); a lower layer includes its own layer's include/dspark/X.h or a lower one's.
+COMPOSED = ("dspark.h", "dspark_jobs.h")
+JOBS_LAYER = "src/jobs"
+
+
+def check_public_include(rel, lineno, inc, src_layer, rank):
+    """A src/ file's include of a public header; a message when it reaches above src_layer."""
+    if inc in COMPOSED:
+        if rank[src_layer] < rank[JOBS_LAYER]:
+            return (f"{rel}:{lineno}: #include \"{inc}\" declares every layer: {src_layer} includes "
+                    f"include/dspark/{src_layer[4:]}.h or a lower layer's header instead")
+        return None
+    m = re.fullmatch(r"dspark/([a-z_]+)\.h", inc)
+    if not m:
+        return None
+    hdr_layer = "src/" + m.group(1)
+    if hdr_layer not in rank:
+        return f"{rel}:{lineno}: #include \"{inc}\": {hdr_layer} is not a layer"
+    if rank[hdr_layer] > rank[src_layer]:
+        return f"{rel}:{lineno}: #include \"{inc}\" reaches up: {hdr_layer} is above {src_layer}"
+    return None
+
+
+def check_public_headers(root, rank):
+    """include/dspark/X.h includes only include/dspark/Y.h of layers at or below X."""
+    bad = []
+    folder = os.path.join(root, "include", "dspark")
+    if not os.path.isdir(folder):
+        return bad
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".h"):
+            continue
+        rel = f"include/dspark/{name}"
+        layer = "src/" + name[:-2]
+        if layer not in rank:
+            bad.append(f"{rel}: names no layer of docs/architecture.md")
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+                if m:
+                    msg = check_public_include(rel, lineno, m.group(1), layer, rank)
+                    if msg:
+                        bad.append(msg)
+    return bad
 
 
 def check_includes(root, layers):
     rank = {l: i for i, l in enumerate(layers)}
     public = public_headers(root)
     src_dirs = set(os.listdir(os.path.join(root, "src"))) if os.path.isdir(os.path.join(root, "src")) else set()
-    bad = []
+    bad = check_public_headers(root, rank)
     for top in ("src", "cli"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for name in sorted(files):
@@ -97,6 +153,9 @@ def check_includes(root, layers):
                         if not m:
                             continue
                         inc = m.group(1)
+                        msg = check_public_include(rel, lineno, inc, src_layer, rank)
+                        if msg:
+                            bad.append(msg)
                         if inc in public or "/" not in inc:
                             continue  # the public API, or a header of the same folder
                         dst_layer = "src/" + inc.split("/")[0]

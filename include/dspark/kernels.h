@@ -24,6 +24,15 @@ extern "C" {
 // environment and re-execute themselves (it is read only at load).
 const char *ds_openblas_core_hint(void);
 
+// ---------------------------------------------------------------------------------------------
+// RoPE (kernels/ops.c rotates; a model records which layout its Q/K use)
+
+// How the two halves of each rotated pair are laid out inside a head.
+typedef enum {
+    DS_ROPE_INTERLEAVED = 0, // pairs (2i, 2i+1): GGUF `llama` tensors (llama.cpp's permuted Q/K)
+    DS_ROPE_HALVES = 1,      // pairs (i, i + d/2): Hugging Face checkpoints
+} ds_rope_layout;
+
 #ifdef __cplusplus
 }
 #endif

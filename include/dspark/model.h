@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dspark/base.h"
+#include "dspark/kernels.h"
 #include "dspark/tokenizer.h"
 
 #ifdef __cplusplus
@@ -21,12 +22,6 @@ extern "C" {
 typedef struct ds_model ds_model;
 typedef struct ds_kv ds_kv;
 typedef struct ds_workspace ds_workspace;
-
-// How the two halves of each rotated pair are laid out inside a head.
-typedef enum {
-    DS_ROPE_INTERLEAVED = 0, // pairs (2i, 2i+1): GGUF `llama` tensors (llama.cpp's permuted Q/K)
-    DS_ROPE_HALVES = 1,      // pairs (i, i + d/2): Hugging Face checkpoints
-} ds_rope_layout;
 
 typedef struct {
     const char *arch;     // "llama", "qwen3", ...

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark/base.h"
+#include "dspark/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

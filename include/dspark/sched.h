@@ -15,6 +15,31 @@ extern "C" {
 #endif
 
 // ---------------------------------------------------------------------------------------------
+// Calibration sizes (src/sched/calibrate.c; the calibrate job reports in them).
+
+#define DS_CALIB_BINS 20    // ECE bins
+#define DS_CALIB_MAX_POS 64 // positions (slots per block) at most
+
+// Sequential Temperature Scaling fit (src/sched/calibrate.c) and reliability bins.
+typedef struct {
+    int K;
+    double temps[DS_CALIB_MAX_POS];       // T_k (1 where nothing was observed)
+    int n[DS_CALIB_MAX_POS];              // rounds that observed position k
+    int n_pos[DS_CALIB_MAX_POS];          // ... of which 1{a >= k}
+    double conf_before[DS_CALIB_MAX_POS]; // mean A_k with every T = 1
+    double conf_after[DS_CALIB_MAX_POS];  // mean A_k with the fitted temperatures
+    double ece_before[DS_CALIB_MAX_POS], ece_after[DS_CALIB_MAX_POS]; // NaN when n = 0
+    double auc_before[DS_CALIB_MAX_POS], auc_after[DS_CALIB_MAX_POS]; // NaN when one class is empty
+} ds_sts_result;
+
+// One bin of a reliability diagram.
+typedef struct {
+    int count;
+    double conf; // mean confidence in the bin (0 when empty)
+    double acc;  // mean label in the bin (0 when empty)
+} ds_calib_bin;
+
+// ---------------------------------------------------------------------------------------------
 // Scheduling
 
 // How many drafted tokens each request verifies per round.

@@ -3,7 +3,7 @@
 #ifndef DS_BASE_STATUS_H
 #define DS_BASE_STATUS_H
 
-#include "dspark.h"
+#include "dspark/base.h"
 
 // Record a formatted message and return `code`, so callers can write `return ds_fail(...)`.
 ds_status ds_fail(ds_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

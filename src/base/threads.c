@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dspark.h"
+#include "dspark/base.h"
 
 // How long a thread with nothing to do spins before it sleeps. A forward pass issues its products
 // microseconds apart, so the workers stay awake through one; on a busy machine a sleeping waiter

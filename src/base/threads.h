@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/base.h"
 
 // ds_set_threads / ds_threads (the count for the next parallel region: the ds_set_threads value, at
 // most ds_threads_max(), or all cores) are public: include/dspark.h. This file is their one owner.

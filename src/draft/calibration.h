@@ -7,7 +7,7 @@
 #ifndef DS_DRAFT_CALIBRATION_H
 #define DS_DRAFT_CALIBRATION_H
 
-#include "dspark.h"
+#include "dspark/draft.h"
 
 #define DS_CALIBRATION_MAX 64
 

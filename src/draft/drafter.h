@@ -4,7 +4,7 @@
 #ifndef DS_DRAFT_DRAFTER_H
 #define DS_DRAFT_DRAFTER_H
 
-#include "dspark.h"
+#include "dspark/draft.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "model/block.h"

@@ -22,6 +22,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "kernels/half.h"
+#include "dspark/draft.h"
 #include "model/model.h"
 
 ds_drafter_init_params ds_drafter_init_default(void) {

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "dspark.h"
+#include "dspark/gen.h"
 
 #define TAKE_CHUNK 256
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "dspark.h"
+#include "dspark/gen.h"
 
 #define DS_TEXT_MAX_STOP_IDS 8
 

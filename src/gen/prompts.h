@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/gen.h"
 
 // Prompt files: one prompt per line, either plain text (the whole line, which must be valid
 // UTF-8) or a JSON object with a "prompt" string field (a line whose first non-blank character is

@@ -15,7 +15,7 @@
 
 #include <stdio.h>
 
-#include "dspark_jobs.h"
+#include "dspark/io.h"
 
 typedef struct {
     FILE *f;         // write here

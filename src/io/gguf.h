@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/io.h"
 #include "io/mapfile.h"
 
 typedef enum {

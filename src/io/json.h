@@ -5,7 +5,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dspark.h"
+#include "dspark/io.h"
 
 // Parse `path` (at most max_bytes) into a JSON object.
 ds_status ds_json_load(const char *path, size_t max_bytes, cJSON **out);

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/io.h"
 
 typedef struct {
     const uint8_t *data; // (size) bytes, read-only

@@ -5,7 +5,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dspark.h"
+#include "dspark/io.h"
 
 typedef struct ds_quant_config {
     int present;     // the config has a quantization block

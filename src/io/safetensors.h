@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/io.h"
 
 #define DS_ST_MAX_DIMS 8
 #define DS_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) // reject headers above 100 MB

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/kernels.h"
 
 // bits ∈ {4, 8}, group_size ∈ {32, 64}: returns 1 when supported.
 int ds_affine_supported(int bits, int group_size);

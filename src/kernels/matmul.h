@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/kernels.h"
 
 // A 2-D weight matrix in PyTorch layout: `rows` output features, each a contiguous row of `cols`
 // input features.

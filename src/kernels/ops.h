@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/kernels.h"
 
 // out (n) = x / sqrt(mean(x²) + eps) * w   (Llama RMSNorm; w may be NULL for a weightless norm)
 void ds_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

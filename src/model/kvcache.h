@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "dspark.h"
+#include "dspark/model.h"
 
 typedef struct {
     int n_layers;

@@ -2,7 +2,7 @@
 #ifndef DS_MODEL_MODEL_H
 #define DS_MODEL_MODEL_H
 
-#include "dspark.h"
+#include "dspark/model.h"
 #include "kernels/matmul.h"
 #include "model/kvcache.h"
 

@@ -3,7 +3,8 @@
 #ifndef DS_QUANT_GGUF_EXPORT_H
 #define DS_QUANT_GGUF_EXPORT_H
 
-#include "dspark_jobs.h"
+#include "dspark/speculate.h"
+#include "dspark/quant.h"
 #include "model/model.h"
 #include "quant/gguf_quantize.h"
 

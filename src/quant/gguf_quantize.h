@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/speculate.h"
+#include "dspark/quant.h"
 
 // Elements per block of a writable type (1 for F32, F16, BF16), 0 when dspark cannot write it.
 int ds_gguf_write_block(ds_dtype t);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "dspark.h"
+#include "dspark/sample.h"
 
 // A growable array of int32 (the grammar's rule bodies, the matcher's stacks and sets): push
 // returns -1 when out of memory (the array is then unchanged).

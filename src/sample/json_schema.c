@@ -18,7 +18,7 @@
 
 #include "base/status.h"
 #include "base/utf8.h"
-#include "dspark.h"
+#include "dspark/sample.h"
 
 #define MAX_DEPTH 64
 #define MAX_RULES 100000

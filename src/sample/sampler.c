@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "dspark.h"
+#include "dspark/sample.h"
 
 ds_sampler_params ds_sampler_default(void) {
     ds_sampler_params p = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};

@@ -17,7 +17,7 @@
 #ifndef DS_SCHED_CALIBRATE_H
 #define DS_SCHED_CALIBRATE_H
 
-#include "dspark_jobs.h"
+#include "dspark/sched.h"
 
 // DS_CALIB_BINS (ECE bins) and DS_CALIB_MAX_POS (positions at most): include/dspark_jobs.h.
 #define DS_CALIB_GRID_LO -30 // grid exponents: T = 2^(i/10), i = LO..HI

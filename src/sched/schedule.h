@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "dspark.h"
+#include "dspark/sched.h"
 
 // SPS(B), extrapolated past bmax as bmax·SPS(bmax)/B (throughput-bound: tokens/s stays constant).
 // MoE targets: the step time 1/sps[B] was measured at the profile's routing (prof_experts[B]

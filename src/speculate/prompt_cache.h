@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/speculate.h"
 
 typedef struct ds_prompt_cache ds_prompt_cache;
 

@@ -3,7 +3,7 @@
 #ifndef DS_SPECULATE_VERIFY_H
 #define DS_SPECULATE_VERIFY_H
 
-#include "dspark.h"
+#include "dspark/speculate.h"
 
 typedef struct {
     float *p;      // (V) scratch: processed target distribution

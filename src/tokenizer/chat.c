@@ -25,7 +25,7 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "dspark.h"
+#include "dspark/tokenizer.h"
 #include "tokenizer/hf_internal.h"
 #include "tokenizer/utf8.h"
 

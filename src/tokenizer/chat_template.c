@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "dspark.h"
+#include "dspark/tokenizer.h"
 #include "tokenizer/hf_internal.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/utf8.h"

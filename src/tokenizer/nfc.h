@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "dspark.h"
+#include "dspark/tokenizer.h"
 
 // 1 when s[0..n) is certainly already NFC (no character that decomposes, is a combining mark or
 // can compose with what precedes it), so NFC can be skipped; 0 means "maybe not".

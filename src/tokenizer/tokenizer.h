@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark.h"
+#include "dspark/tokenizer.h"
 #include "io/gguf.h"
 
 // Token types as GGUF's tokenizer.ggml.token_type stores them.

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "dspark.h"
+#include "dspark/tokenizer.h"
 
 const char *ds_tool_syntax_name(ds_tool_syntax s) {
     switch (s) {

@@ -37,7 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dspark_jobs.h"
+#include "dspark/speculate.h"
+#include "dspark/train.h"
 
 #define DS_DATA_MAGIC "DSPKDATA"
 #define DS_DATA_VERSION 1u

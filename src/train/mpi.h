@@ -2,7 +2,8 @@
 #ifndef DS_TRAIN_MPI_H
 #define DS_TRAIN_MPI_H
 
-#include "dspark_jobs.h"
+#include "dspark/speculate.h"
+#include "dspark/train.h"
 #include "train/train.h"
 
 // The train job (jobs/train.c) and ds_mpi_init / rank / size / finalize are public:

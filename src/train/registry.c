@@ -13,7 +13,8 @@
 // while its directory's config.json still records that identity.
 //
 // The drafter registry (the API: include/dspark_jobs.h).
-#include "dspark_jobs.h"
+#include "dspark/speculate.h"
+#include "dspark/train.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -22,6 +22,7 @@
 #include "base/threads.h"
 #include "base/status.h"
 #include "kernels/ops.h"
+#include "kernels/ops.h"
 #include "train/train.h"
 
 // ---- scratch -------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 #define DS_TRAIN_TRAIN_H
 
 #include "draft/drafter.h"
-#include "dspark_jobs.h" // ds_loss_weights
+#include "dspark/speculate.h"
+#include "dspark/train.h"
 
 // Views into one flat f32 buffer with every trainable tensor (the same layout serves parameters,
 // gradients and both AdamW moments). Shapes follow the DeepSpec tensor names.
