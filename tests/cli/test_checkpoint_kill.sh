@@ -23,7 +23,9 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 printf 'Once upon a time\nThe little dog\nTom and Sue went\n' >"$TMP/prompts.txt"
 "$BIN" datagen -m "$MODEL" --prompts "$TMP/prompts.txt" -n 12 --max-tokens 48 --seed 1 -o "$TMP/data.bin" 2>/dev/null ||
   fail "datagen"
-STEPS=36
+# Enough steps that the five outside kills (each after at most 0.4 s, ~6 steps on an idle machine)
+# can never finish the run: the last resume must still have work, and every outside run is killed.
+STEPS=72
 tr=(-m "$MODEL" --data "$TMP/data.bin" --layers 1 --block 4 --markov-rank 8 --anchors 8 --batch 2 --seed 5 -t 1
   --steps $STEPS --save-every 1 --keep 2)
 "$BIN" train "${tr[@]}" -o "$TMP/ref" 2>/dev/null || fail "the uninterrupted run"
