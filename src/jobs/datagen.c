@@ -180,152 +180,185 @@ static ds_status load_sources(dg_state *g) {
     return DS_OK;
 }
 
+// What the run has done so far, in this rank's share (the k-th sequence is rank + k·ranks).
+typedef struct {
+    int rank, ranks;
+    long mine;             // sequences of this rank
+    long existing;         // sequences already in the output file (appending)
+    long next, written, completed;
+    long long gen_tokens;
+    size_t seq_cap;        // tokens a slot's buffer holds: the longest prompt + max_tokens + 1
+    ds_sampler_params plain_sp;
+    double t0, last_report;
+} dg_run;
+
+// Load the target and the prompts, open the writers (rank 0: a bad output path fails before any
+// generation), start the engine and allocate the R slots.
+static ds_status dg_open(dg_state *g, dg_run *run) {
+    const ds_datagen_params *o = g->o;
+    g->R = (int)(o->concurrency < run->mine ? o->concurrency : (run->mine > 0 ? run->mine : 1));
+    ds_status st = ds_model_load(o->target, NULL, &g->model); // (the process's thread count: ds_set_threads)
+    if (!st) st = load_sources(g);
+    const ds_model_info *info = g->model ? ds_model_get_info(g->model) : NULL;
+    if (!st && run->rank == 0) st = ds_data_writer_open(o->out, (uint64_t)info->vocab_size, o->append, &g->w);
+    if (!st && run->rank == 0 && o->holdout_out)
+        st = ds_data_writer_open(o->holdout_out, (uint64_t)info->vocab_size, o->append, &g->wh);
+    run->existing = g->w ? (long)ds_data_writer_count(g->w) : 0;
+    const ds_spec_params none = {.kind = DS_SPEC_NONE};
+    if (!st) st = ds_engine_init(g->model, NULL, &none, &g->engine);
+    if (!st && !(g->slots = calloc((size_t)g->R, sizeof *g->slots))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    int max_pn = 0;
+    for (int i = 0; !st && i < g->n_sources; i++) max_pn = g->pn[i] > max_pn ? g->pn[i] : max_pn;
+    run->seq_cap = (size_t)max_pn + (size_t)o->max_tokens + 1;
+    for (int r = 0; !st && r < g->R; r++) {
+        g->slots[r].index = -1;
+        if (!(g->slots[r].toks = malloc(sizeof(int32_t) * run->seq_cap))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    return st;
+}
+
+// Fill the free slots in index order.
+static ds_status dg_fill(dg_state *g, dg_run *run, int stop) {
+    const ds_datagen_params *o = g->o;
+    for (int r = 0; r < g->R && run->next < run->mine && !stop; r++) {
+        dg_seq *s = &g->slots[r];
+        if (s->index >= 0) continue;
+        const long index = run->rank + run->next * run->ranks;
+        const int src = (int)(index % g->n_sources);
+        const ds_seq_params sq = {.prompt = g->ptoks[src], .n_prompt = g->pn[src], .max_new = o->max_tokens,
+                                  .sp = is_plain(index, o->plain) ? &run->plain_sp : &o->sp,
+                                  .seed = o->seed + (uint64_t)index, .batch_invariant = 1};
+        const ds_status st = ds_engine_add(g->engine, &sq, &s->id);
+        if (st) return st;
+        memcpy(s->toks, g->ptoks[src], sizeof(int32_t) * (size_t)g->pn[src]);
+        s->n = s->n_prompt = g->pn[src];
+        s->index = index;
+        run->next++;
+    }
+    return DS_OK;
+}
+
+// After a round: take each slot's new tokens; a finished sequence (with the stop id it produced:
+// EOS, <|im_end|>, ...) moves to the completed list and its slot gets a fresh buffer.
+static ds_status dg_collect(dg_state *g, dg_run *run) {
+    for (int r = 0; r < g->R; r++) {
+        dg_seq *s = &g->slots[r];
+        if (s->index < 0) continue;
+        const int got = ds_engine_take(g->engine, s->id, s->toks + s->n, (int)(run->seq_cap - (size_t)s->n));
+        s->n += got;
+        run->gen_tokens += got;
+        if (!ds_engine_finished(g->engine, s->id)) continue;
+        int32_t stop_tok;
+        if (ds_engine_finish_reason(g->engine, s->id, &stop_tok) == DS_FINISH_STOP) s->toks[s->n++] = stop_tok;
+        ds_engine_remove(g->engine, s->id);
+        run->completed++;
+        if (g->n_done == g->cap_done) {
+            const int nc = g->cap_done ? 2 * g->cap_done : 16;
+            dg_seq *nd = realloc(g->done, sizeof *nd * (size_t)nc);
+            if (!nd) return ds_fail(DS_ERR_NOMEM, "out of memory");
+            g->done = nd;
+            g->cap_done = nc;
+        }
+        g->done[g->n_done++] = *s;
+        s->index = -1;
+        if (!(s->toks = malloc(sizeof(int32_t) * run->seq_cap))) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    return DS_OK;
+}
+
+// Write the completed sequences that are next in order.
+static ds_status dg_emit_ready(dg_state *g, dg_run *run) {
+    for (int found = 1; found;) {
+        found = 0;
+        for (int j = 0; j < g->n_done; j++)
+            if (g->done[j].index == run->rank + run->written * run->ranks) {
+                const ds_status st = emit(g, &g->done[j], run->ranks);
+                if (st) return st;
+                free(g->done[j].toks);
+                g->done[j] = g->done[--g->n_done];
+                run->written++;
+                found = 1;
+                break;
+            }
+    }
+    return DS_OK;
+}
+
+// Rank 0 reports progress at most every 0.25 s.
+static void dg_report(const dg_state *g, dg_run *run) {
+    const ds_datagen_params *o = g->o;
+    const double now = now_s();
+    if (run->rank != 0 || !o->progress || now - run->last_report < 0.25) return;
+    run->last_report = now;
+    const double el = now - run->t0;
+    const long completed = run->completed;
+    ds_datagen_progress p = {.completed = completed * run->ranks < o->count ? completed * run->ranks : o->count,
+                             .count = o->count, .gen_tokens = run->gen_tokens, .elapsed_s = el,
+                             .tok_per_s = el > 0 ? (double)run->gen_tokens * run->ranks / el : 0,
+                             .eta_s = completed > 0 ? el / (double)completed * (double)(run->mine - completed) : -1};
+    o->progress(o->progress_ctx, &p);
+}
+
+// The end: on an interruption keep every completed sequence (in index order; the ones in flight
+// are dropped), gather the ranks, and commit the files (an interruption before any complete
+// sequence leaves any existing file as it was).
+static ds_status dg_finish(dg_state *g, dg_run *run, int stop, ds_datagen_result *res) {
+    ds_status st;
+    if (g->n_done) {
+        qsort(g->done, (size_t)g->n_done, sizeof *g->done, cmp_seq);
+        for (int j = 0; j < g->n_done; j++)
+            if ((st = emit(g, &g->done[j], run->ranks))) return st;
+    }
+    double sums[3] = {(double)run->completed, (double)run->gen_tokens, stop ? 1 : 0};
+    ds_mpi_allreduce_sum(sums, 3);
+    if (run->ranks > 1 && (st = merge_ranks(g))) return st;
+    res->interrupted = sums[2] > 0;
+    if (res->interrupted && sums[0] == 0)
+        return ds_fail(DS_ERR_INTERRUPTED, "interrupted before any sequence was complete: nothing written");
+    if (g->wh) {
+        st = ds_data_writer_commit(g->wh);
+        g->wh = NULL;
+        if (st) return st;
+    }
+    if (g->w) {
+        st = ds_data_writer_commit(g->w);
+        g->w = NULL;
+        if (st) return st;
+    }
+    res->written = g->n_main;
+    res->held_out = g->n_hold;
+    res->in_file = run->existing + g->n_main;
+    res->gen_tokens = (long long)sums[1];
+    res->seconds = now_s() - run->t0;
+    return DS_OK;
+}
+
 ds_status ds_datagen_run(const ds_datagen_params *o, ds_datagen_result *res) {
     memset(res, 0, sizeof *res);
     if (o->count < 1 || o->max_tokens < 1 || o->concurrency < 1 || !o->out)
         return ds_fail(DS_ERR_INVALID, "datagen needs count, max_tokens and concurrency >= 1 and an output file");
-    const int rank = ds_mpi_rank(), ranks = ds_mpi_size();
-    // This rank's share: sequences rank, rank + ranks, ...
-    const long mine = o->count > rank ? (o->count - rank + ranks - 1) / ranks : 0;
     dg_state g = {.o = o};
-    g.R = (int)(o->concurrency < mine ? o->concurrency : (mine > 0 ? mine : 1));
-    ds_status st = ds_model_load(o->target, NULL, &g.model); // (the process's thread count: ds_set_threads)
-    if (!st) st = load_sources(&g);
-    const ds_model_info *info = g.model ? ds_model_get_info(g.model) : NULL;
-    // Writers first (rank 0): a bad output path fails before any generation.
-    if (!st && rank == 0) st = ds_data_writer_open(o->out, (uint64_t)info->vocab_size, o->append, &g.w);
-    if (!st && rank == 0 && o->holdout_out)
-        st = ds_data_writer_open(o->holdout_out, (uint64_t)info->vocab_size, o->append, &g.wh);
-    const long existing = g.w ? (long)ds_data_writer_count(g.w) : 0;
-    const ds_spec_params none = {.kind = DS_SPEC_NONE};
-    if (!st) st = ds_engine_init(g.model, NULL, &none, &g.engine);
-    if (!st && !(g.slots = calloc((size_t)g.R, sizeof *g.slots))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
-    int max_pn = 0;
-    for (int i = 0; !st && i < g.n_sources; i++) max_pn = g.pn[i] > max_pn ? g.pn[i] : max_pn;
-    const size_t seq_cap = (size_t)max_pn + (size_t)o->max_tokens + 1;
-    for (int r = 0; !st && r < g.R; r++) {
-        g.slots[r].index = -1;
-        if (!(g.slots[r].toks = malloc(sizeof(int32_t) * seq_cap))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
-    }
-    if (st) {
-        dg_free(&g);
-        return st;
-    }
-
+    dg_run run = {.rank = ds_mpi_rank(), .ranks = ds_mpi_size()};
+    run.mine = o->count > run.rank ? (o->count - run.rank + run.ranks - 1) / run.ranks : 0;
+    ds_status st = dg_open(&g, &run);
     // Reproducible whatever R: decoding rounds run every product through the multi-row kernel, whose
     // result for a row never depends on the other rows (sgemm's summation order changes with the
     // batch size, and at R >= 10 sampled tokens near a tie would differ). Measured on a 2048 x 16
     // model with R = 16 and 32, no slower than sgemm on this memory-bound decoding. Prefill (one
     // sequence, the same rows whatever R) keeps sgemm.
-    ds_sampler_params plain_sp = ds_sampler_default();
-    plain_sp.temperature = 1.0f;
-    plain_sp.verify = o->sp.verify;
-    const double t0 = now_s();
-    double last_report = t0;
-    long next = 0, written = 0, completed = 0; // in this rank's share (k-th = sequence rank + k·ranks)
-    long long gen_tokens = 0;
-#define STOP (o->interrupted && *o->interrupted)
-    for (;;) {
-        // Fill free slots in index order.
-        for (int r = 0; r < g.R && next < mine && !STOP; r++) {
-            dg_seq *s = &g.slots[r];
-            if (s->index >= 0) continue;
-            const long index = rank + next * ranks;
-            const int src = (int)(index % g.n_sources);
-            const ds_seq_params sq = {.prompt = g.ptoks[src], .n_prompt = g.pn[src], .max_new = o->max_tokens,
-                                      .sp = is_plain(index, o->plain) ? &plain_sp : &o->sp,
-                                      .seed = o->seed + (uint64_t)index, .batch_invariant = 1};
-            if ((st = ds_engine_add(g.engine, &sq, &s->id))) goto fail;
-            memcpy(s->toks, g.ptoks[src], sizeof(int32_t) * (size_t)g.pn[src]);
-            s->n = s->n_prompt = g.pn[src];
-            s->index = index;
-            next++;
-        }
-        if (STOP || !ds_engine_active(g.engine)) break;
-        if ((st = ds_engine_step(g.engine))) goto fail;
-        for (int r = 0; r < g.R; r++) {
-            dg_seq *s = &g.slots[r];
-            if (s->index < 0) continue;
-            const int got = ds_engine_take(g.engine, s->id, s->toks + s->n, (int)(seq_cap - (size_t)s->n));
-            s->n += got;
-            gen_tokens += got;
-            if (!ds_engine_finished(g.engine, s->id)) continue;
-            int32_t stop_tok;
-            if (ds_engine_finish_reason(g.engine, s->id, &stop_tok) == DS_FINISH_STOP)
-                s->toks[s->n++] = stop_tok; // the stop id it produced (EOS, <|im_end|>, ...)
-            ds_engine_remove(g.engine, s->id);
-            completed++;
-            // Hand the buffer over to the completed list; the slot gets a fresh one.
-            if (g.n_done == g.cap_done) {
-                const int nc = g.cap_done ? 2 * g.cap_done : 16;
-                dg_seq *nd = realloc(g.done, sizeof *nd * (size_t)nc);
-                if (!nd) goto oom;
-                g.done = nd;
-                g.cap_done = nc;
-            }
-            g.done[g.n_done++] = *s;
-            s->index = -1;
-            if (!(s->toks = malloc(sizeof(int32_t) * seq_cap))) goto oom;
-        }
-        // Emit the completed sequences that are next in order.
-        for (int found = 1; found;) {
-            found = 0;
-            for (int j = 0; j < g.n_done; j++)
-                if (g.done[j].index == rank + written * ranks) {
-                    if ((st = emit(&g, &g.done[j], ranks))) goto fail;
-                    free(g.done[j].toks);
-                    g.done[j] = g.done[--g.n_done];
-                    written++;
-                    found = 1;
-                    break;
-                }
-        }
-        const double now = now_s();
-        if (rank == 0 && o->progress && now - last_report >= 0.25) {
-            last_report = now;
-            const double el = now - t0;
-            ds_datagen_progress p = {.completed = completed * ranks < o->count ? completed * ranks : o->count,
-                                     .count = o->count, .gen_tokens = gen_tokens, .elapsed_s = el,
-                                     .tok_per_s = el > 0 ? (double)gen_tokens * ranks / el : 0,
-                                     .eta_s = completed > 0 ? el / (double)completed * (double)(mine - completed) : -1};
-            o->progress(o->progress_ctx, &p);
-        }
+    run.plain_sp = ds_sampler_default();
+    run.plain_sp.temperature = 1.0f;
+    run.plain_sp.verify = o->sp.verify;
+    run.t0 = run.last_report = now_s();
+    int stop = 0;
+    while (!st) {
+        stop = o->interrupted && *o->interrupted;
+        if ((st = dg_fill(&g, &run, stop))) break;
+        if (stop || !ds_engine_active(g.engine)) break;
+        if ((st = ds_engine_step(g.engine)) || (st = dg_collect(&g, &run)) || (st = dg_emit_ready(&g, &run))) break;
+        dg_report(&g, &run);
     }
-    // Interrupted: keep every completed sequence (in index order), drop the ones in flight.
-    if (g.n_done) {
-        qsort(g.done, (size_t)g.n_done, sizeof *g.done, cmp_seq);
-        for (int j = 0; j < g.n_done; j++)
-            if ((st = emit(&g, &g.done[j], ranks))) goto fail;
-    }
-    double sums[3] = {(double)completed, (double)gen_tokens, STOP ? 1 : 0};
-    ds_mpi_allreduce_sum(sums, 3);
-    if (ranks > 1 && (st = merge_ranks(&g))) goto fail;
-    res->interrupted = sums[2] > 0;
-    if (res->interrupted && sums[0] == 0) { // leave any existing file as it was
-        dg_free(&g);
-        return ds_fail(DS_ERR_INTERRUPTED, "interrupted before any sequence was complete: nothing written");
-    }
-    if (g.wh) {
-        st = ds_data_writer_commit(g.wh);
-        g.wh = NULL;
-        if (st) goto fail;
-    }
-    if (g.w) {
-        st = ds_data_writer_commit(g.w);
-        g.w = NULL;
-        if (st) goto fail;
-    }
-    res->written = g.n_main;
-    res->held_out = g.n_hold;
-    res->in_file = existing + g.n_main;
-    res->gen_tokens = (long long)sums[1];
-    res->seconds = now_s() - t0;
-    dg_free(&g);
-    return DS_OK;
-#undef STOP
-oom:
-    st = ds_fail(DS_ERR_NOMEM, "out of memory");
-fail:
+    if (!st) st = dg_finish(&g, &run, stop, res);
     dg_free(&g);
     return st;
 }
