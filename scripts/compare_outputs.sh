@@ -16,10 +16,10 @@ OUT=$(cd "$OUT" && pwd)
 SHARED=${DSPARK_SHARED:-$SRC/../shared}
 # The model path is fixed (not found next to the executable) so that no output names the BIN_DIR.
 export DSPARK_MODEL=${DSPARK_MODEL:-$(cd "$SHARED/models/stories260K" && pwd)/stories260K.gguf}
-export DSPARK_REGISTRY=$OUT/work/registry
+export DSPARK_REGISTRY=$OUT/cwd/registry
 PY=/usr/bin/python3
-# Everything runs in OUT/work with relative paths, so that no output names OUT_DIR either.
-W=$OUT/work
+# Everything runs in OUT/cwd with relative paths, so that no output names OUT_DIR either.
+W=$OUT/cwd
 mkdir -p "$W"
 cd "$W"
 cp "$SRC"/docs/prompts/stories-*.txt .

@@ -9,14 +9,14 @@ TMP=${DSPARK_TMP:-/tmp}/test_layers.$$
 PY=/usr/bin/python3
 fail() { echo "FAIL: $*"; rm -rf "$TMP"; exit 1; }
 mkdir -p "$TMP"
+# A copy of what the check reads (sources, public headers, the layer map) to plant violations in.
+copy_tree() { mkdir -p "$1/docs" && cp -r "$SRC/src" "$SRC/cli" "$SRC/include" "$1/" && cp "$SRC/docs/architecture.md" "$1/docs/"; }
 
 out=$($PY "$SRC/scripts/check_layers.py" --root "$SRC" --objects "$BUILD/layer_objects.txt" 2>&1) \
     || fail "the tree violates the layer map:"$'\n'"$out"
 
 # A kernel that includes the engine's verification header (speculate is above kernels).
-mkdir -p "$TMP/root"
-cp -r "$SRC/src" "$SRC/cli" "$SRC/include" "$TMP/root/"
-mkdir -p "$TMP/root/docs" && cp "$SRC/docs/architecture.md" "$TMP/root/docs/"
+copy_tree "$TMP/root"
 sed -i '1i #include "speculate/verify.h"' "$TMP/root/src/kernels/ops.c"
 out=$($PY "$SRC/scripts/check_layers.py" --root "$TMP/root" 2>&1) && fail "a planted upward include passed"
 echo "$out" | grep -q 'src/kernels/ops.c:1: #include "speculate/verify.h" reaches up: src/speculate is above src/kernels' \
@@ -24,9 +24,7 @@ echo "$out" | grep -q 'src/kernels/ops.c:1: #include "speculate/verify.h" reache
 
 # A kernel that includes the composed public header (it declares every layer), and a sampler that
 # includes the engine's public header (speculate is above sample).
-mkdir -p "$TMP/pub"
-cp -r "$SRC/src" "$SRC/cli" "$SRC/include" "$TMP/pub/"
-mkdir -p "$TMP/pub/docs" && cp "$SRC/docs/architecture.md" "$TMP/pub/docs/"
+copy_tree "$TMP/pub"
 sed -i '1i #include "dspark.h"' "$TMP/pub/src/kernels/ops.c"
 sed -i '1i #include "dspark/speculate.h"' "$TMP/pub/src/sample/sampler.c"
 sed -i '1i #include "dspark/gen.h"' "$TMP/pub/include/dspark/model.h"
@@ -50,9 +48,7 @@ for f in $(grep -rl '#include "dspark.h"\|#include "dspark_jobs.h"' "$SRC/src");
 done
 
 # cli/ reaching past the public headers: a library header by its layer path, and by angle brackets.
-mkdir -p "$TMP/cli_root"
-cp -r "$SRC/src" "$SRC/cli" "$SRC/include" "$TMP/cli_root/"
-mkdir -p "$TMP/cli_root/docs" && cp "$SRC/docs/architecture.md" "$TMP/cli_root/docs/"
+copy_tree "$TMP/cli_root"
 $PY "$SRC/scripts/check_layers.py" --root "$TMP/cli_root" >/dev/null 2>&1 || fail "the copied tree does not pass"
 sed -i '1i #include "gen/prompts.h"' "$TMP/cli_root/cli/eval.c"
 sed -i '1i #include <io/json.h>' "$TMP/cli_root/cli/profile.c"
