@@ -78,6 +78,10 @@ int ds_kv_len(const ds_kv *kv);
 // Roll back to an earlier length: afterwards the state is exactly as if the rows past `len` had
 // never been fed.
 ds_status ds_kv_truncate(ds_kv *kv, int len);
+// After a token tree was fed at column `from` (ds_forward_seq.parent): keep the path of its rows
+// rows[0..n) (increasing) at columns from .. from + n - 1; the cache then ends there, exactly as if
+// only the path had been fed.
+ds_status ds_kv_keep(ds_kv *kv, int from, const int *rows, int n);
 // A copy of a cache's first rows (the engine's prompt cache keeps them): floats per row, the copy
 // of rows [0, n) out (n <= ds_kv_len) and into an empty cache of the same model, which then holds
 // exactly those rows (`src` holds `stride` >= n rows as ds_kv_save wrote them; its first n are taken).
@@ -114,6 +118,11 @@ typedef struct {
     // forward then runs on the multi-row kernel (whose result for a row is a function of that row
     // alone) instead of sgemm for large batches. Costs nothing on memory-bound decoding.
     int batch_invariant;
+    // A token tree instead of a chain (NULL: a chain): row i's parent row (< i), or -1 for a row that
+    // follows the cache's last row. Row i sits at position len + its depth (the roots' depth is 0)
+    // and attends to the cache's rows and its own ancestors only, bit for bit as if its path had been
+    // fed as a chain; its K/V go to column len + i, so keep a path with ds_kv_keep. At most 64 rows.
+    const int32_t *parent;  // (n_tokens)
 } ds_forward_seq;
 
 // One forward pass over a ragged batch of sequences (prefill, single-token decode and multi-token

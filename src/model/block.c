@@ -38,6 +38,27 @@ typedef struct {
     const ds_block_rows *b;
 } attention_job;
 
+// One head of a token-tree row: its span is the committed columns then its ancestors (t), virtual
+// columns [start, T) with T = base + |anc|. The whole 16-column blocks of committed columns are read
+// in place, the rest gathered into g (K lines, then V lines, `cols` apart), so the result is bit for
+// bit the same row attending over a cache that holds its path at consecutive columns.
+static void tree_attend(float *out, const float *q, const float *K, const float *V, int cap, int hd, float scale,
+                        int win, const ds_tree_span *t, float *sc, float *g) {
+    const int T = t->base + __builtin_popcountll(t->anc), start = win && T > win ? T - win : 0;
+    const int n1 = t->base > start ? (t->base - start) / DS_ATTEND_LANES * DS_ATTEND_LANES : 0;
+    const int from = start + n1, cols = T - from;
+    int anc[DS_TREE_MAX_ROWS], n_anc = 0, col[DS_TREE_MAX_ROWS + DS_ATTEND_LANES]; // physical columns
+    for (uint64_t a = t->anc; a; a &= a - 1) anc[n_anc++] = t->base + __builtin_ctzll(a);
+    for (int v = from; v < T; v++) col[v - from] = v < t->base ? v : anc[v - t->base];
+    float *Kg = g, *Vg = g + (size_t)hd * cols;
+    for (int d = 0; d < hd; d++)
+        for (int i = 0; i < cols; i++) {
+            Kg[(size_t)d * cols + i] = K[(size_t)d * cap + col[i]];
+            Vg[(size_t)d * cols + i] = V[(size_t)d * cap + col[i]];
+        }
+    ds_attend2(out, q, K + start, V + start, n1, cap, Kg, Vg, cols, cols, hd, scale, sc);
+}
+
 // Jobs (row, head) [attn_jobs·item, attn_jobs·(item + 1)) of attention().
 static void attention_item(void *ctx, int item, int worker) {
     const attention_job *a = ctx;
@@ -48,12 +69,16 @@ static void attention_item(void *ctx, int item, int worker) {
     for (long job = (long)item * per; job < total && job < (long)item * per + per; job++) {
         const int r = (int)(job / nh), h = (int)(job % nh);
         const ds_kvcache *kv = b->kv[r];
-        const int end = b->end ? b->end[r] : b->pos[r] + 1, start = win && end > win ? end - win : 0;
         const float *q = b->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = ds_kvcache_k(kv, L->kv_src, h / group, hd) + start;
-        const float *V = ds_kvcache_v(kv, L->kv_src, h / group, hd) + start;
-        float *sc = b->scores + (size_t)worker * b->scores_stride;
-        ds_attend(b->att + (size_t)r * nh * hd + (size_t)h * hd, q, K, V, end - start, kv->cap, hd, L->attn_scale, sc);
+        const float *K = ds_kvcache_k(kv, L->kv_src, h / group, hd), *V = ds_kvcache_v(kv, L->kv_src, h / group, hd);
+        float *sc = b->scores + (size_t)worker * b->scores_stride, *out = b->att + (size_t)r * nh * hd + (size_t)h * hd;
+        if (b->tree && b->tree[r].anc) {
+            tree_attend(out, q, K, V, kv->cap, hd, L->attn_scale, win, &b->tree[r], sc,
+                        b->gather + (size_t)worker * b->gather_stride);
+            continue;
+        }
+        const int end = b->end ? b->end[r] : b->pos[r] + 1, start = win && end > win ? end - win : 0;
+        ds_attend(out, q, K + start, V + start, end - start, kv->cap, hd, L->attn_scale, sc);
     }
 }
 

@@ -11,6 +11,11 @@
 #include "model/model.h"
 #include "model/moe.h"
 
+#include <stdint.h>
+
+// Most rows of one token tree (ds_forward_seq.parent): a row's ancestors are one 64-bit mask.
+#define DS_TREE_MAX_ROWS 64
+
 // Model-wide options of the blocks.
 typedef struct {
     const ds_model *model;     // the target (its experts' products need it), or NULL (drafter)
@@ -22,6 +27,14 @@ typedef struct {
     int ple_dim;               // Gemma 4 per-layer embeddings (0 = none)
     int attn_jobs;             // (row, head) attention jobs per pool item (a shape-only split)
 } ds_block_cfg;
+
+// A token-tree row's span: the committed columns [0, base) of its cache, then the tree rows (columns
+// base + i) whose bit i is set in `anc` (its ancestors and itself), in column order, as if they were
+// consecutive positions base, base + 1, ... (ds_forward_seq.parent).
+typedef struct {
+    int base;
+    uint64_t anc; // 0: not a tree row (causal over its span)
+} ds_tree_span;
 
 // The rows of one call and their scratch (sized by the caller for n rows).
 typedef struct {
@@ -47,6 +60,10 @@ typedef struct {
     float *ffn;               // (n, dim) the dense MLP's output beside the experts
     float *moe_in;            // (n, dim) the experts' normed input (Gemma 4)
     ds_moe_ws *moe;           // the experts' scratch
+    // Token trees (target only; NULL otherwise):
+    const ds_tree_span *tree; // (n) each row's tree span (anc 0: an ordinary row)
+    float *gather;            // (threads, gather_stride) a tree row's last columns of K and V, gathered
+    int gather_stride;        // 2 · max head_dim · (DS_TREE_MAX_ROWS + DS_ATTEND_LANES)
 } ds_block_rows;
 
 // K and V of every row from its normed input `in` (n, dim) into its cache at column pos[r] (layer

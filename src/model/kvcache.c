@@ -58,6 +58,17 @@ void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *
     }
 }
 
+void ds_kvcache_move(ds_kvcache *c, int dst, const int *src, int n) {
+    for (int l = 0; l < c->n_layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            float *base = kv ? c->v[l] : c->k[l];
+            for (int i = 0; i < c->lines[l]; i++) {
+                float *line = base + (size_t)i * c->cap;
+                for (int j = 0; j < n; j++) line[dst + j] = line[src[j]];
+            }
+        }
+}
+
 size_t ds_kvcache_row_floats(const ds_kvcache *c) {
     size_t n = 0;
     for (int l = 0; l < c->n_layers; l++) n += 2 * (size_t)c->lines[l];

@@ -31,6 +31,9 @@ ds_status ds_kvcache_reserve(ds_kvcache *c, int need);
 // Write one row's K and V (lines[l] values each, in (head, dim) order) at column `col` of layer l.
 void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *v);
 
+// Move columns src[i] to dst + i (i < n; src increasing and src[i] >= dst + i) in every line.
+void ds_kvcache_move(ds_kvcache *c, int dst, const int *src, int n);
+
 // Floats one row (position) of the cache holds over all layers: K and V.
 size_t ds_kvcache_row_floats(const ds_kvcache *c);
 // Copy columns [0, n) of every line out: dst is (layer, K then V, line, n) laid out densely,

@@ -423,6 +423,21 @@ ds_status ds_kv_truncate(ds_kv *kv, int len) {
     return DS_OK;
 }
 
+ds_status ds_kv_keep(ds_kv *kv, int from, const int *rows, int n) {
+    if (from < 0 || n < 0 || from + n > kv->c.len)
+        return ds_fail(DS_ERR_INVALID, "cannot keep %d tree rows from column %d of a KV cache of %d", n, from, kv->c.len);
+    if (n > DS_TREE_MAX_ROWS) return ds_fail(DS_ERR_INVALID, "a tree path of %d rows (at most %d)", n, DS_TREE_MAX_ROWS);
+    int src[DS_TREE_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < i || (i && rows[i] <= rows[i - 1]) || from + rows[i] >= kv->c.len)
+            return ds_fail(DS_ERR_INVALID, "tree path row %d (of %d) is not an increasing row of the cache", i, n);
+        src[i] = from + rows[i];
+    }
+    ds_kvcache_move(&kv->c, from, src, n);
+    kv->c.len = from + n;
+    return DS_OK;
+}
+
 size_t ds_kv_row_floats(const ds_kv *kv) { return ds_kvcache_row_floats(&kv->c); }
 
 ds_status ds_kv_save(const ds_kv *kv, int n, float *dst) {
@@ -469,7 +484,10 @@ struct ds_workspace {
     int *row_seq;    // (cap_rows) which sequence a row belongs to
     int *row_pos;    // (cap_rows) absolute position
     ds_kvcache **row_kv; // (cap_rows) the row's cache
+    ds_tree_span *tree;  // (cap_rows) token-tree rows' spans (anc 0 for the others)
     int cap_ctx, n_thr;
+    float *gather;   // (n_thr, gather_stride) tree rows' gathered K/V columns
+    int gather_stride;
     float *scores;   // (n_thr, cap_ctx) attention scores per thread
     size_t scratch_per_thread;
     float *scratch;  // (n_thr, scratch_per_thread) matmul tile widening
@@ -524,8 +542,10 @@ static void ws_release(ds_workspace *ws) {
     free(ws->row_seq);
     free(ws->row_pos);
     free(ws->row_kv);
+    free(ws->tree);
     ws->row_seq = ws->row_pos = NULL;
     ws->row_kv = NULL;
+    ws->tree = NULL;
     ws->cap_rows = 0;
 }
 
@@ -533,6 +553,7 @@ void ds_workspace_free(ds_workspace *ws) {
     if (!ws) return;
     ws_release(ws);
     free(ws->scores);
+    free(ws->gather);
     free(ws->scratch);
     free(ws->ple_row);
     ds_moe_ws_free(ws->moe);
@@ -564,13 +585,14 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         ws->row_seq = malloc(r * sizeof(int));
         ws->row_pos = malloc(r * sizeof(int));
         ws->row_kv = malloc(r * sizeof *ws->row_kv);
+        ws->tree = malloc(r * sizeof *ws->tree);
         ws->ffn = m->n_moe ? malloc(r * in->dim * 4) : NULL;
         if ((m->n_moe && !ws->ffn) || (m->n_moe && ds_moe_ws_reserve(&ws->moe, m, rows))) {
             ws_release(ws);
             return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
         }
         if (!ws->x || !ws->xb || !ws->q || !ws->k || !ws->v || !ws->att || !ws->hb || !ws->hb2 || !ws->rcos ||
-            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos || !ws->row_kv ||
+            !ws->rsin || !ws->logit_in || !ws->logits || !ws->row_seq || !ws->row_pos || !ws->row_kv || !ws->tree ||
             (m->ple_dim && !ws->ple)) {
             ws_release(ws);
             return ds_fail(DS_ERR_NOMEM, "out of memory for a forward batch of %d rows", rows);
@@ -586,6 +608,12 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         float *s = realloc(ws->scores, (size_t)t * cap * 4);
         if (!s) return ds_fail(DS_ERR_NOMEM, "out of memory for attention over %d positions", ctx);
         ws->scores = s;
+        ws->gather_stride = 2 * ws->m->max_head_dim * (DS_TREE_MAX_ROWS + DS_ATTEND_LANES);
+        if (t > ws->n_thr) {
+            float *g = realloc(ws->gather, (size_t)t * ws->gather_stride * 4);
+            if (!g) return ds_fail(DS_ERR_NOMEM, "out of memory for tree attention");
+            ws->gather = g;
+        }
         if (t > ws->n_thr && ws->scratch_per_thread) {
             float *m = realloc(ws->scratch, (size_t)t * ws->scratch_per_thread * 4);
             if (!m) return ds_fail(DS_ERR_NOMEM, "out of memory for matmul scratch");
@@ -615,6 +643,13 @@ static ds_status check_seq(const ds_model *m, const ds_forward_seq *s, int idx) 
         if (s->tap_layers[t] < -1 || s->tap_layers[t] >= in->n_layers)
             return ds_fail(DS_ERR_INVALID, "sequence %d: tap layer %d outside -1..%d", idx, s->tap_layers[t],
                            in->n_layers - 1);
+    if (s->parent && s->n_tokens > DS_TREE_MAX_ROWS)
+        return ds_fail(DS_ERR_INVALID, "sequence %d: a token tree of %d rows (at most %d)", idx, s->n_tokens,
+                       DS_TREE_MAX_ROWS);
+    for (int i = 0; s->parent && i < s->n_tokens; i++)
+        if (s->parent[i] < -1 || s->parent[i] >= i)
+            return ds_fail(DS_ERR_INVALID, "sequence %d: tree row %d has parent %d (not -1 or an earlier row)", idx, i,
+                           s->parent[i]);
     for (int j = 0; j < idx; j++)
         if ((s - idx + j)->kv == s->kv) return ds_fail(DS_ERR_INVALID, "sequence %d shares a KV cache with %d", idx, j);
     return ds_kv_reserve(s->kv, s->kv->c.len + s->n_tokens);
@@ -681,15 +716,25 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
         if (seqs[s].batch_invariant) ws->gemm_min_rows = INT_MAX;
 
     const int dim = in->dim, nh = in->n_heads, mhalf = m->max_head_dim / 2, nr = m->n_rope;
-    // Rows: positions, owners, RoPE angles (per RoPE set), embeddings.
+    // Rows: cache columns, owners, token-tree spans, RoPE angles (per RoPE set, at the row's position:
+    // its column, or in a tree the tree's first column + its depth), embeddings.
+    int any_tree = 0;
     for (int s = 0, r = 0; s < n_seqs; s++)
         for (int i = 0; i < seqs[s].n_tokens; i++, r++) {
+            const int len = seqs[s].kv->c.len;
+            const int32_t *par = seqs[s].parent;
             ws->row_seq[r] = s;
             ws->row_kv[r] = &seqs[s].kv->c;
-            ws->row_pos[r] = seqs[s].kv->c.len + i;
+            ws->row_pos[r] = len + i;
+            ws->tree[r] = (ds_tree_span){len, 0};
+            if (par) { // ancestors: the parent's (row r - i + parent) and itself
+                ws->tree[r].anc = (par[i] >= 0 ? ws->tree[r - i + par[i]].anc : 0) | (1ull << i);
+                any_tree = 1;
+            }
+            const int pos = par ? len + __builtin_popcountll(ws->tree[r].anc) - 1 : len + i;
             for (int k = 0; k < nr; k++)
                 ds_rope_angles(ws->rcos + ((size_t)r * nr + k) * mhalf, ws->rsin + ((size_t)r * nr + k) * mhalf,
-                               m->rope[k].inv_freq, m->rope[k].half, ws->row_pos[r]);
+                               m->rope[k].inv_freq, m->rope[k].half, pos);
             ds_weight_row_f32(&m->tok_embd, seqs[s].tokens[i], ws->x + (size_t)r * dim);
             if (m->embed_scale) ds_scale(ws->x + (size_t)r * dim, m->embed_scale, (size_t)dim);
         }
@@ -701,7 +746,8 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
                               m->ple_dim, 4};
     ds_block_rows rows = {R, ws->row_pos, NULL, ws->row_kv, ws->rcos, ws->rsin, ws->x, ws->xb, ws->q, ws->k, ws->v,
                           ws->att, ws->hb, ws->hb2, ws->scores, ws->cap_ctx, ws->scratch, ws->gemm_min_rows, ws->ple,
-                          ws->ffn, ws->logit_in, ws->moe};
+                          ws->ffn, ws->logit_in, ws->moe, any_tree ? ws->tree : NULL, ws->gather,
+                          ws->gather_stride};
     for (int l = 0; l < in->n_layers; l++) {
         ds_block_forward(&cfg, &m->layers[l], l, &rows);
         copy_taps(m, seqs, n_seqs, ws->x, l);
