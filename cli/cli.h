@@ -188,6 +188,11 @@ enum { CLI_SPEC_GIVEN = 1, CLI_SCHEDULE_GIVEN = 2, CLI_COSTS_GIVEN = 4 };
      .lo = 0, .hi = 1, .expects = "[0, 1]", __VA_ARGS__}
 #define CLI_OPT_NGRAM(T, SPEC, ...) \
     {.names = "--ngram", .arg = "N", .type = CLI_INT, .off = CLI_AT_INT(T, SPEC.ngram_n), .lo = 1, .hi = 64, __VA_ARGS__}
+#define CLI_OPT_TREE(T, SPEC, ...) \
+    {.names = "--tree", .arg = "N", .type = CLI_INT, .off = CLI_AT_INT(T, SPEC.tree_branches), .lo = 0, .hi = 16, __VA_ARGS__}
+#define CLI_OPT_TREE_DEPTH(T, SPEC, ...)                                                                       \
+    {.names = "--tree-depth", .arg = "D", .type = CLI_INT, .off = CLI_AT_INT(T, SPEC.tree_depth), .lo = 1, .hi = 63, \
+     __VA_ARGS__}
 #define CLI_OPT_SCHEDULE(T, SPEC, ...)                                                                         \
     {.names = "--schedule", .arg = "S", .type = CLI_ENUM, .off = CLI_AT_ENUM(T, SPEC.schedule),                 \
      .choices = cli_schedule_names, .values = cli_schedule_kinds, .mark = CLI_SCHEDULE_GIVEN, __VA_ARGS__}

@@ -46,6 +46,8 @@ static const cli_opt ev_opts[] = {
     CLI_OPT_COSTS(A, costs, .help = "cost table for --schedule auto (dspark profile); default: profile now"),
     CLI_OPT_LONG("--concurrency", "R", A, concurrency, 1, 4096, "R prompts at a time through one engine (default 1)"),
     CLI_OPT_NGRAM(A, spec, .help = "ngram match length (default 3)"),
+    CLI_OPT_TREE(A, spec, .help = "token trees: up to N side branches per round (0 = chains, default)"),
+    CLI_OPT_TREE_DEPTH(A, spec, .help = "slots each branch continues (default 2)"),
     CLI_OPT_CACHE_MB(A, spec, .flags = CLI_UNDOCUMENTED),
     CLI_OPT_SEED(A, seed, LONG, .help = "prompt i uses seed S + i in both runs (default 0)"),
     CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),

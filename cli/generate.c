@@ -44,6 +44,8 @@ static const cli_opt gen_opts[] = {
                                       "--conf-threshold, else fixed)"),
     CLI_OPT_COSTS(A, costs, .help = "cost table for --schedule auto (dspark profile); default: profile now"),
     CLI_OPT_NGRAM(A, spec, .help = "ngram match length (default 3)"),
+    CLI_OPT_TREE(A, spec, .help = "token trees: up to N side branches per round at the slots least\nsure (0 = chains, default)"),
+    CLI_OPT_TREE_DEPTH(A, spec, .help = "slots each branch continues after its first token (default 2)"),
     CLI_OPT_CACHE_MB(A, spec, .flags = CLI_UNDOCUMENTED), // (one request: nothing to reuse)
     CLI_OPT_FLAG("--chat", A, chat, "the prompt is a user message in the model's chat format (ds_chat_render);\n"
                                     "generation stops at the format's end-of-turn token"),

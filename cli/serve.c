@@ -58,11 +58,13 @@ static const cli_opt serve_opts[] = {
      .values = schedule_kinds, .mark = CLI_SCHEDULE_GIVEN,
      .help = "auto | fixed | threshold | none (none = no speculation;\ndefault: auto with -d, else none)"},
     CLI_OPT_SPEC(A, spec, .help = "none | dspark | ngram (default: dspark with -d, else none)"),
-    CLI_OPT_DRAFT_MAX(A, spec, .show = "--draft-max K, --conf-threshold C, --costs FILE, --ngram N",
+    CLI_OPT_DRAFT_MAX(A, spec, .show = "--draft-max K, --conf-threshold C, --costs FILE, --ngram N, --tree N, --tree-depth D",
                       .help = "  as for dspark generate"),
     CLI_OPT_CONF_THRESHOLD(A, spec, .help = NULL),
     CLI_OPT_COSTS(A, costs, .help = NULL),
     CLI_OPT_NGRAM(A, spec, .help = NULL),
+    CLI_OPT_TREE(A, spec, .help = NULL),
+    CLI_OPT_TREE_DEPTH(A, spec, .help = NULL),
     CLI_OPT_VERIFY(A, sp.verify, .mark = VERIFY_GIVEN,
                    .help = "coupled | residual: how sampled drafts are verified when a request\n"
                            "does not say (\"verify\"). Default: coupled for a seeded request (it\n"

@@ -111,6 +111,14 @@ typedef struct {
     int *n_drafted;              // out (optional): slots drafted (n_slots unless constrain stopped)
 } ds_draft_seq;
 ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *b, const ds_draft_seq *seqs, int R);
+// A side branch of a token tree, after ds_drafter_draft_batch: sequence j of that batch (seqs[j] in
+// q) with slot k taking token t instead of the drafted one, then m more slots (k + 1 + m <= n_slots)
+// drawn after t as the walk draws them (greedy, or sampled with q's parameters and random stream: a
+// coupled draw at slot i is keyed by its position, as the chain's). The block forward is reused: a
+// branch costs only its Markov head. Writes tokens (m), their Markov-corrected logits (m, vocab)
+// and confidences (m; NaN without a confidence head).
+ds_status ds_drafter_draft_branch(const ds_drafter *d, const ds_draft_batch *b, int j, const ds_draft_seq *q, int k,
+                                  int32_t t, int m, int32_t *tokens, float *logits, float *conf);
 
 
 typedef struct {

@@ -37,13 +37,20 @@ typedef struct {
     const ds_cost_table *costs;  // DS_SCHEDULE_AUTO: the cost table; NULL = profile quickly at init
     size_t prompt_cache_bytes;   // the prompt cache (reuse the KV of prompts seen before): its size in
                                  // bytes, least recently used entries evicted first; 0 = off
+    int tree_branches;   // DS_SPEC_DSPARK: token trees: at most this many side branches per round, at
+                         // the verified slots whose drafted token is least likely the target's (the
+                         // drafter's best other token there, continued by its walk); 0 = chains. Under
+                         // DS_SCHEDULE_AUTO the cost table admits the rows that pay. Not with a grammar.
+    int tree_depth;      // slots a branch continues after its first token (0 = 2)
 } ds_spec_params;
 
 typedef struct {
     int rounds;              // verification rounds
     int generated;           // tokens committed (EOS excluded)
     int drafted;             // drafted tokens sent to verification
-    int accepted;            // of which accepted
+    int accepted;            // of which accepted (a token tree's: the rows of its accepted path)
+    int tree_rounds;         // rounds that verified a token tree
+    int branch_accepted;     // ... whose accepted path left the drafted chain
     double tau;              // mean tokens committed per round (accepted + 1)
     int tried_by_pos[64];    // rounds in which slot k was verified with slots < k accepted
     int accepted_by_pos[64]; // ... and slot k was accepted

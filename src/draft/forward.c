@@ -189,16 +189,15 @@ ds_status ds_drafter_append(const ds_drafter *d, ds_draft_state *s, const float 
 
 // ---- block forward -------------------------------------------------------------------------------
 
-// Markov bias for slot k added to `logits` (V), from prev's W1 row `w1` (r) and the slot's hidden
-// h (H). `state` (r) is the rnn head's s_{k-1}, updated in place.
-static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1, const float *h, float *state,
-                        float *logits) {
+// The vector W2 multiplies for a slot, from prev's W1 row `w1` (r) and the slot's hidden h (H);
+// NULL without a Markov head. `state` (r) is the rnn head's s_{k-1}, updated in place.
+static const float *markov_v(const ds_drafter *d, ds_draft_state *s, const float *w1, const float *h, float *state) {
     const int r = d->r, H = d->H;
     float *v = s->mv;          // (r) the vector W2 multiplies
     float *z = v + r;          // (2r + H) head input
     float *g = z + 2 * r + H;  // (3r) head output
     switch (d->markov) {
-    case DS_MARKOV_NONE: return;
+    case DS_MARKOV_NONE: return NULL;
     case DS_MARKOV_VANILLA: memcpy(v, w1, sizeof(float) * r); break;
     case DS_MARKOV_GATED: // v = σ(gate_proj([h ; W1[prev]])) ⊙ W1[prev]
         memcpy(z, h, sizeof(float) * H);
@@ -219,6 +218,14 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
         }
         break;
     }
+    return v;
+}
+
+// Markov bias for a slot added to `logits` (V): W2 · markov_v(...).
+static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1, const float *h, float *state,
+                        float *logits) {
+    const float *v = markov_v(d, s, w1, h, state);
+    if (!v) return;
     // logits += W2 · v (s->probs is free until the slot is sampled); over a draft vocabulary only
     // its rows, added at their ids (the others stay -inf)
     if (d->n_vocab < d->V) {
@@ -230,19 +237,20 @@ static void markov_bias(const ds_drafter *d, ds_draft_state *s, const float *w1,
     ds_add(logits, s->probs, d->V);
 }
 
-// The Markov walk and confidences of one sequence over its slots' hidden states h (n_slots, H)
-// and base logits U in `logits` (n_slots, V), which become the Markov-corrected logits.
-static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots, const float *h_rows,
-                      const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf,
-                      const ds_draft_seq *cq) {
+// Slots k0 .. k1-1 of the Markov walk over the slots' hidden states h_rows (k1, H): logits (k1 - k0,
+// V) hold their base logits U on entry and their Markov-corrected logits after; tokens (k1) hold the
+// tokens of the slots before k0 on entry and get the drawn ones; conf (k1 - k0) their confidences.
+// The rnn head's state (in s->mv) is the one after slot k0 - 1.
+static ds_status walk_slots(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int k0, int k1,
+                            const float *h_rows, const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens,
+                            float *logits, float *conf, const ds_draft_seq *cq) {
     const int H = d->H, V = d->V, r = d->r;
     float *w1 = s->mv + 6 * (size_t)r + H; // (r) W1[prev]
     float *state = w1 + r;                 // (r) the rnn head's s_k, s_0 = 0
-    memset(state, 0, sizeof(float) * (size_t)r);
-    int32_t prev = anchor;
-    for (int k = 0; k < n_slots; k++) {
+    for (int k = k0; k < k1; k++) {
+        const int32_t prev = k ? tokens[k - 1] : anchor;
         const float *h = h_rows + (size_t)k * H;
-        float *lk = logits + (size_t)k * V;
+        float *lk = logits + (size_t)(k - k0) * V;
         if (r > 0) {
             ds_weight_row_f32(&d->markov_w1, prev, w1);
             markov_bias(d, s, w1, h, state, lk);
@@ -252,16 +260,16 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
                 float z = d->conf_b + ds_dot(d->conf_w, h, H);
                 if (d->info.confidence_with_markov) z += ds_dot(d->conf_w + H, w1, r);
                 if (k < d->n_calib) z /= d->calib[k]; // Sequential Temperature Scaling
-                conf[k] = ds_sigmoid(z);
+                conf[k - k0] = ds_sigmoid(z);
             } else {
-                conf[k] = NAN;
+                conf[k - k0] = NAN;
             }
         }
         if (cq && cq->constrain) { // the grammar's mask on slot k, given the drafts before it
             const int c = cq->constrain(cq->constrain_ctx, k, tokens, lk);
             if (c < 0) return DS_ERR_INVALID;
             if (!c) {
-                n_slots = k;
+                k1 = k;
                 break;
             }
         }
@@ -274,10 +282,18 @@ static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, in
             else tokens[k] = sp->verify == DS_VERIFY_COUPLED ? ds_sample_coupled(s->probs, V, rng, s->kv.len + 1 + k)
                                                         : ds_sample_probs(s->probs, V, rng);
         }
-        prev = tokens[k];
     }
-    if (cq && cq->n_drafted) *cq->n_drafted = n_slots;
+    if (cq && cq->n_drafted) *cq->n_drafted = k1;
     return DS_OK;
+}
+
+// The Markov walk and confidences of one sequence over its slots' hidden states h (n_slots, H)
+// and base logits U in `logits` (n_slots, V), which become the Markov-corrected logits.
+static ds_status walk(const ds_drafter *d, ds_draft_state *s, int32_t anchor, int n_slots, const float *h_rows,
+                      const ds_sampler_params *sp, ds_rng *rng, int32_t *tokens, float *logits, float *conf,
+                      const ds_draft_seq *cq) {
+    memset(s->mv + 7 * (size_t)d->r + d->H, 0, sizeof(float) * (size_t)d->r); // the rnn state s_0 = 0
+    return walk_slots(d, s, anchor, 0, n_slots, h_rows, sp, rng, tokens, logits, conf, cq);
 }
 
 // Block forward for R sequences with buffers b: rows r·B .. r·B+B−1 belong to st[r] and attend to
@@ -350,6 +366,7 @@ struct ds_draft_batch {
     int cap;
     ds_draft_state **st; // (cap_seqs) the sequences' states and anchors, gathered for block_forward
     int32_t *anchor;     // (cap_seqs)
+    int *off;            // (cap_seqs) each sequence's first row in h and U
     int cap_seqs;
 };
 
@@ -367,6 +384,7 @@ void ds_draft_batch_free(ds_draft_batch *bt) {
     free(bt->U);
     free(bt->st);
     free(bt->anchor);
+    free(bt->off);
     free(bt);
 }
 
@@ -380,8 +398,10 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const 
         ds_draft_state **s = realloc(bt->st, sizeof *s * (size_t)R);
         if (s) bt->st = s;
         int32_t *a = s ? realloc(bt->anchor, sizeof *a * (size_t)R) : NULL;
-        if (!a) return ds_fail(DS_ERR_NOMEM, "out of memory drafting for %d sequences", R);
-        bt->anchor = a;
+        if (a) bt->anchor = a;
+        int *o = a ? realloc(bt->off, sizeof *o * (size_t)R) : NULL;
+        if (!o) return ds_fail(DS_ERR_NOMEM, "out of memory drafting for %d sequences", R);
+        bt->off = o;
         bt->cap_seqs = R;
     }
     for (int r = 0; r < R; r++) {
@@ -403,6 +423,7 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const 
     int n = 0;
     for (int r = 0; r < R; r++) {
         memcpy(bt->h + (size_t)n * H, bt->b.xn + (size_t)r * B * H, sizeof(float) * (size_t)seqs[r].n_slots * H);
+        bt->off[r] = n;
         n += seqs[r].n_slots;
     }
     if ((st = output_logits(d, &bt->b, bt->h, n, bt->U))) return st;
@@ -416,4 +437,30 @@ ds_status ds_drafter_draft_batch(const ds_drafter *d, ds_draft_batch *bt, const 
         n += q->n_slots;
     }
     return DS_OK;
+}
+
+ds_status ds_drafter_draft_branch(const ds_drafter *d, const ds_draft_batch *bt, int j, const ds_draft_seq *q, int k,
+                                  int32_t t, int m, int32_t *tokens, float *logits, float *conf) {
+    const int H = d->H, V = d->V, r = d->r;
+    if (j < 0 || j >= bt->cap_seqs || k < 0 || m < 0 || k + 1 + m > q->n_slots)
+        return ds_fail(DS_ERR_INVALID, "cannot branch at slot %d for %d slots (sequence %d drafted %d)", k, m, j,
+                       q->n_slots);
+    if (t < 0 || t >= V) return ds_fail(DS_ERR_INVALID, "branch token %d is outside the vocabulary", t);
+    ds_draft_state *s = q->state;
+    const float *h_rows = bt->h + (size_t)bt->off[j] * H;
+    int32_t path[64]; // the drafted tokens before slot k, then t, then the branch's
+    memcpy(path, q->tokens, sizeof(int32_t) * (size_t)k);
+    path[k] = t;
+    // The rnn head's state after slot k (the other heads keep none): replayed along the drafted path.
+    float *w1 = s->mv + 6 * (size_t)r + H, *state = w1 + r;
+    memset(state, 0, sizeof(float) * (size_t)r);
+    for (int i = 0; d->markov == DS_MARKOV_RNN && i <= k; i++) {
+        ds_weight_row_f32(&d->markov_w1, i ? path[i - 1] : q->anchor, w1);
+        markov_v(d, s, w1, h_rows + (size_t)i * H, state);
+    }
+    if (!m) return DS_OK;
+    memcpy(logits, bt->U + (size_t)(bt->off[j] + k + 1) * V, sizeof(float) * (size_t)m * V);
+    ds_status st = walk_slots(d, s, q->anchor, k + 1, k + 1 + m, h_rows, q->sp, q->rng, path, logits, conf, NULL);
+    if (!st) memcpy(tokens, path + k + 1, sizeof(int32_t) * (size_t)m);
+    return st;
 }

@@ -34,6 +34,7 @@
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
 #define DS_GRAMMAR_CACHE 8 // compiled grammars kept per engine
+#define DS_TREE_ROWS 64    // most rows of a token tree (ds_forward_seq.parent)
 
 typedef struct {
     int used, finished;
@@ -55,13 +56,21 @@ typedef struct {
     int n_pending;       // tap rows waiting for the drafter
     int cap_pending;     // rows `pending` holds
     float *pending;      // (cap_pending, T·H)
-    int32_t rows[DS_MAX_DRAFT + 1]; // this round's target rows: anchor, then drafts
-    int ell;             // drafts verified this round
+    int32_t rows[DS_MAX_DRAFT + 1]; // this round's target rows: anchor, then drafts (a token tree: the
+                                    // chain's, then the branches')
+    int ell;             // drafts of the chain verified this round
     int n_drafted;       // drafts proposed this round (ell <= n_drafted)
-    float *q_logits;     // (K, V) raw draft logits (dspark)
+    int n_rows;          // target rows this round: 1 + ell, or with a token tree more
+    int tree;            // this round verifies a token tree (rows past 1 + ell are branches)
+    int32_t par[DS_MAX_DRAFT + 1];  // (n_rows) a tree's parent row of each row (-1 for the anchor)
+    int q_row[DS_MAX_DRAFT + 1];    // (n_rows) a tree row's draft logits row in q_logits (-1: proposed
+                                    // deterministically, a branch's first token)
+    float row_a[DS_MAX_DRAFT + 1];  // (n_rows) a tree row's estimated chance to be on the accepted path
+    int cap_rows;        // rows p_logits and taps hold (1 + K, or 64 with token trees)
+    float *q_logits;     // (cap_rows - 1, V) draft logits: the chain's slots, then tree branches' rows
     float conf[DS_MAX_DRAFT];
-    float *p_logits;     // (ℓ + 1, V) target logits of this round
-    float *taps;         // (ℓ + 1, T·H) this round's tap rows
+    float *p_logits;     // (cap_rows, V) target logits of this round
+    float *taps;         // (cap_rows, T·H) this round's tap rows
     int lp_top;          // logprobs: alternatives per token (ds_engine_set_logprobs); lp NULL = off
     float *lp;           // (max_new, 1 + lp_top) per generated token: its log-probability, then the top ones'
     int32_t *lp_ids;     // (max_new, lp_top) their ids
@@ -430,11 +439,13 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     s->n_prompt = n_prompt;
     s->max_new = max_new;
     s->cap_toks = n_prompt + max_new + 1;
-    const int V = in->vocab_size, K = e->K, rows = K + 1;
+    const int V = in->vocab_size, K = e->K;
+    const int rows = e->sp.tree_branches && K + 1 < DS_TREE_ROWS ? DS_TREE_ROWS : K + 1; // (ds_forward_seq.parent)
+    s->cap_rows = rows;
     s->toks = malloc(sizeof(int32_t) * s->cap_toks);
     s->p_logits = malloc(sizeof(float) * (size_t)rows * V);
     if (e->d) {
-        s->q_logits = malloc(sizeof(float) * (size_t)(K ? K : 1) * V);
+        s->q_logits = malloc(sizeof(float) * (size_t)(rows > 1 ? rows - 1 : 1) * V);
         s->taps = malloc(sizeof(float) * (size_t)rows * e->tap_w);
         s->cap_pending = rows > DS_PREFILL_CHUNK ? rows : DS_PREFILL_CHUNK;
         s->pending = malloc(sizeof(float) * (size_t)s->cap_pending * e->tap_w);
@@ -444,7 +455,7 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
         goto fail;
     }
     // Room for every committed row plus one round's unverified drafts.
-    if ((st = ds_kv_init(e->m, n_prompt + max_new + K + 1, &s->kv))) goto fail;
+    if ((st = ds_kv_init(e->m, n_prompt + max_new + rows, &s->kv))) goto fail;
     if (e->d && (st = ds_draft_state_init(e->d, n_prompt + max_new + 1, &s->ds))) goto fail;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V) {
@@ -472,6 +483,7 @@ fail:
 static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
     s->ell = 0;
     s->n_drafted = 0;
+    s->tree = 0;
     const int remaining = s->max_new - s->n_gen; // tokens this sequence may still commit
     int K = e->K < remaining - 1 ? e->K : remaining - 1;
     if (K > K_cap) K = K_cap;
@@ -525,8 +537,6 @@ static ds_status draft_batch(ds_engine *e) {
                 }
     }
     ds_gate_observe_draft(&e->gate, e->bt_n, e->bt_append_s + per * e->bt_n);
-    e->bt_n = 0;
-    e->bt_append_s = 0;
     return DS_OK;
 }
 
@@ -576,12 +586,12 @@ static ds_status logprobs_of(ds_engine *e, const seq *s, const float *logits, co
     return DS_OK;
 }
 
-// The token committed from row k (history: the generated tokens, then the drafts before the row)
-// into generated slot g.
-static ds_status record_logprobs(ds_engine *e, seq *s, int k, int32_t tok, int g) {
+// The token committed at depth k of the accepted path (from target row `row`; history: the generated
+// tokens, then the path's tokens before it, d) into generated slot g.
+static ds_status record_logprobs(ds_engine *e, seq *s, int row, const int32_t *d, int k, int32_t tok, int g) {
     const int V = e->m->info.vocab_size, N = s->lp_top;
-    return logprobs_of(e, s, s->p_logits + (size_t)k * V, s->toks + s->n_prompt, s->n_toks - s->n_prompt, s->rows + 1,
-                       k, tok, N, s->lp + (size_t)g * (1 + N), s->lp_ids + (size_t)g * N);
+    return logprobs_of(e, s, s->p_logits + (size_t)row * V, s->toks + s->n_prompt, s->n_toks - s->n_prompt, d, k, tok,
+                       N, s->lp + (size_t)g * (1 + N), s->lp_ids + (size_t)g * N);
 }
 
 // Prompt tokens from+1 .. from+rows from the logits of prefill rows from .. from+rows-1 (no history:
@@ -612,24 +622,37 @@ static ds_status finish_round(ds_engine *e, seq *s) {
             }
             ds_logits_mask(s->p_logits + (size_t)k * V, mask, V);
         }
-    ds_status st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits,
-                             e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL, s->toks + s->n_prompt,
-                             s->n_toks - s->n_prompt, &s->rng, s->n_toks, &e->vs, &a, &next);
+    int keep[DS_MAX_DRAFT + 1]; // the accepted path's rows, the anchor's first
+    int32_t d[DS_MAX_DRAFT + 1];   // ... and their tokens past the anchor
+    ds_status st;
+    if (s->tree) {
+        st = ds_verify_tree(&s->sp, V, s->n_rows, s->rows, s->par, s->q_row, s->p_logits, s->q_logits,
+                            s->toks + s->n_prompt, s->n_toks - s->n_prompt, &s->rng, s->n_toks, &e->vs, keep + 1, &a,
+                            &next);
+    } else {
+        st = ds_verify(&s->sp, V, s->ell, s->rows + 1, s->p_logits, e->sp.kind == DS_SPEC_DSPARK ? s->q_logits : NULL,
+                       s->toks + s->n_prompt, s->n_toks - s->n_prompt, &s->rng, s->n_toks, &e->vs, &a, &next);
+        for (int k = 1; k <= a; k++) keep[k] = k;
+    }
     if (st) return st;
+    keep[0] = 0;
+    for (int k = 0; k < a; k++) d[k] = s->rows[keep[k + 1]];
     if (e->observer)
         e->observer(e->observer_ctx, (int)(s - e->seqs), s->n_drafted,
                     e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence ? s->conf : NULL, s->ell, a);
     ds_seq_stats *t = &s->stats;
     t->rounds++;
-    t->drafted += s->ell;
+    t->drafted += s->n_rows - 1;
     t->accepted += a;
+    t->tree_rounds += s->tree;
+    t->branch_accepted += a && keep[a] > s->ell;
     ds_gate_observe_round(&e->gate, s->ell, a);
     for (int k = 0; k < s->ell && k <= a && k < 64; k++) {
         t->tried_by_pos[k]++;
         if (k < a) t->accepted_by_pos[k]++;
     }
     for (int k = 0; k <= a && s->lp && s->n_gen + k < s->max_new; k++)
-        if ((st = record_logprobs(e, s, k, k < a ? s->rows[1 + k] : next, s->n_gen + k))) return st;
+        if ((st = record_logprobs(e, s, keep[k], d, k, k < a ? d[k] : next, s->n_gen + k))) return st;
     if (s->gm) { // the state after the accepted drafts, then the next token; other rows are dropped
         s->g_state = s->g_rows[a];
         if (ds_grammar_accept(s->gm, &s->g_state, next) < 0) {
@@ -638,15 +661,17 @@ static ds_status finish_round(ds_engine *e, seq *s) {
         }
     }
     int more = 1;
-    for (int k = 0; k < a && more; k++) more = commit(e, s, s->rows[1 + k]);
+    for (int k = 0; k < a && more; k++) more = commit(e, s, d[k]);
     if (more) commit(e, s, next);
     t->tau = t->rounds ? (double)(t->accepted + t->rounds) / t->rounds : 0;
     if (s->finished) return DS_OK;
     // Keep the anchor and the accepted drafts in the target cache; their taps go to the drafter.
-    if ((st = ds_kv_truncate(s->kv, base + a + 1))) return st;
+    if ((st = s->tree ? ds_kv_keep(s->kv, base, keep, a + 1) : ds_kv_truncate(s->kv, base + a + 1))) return st;
     if (e->d) { // queue the rows; they reach the drafter when it next drafts (batched if it skips rounds)
         if ((st = reserve_pending(e, s, a + 1))) return st;
-        memcpy(s->pending + (size_t)s->n_pending * e->tap_w, s->taps, sizeof(float) * (size_t)(a + 1) * e->tap_w);
+        for (int k = 0; k <= a; k++)
+            memcpy(s->pending + (size_t)(s->n_pending + k) * e->tap_w, s->taps + (size_t)keep[k] * e->tap_w,
+                   sizeof(float) * (size_t)e->tap_w);
         s->n_pending += a + 1;
     }
     return DS_OK;
@@ -668,6 +693,162 @@ static void schedule_auto(ds_engine *e) {
 }
 
 static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
+
+// ---- token trees ---------------------------------------------------------------------------------
+// A round may verify a tree instead of a chain: the chain as drafted and scheduled, plus side branches
+// at the verified slots where the drafted token is least likely the target's. A branch starts with the
+// drafter's best other token at that slot and continues with its walk (ds_drafter_draft_branch: the
+// block forward is shared, a branch costs its Markov head). Every row r gets a_r, its estimated
+// chance to lie on the accepted path: a chain slot k has A_k = Π_{i≤k} c_i, a branch's first token at
+// slot k A_{k-1}·(1 − c_k)·β_k with β_k = q_k(alt) / (1 − q_k(drafted)) (the target's token is not
+// the drafted one; how likely it is the alternative), its continuation that times its confidences.
+// Under DS_SCHEDULE_AUTO branch rows are admitted by decreasing a_r while τ·SPS(B) grows, stopping
+// at the first that does not (Algorithm 1 over the chain's result); otherwise every branch row goes.
+// Losslessness: the shape depends on the drafter's proposals only; greedy and coupled verification
+// commit the target's own tokens whatever the tree, and the residual rule's recursive rejection of
+// deterministic candidates keeps each token's probability (verify.h).
+
+// The temperature-1 probability of `tok` under draft logits l (V), and the best other token's.
+static void slot_alternative(const float *l, int V, int32_t tok, float *p_tok, int32_t *alt, float *p_alt) {
+    float mx = -INFINITY;
+    int32_t best = -1;
+    for (int i = 0; i < V; i++) {
+        mx = l[i] > mx ? l[i] : mx;
+        if (i != tok && l[i] > -INFINITY && (best < 0 || l[i] > l[best])) best = i;
+    }
+    double z = 0;
+    for (int i = 0; i < V; i++) z += l[i] > -INFINITY ? expf(l[i] - mx) : 0;
+    *p_tok = (float)(expf(l[tok] - mx) / z);
+    *alt = best;
+    *p_alt = best >= 0 ? (float)(expf(l[best] - mx) / z) : 0;
+}
+
+typedef struct {
+    float a;
+    int row; // a tree row, or (branch points) a slot
+    int32_t tok;
+} tree_cand;
+
+static int cmp_tree_cand(const void *x, const void *y) {
+    const tree_cand *p = x, *q = y;
+    if (p->a != q->a) return p->a > q->a ? -1 : 1;
+    return p->row - q->row; // ties: earlier rows (parents before children)
+}
+
+// s's chain rows' a (row_a) and parents; returns its τ contribution 1 + Σ a.
+static double chain_rows(const ds_engine *e, seq *s) {
+    const int V = e->m->info.vocab_size;
+    double tau = 1, A = 1;
+    s->par[0] = -1;
+    s->q_row[0] = -1;
+    s->row_a[0] = 1;
+    for (int k = 0; k < s->ell; k++) {
+        float pm, pa;
+        int32_t alt;
+        slot_alternative(s->q_logits + (size_t)k * V, V, s->rows[1 + k], &pm, &alt, &pa);
+        A *= isfinite(s->conf[k]) ? s->conf[k] : pm;
+        s->par[1 + k] = k;
+        s->q_row[1 + k] = k;
+        s->row_a[1 + k] = (float)A;
+        tau += A;
+    }
+    return tau;
+}
+
+// Branches for s (sequence j of this round's drafting batch), appended after its chain's rows.
+static ds_status tree_branches(ds_engine *e, seq *s, int j) {
+    const int V = e->m->info.vocab_size, ell = s->ell, depth = e->sp.tree_depth ? e->sp.tree_depth : 2;
+    tree_cand bp[DS_MAX_DRAFT];
+    int nb = 0;
+    for (int k = 0; k < ell; k++) { // branch points
+        float pm, pa;
+        int32_t alt;
+        slot_alternative(s->q_logits + (size_t)k * V, V, s->rows[1 + k], &pm, &alt, &pa);
+        const float c = s->row_a[k] > 0 ? s->row_a[1 + k] / s->row_a[k] : pm, beta = pa / fmaxf(1 - pm, 1e-6f);
+        if (alt >= 0) bp[nb++] = (tree_cand){s->row_a[k] * (1 - c) * fminf(beta, 1), k, alt};
+    }
+    qsort(bp, (size_t)nb, sizeof *bp, cmp_tree_cand);
+    int n = ell + 1, nq = s->n_drafted; // next row, next draft-logits row
+    const double t0 = now_s();
+    ds_status st = DS_OK;
+    for (int b = 0; b < nb && b < e->sp.tree_branches && !st; b++) {
+        const int k = bp[b].row, left = s->n_drafted - k - 1, m = depth < left ? depth : left;
+        if (n + 1 + m > DS_TREE_ROWS || nq + m > s->cap_rows - 1) break;
+        s->rows[n] = bp[b].tok; // its first token: proposed deterministically
+        s->par[n] = k;
+        s->q_row[n] = -1;
+        s->row_a[n] = bp[b].a;
+        n++;
+        float conf[DS_MAX_DRAFT];
+        if (m && (st = ds_drafter_draft_branch(e->d, e->bt, j, &e->bt_seqs[j], k, bp[b].tok, m, s->rows + n,
+                                               s->q_logits + (size_t)nq * V, conf)))
+            break;
+        for (int i = 0; i < m; i++, n++, nq++) {
+            float pm, pa;
+            int32_t alt;
+            slot_alternative(s->q_logits + (size_t)nq * V, V, s->rows[n], &pm, &alt, &pa);
+            s->par[n] = n - 1;
+            s->q_row[n] = nq;
+            s->row_a[n] = s->row_a[n - 1] * (isfinite(conf[i]) ? conf[i] : pm);
+        }
+    }
+    s->stats.draft_s += now_s() - t0;
+    s->n_rows = n;
+    s->tree = n > ell + 1;
+    return st;
+}
+
+// Keep the chain's rows and those of the branch rows `keep` marks (a set closed under parents), in
+// order; parents renumbered.
+static void tree_compact(seq *s, const unsigned char *keep) {
+    int to[DS_MAX_DRAFT + 1], n = s->ell + 1;
+    for (int r = 0; r < n; r++) to[r] = r;
+    for (int r = s->ell + 1; r < s->n_rows; r++) {
+        if (!keep[r]) continue;
+        to[r] = n;
+        s->rows[n] = s->rows[r];
+        s->par[n] = to[s->par[r]];
+        s->q_row[n] = s->q_row[r];
+        s->row_a[n] = s->row_a[r];
+        n++;
+    }
+    s->n_rows = n;
+    s->tree = n > s->ell + 1;
+}
+
+// This round's token trees: branches for every drafted sequence that verifies a chain, then (auto)
+// the admission of branch rows against the cost table, over all sequences together.
+static ds_status trees_build(ds_engine *e, int auto_sched) {
+    int B = 0;
+    double tau = 0;
+    for (int i = 0; i < e->n_seqs; i++) { // every decoding sequence's chain: the batch as scheduled
+        seq *s = &e->seqs[i];
+        if (!s->used || s->finished || prefilling(s)) continue;
+        B += 1 + s->ell;
+        tau += s->n_drafted ? chain_rows(e, s) : 1;
+    }
+    tree_cand c[DS_TREE_ROWS];
+    for (int j = 0; j < e->bt_n; j++) {
+        seq *s = &e->seqs[e->bt_owner[j]];
+        if (s->gm || s->ell < 1 || s->finished) continue;
+        ds_status st = tree_branches(e, s, j);
+        if (st) return st;
+        if (!s->tree || !auto_sched) continue;
+        int n = 0;
+        for (int r = s->ell + 1; r < s->n_rows; r++) c[n++] = (tree_cand){s->row_a[r], r, 0};
+        qsort(c, (size_t)n, sizeof *c, cmp_tree_cand);
+        unsigned char keep[DS_MAX_DRAFT + 1] = {0};
+        for (int i = 0; i < n; i++) { // admitted while τ·SPS(B) grows; the first that does not ends it
+            if ((tau + c[i].a) * ds_cost_sps(&e->costs, B + 1) <= tau * ds_cost_sps(&e->costs, B)) break;
+            keep[c[i].row] = 1;
+            tau += c[i].a;
+            B++;
+        }
+        tree_compact(s, keep);
+    }
+    return DS_OK;
+}
+
 
 // Before s's first chunk: start from the longest cached prefix of whole chunks (its KV rows into
 // the target cache, its tap rows into the drafter's queue).
@@ -763,6 +944,9 @@ ds_status ds_engine_step(ds_engine *e) {
     }
     if ((st = draft_batch(e))) return st;
     if (auto_sched) schedule_auto(e);
+    if (e->sp.tree_branches && e->bt_n && (st = trees_build(e, auto_sched))) return st;
+    e->bt_n = 0;
+    e->bt_append_s = 0;
     for (int i = 0; i < e->n_seqs; i++) { // grammar: the rows' states, ngram drafts cut where disallowed
         seq *s = &e->seqs[i];
         if (!s->used || s->finished || prefilling(s) || !s->gm) continue;
@@ -779,8 +963,12 @@ ds_status ds_engine_step(ds_engine *e) {
         if (!s->used || s->finished || prefilling(s)) continue;
         ds_forward_seq *f = &e->fwd[n];
         s->rows[0] = s->toks[s->n_toks - 1];
-        *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->ell + 1, .n_logits = s->ell + 1,
-                              .logits = s->p_logits, .batch_invariant = s->batch_invariant};
+        if (!s->tree) s->n_rows = s->ell + 1;
+        // (a tree's rows run on the multi-row kernel, as a chain of up to 8 does: every row computed
+        // bit for bit as plain decoding computes it)
+        *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->n_rows, .n_logits = s->n_rows,
+                              .logits = s->p_logits, .batch_invariant = s->batch_invariant || s->tree,
+                              .parent = s->tree ? s->par : NULL};
         if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;

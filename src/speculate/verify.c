@@ -2,7 +2,7 @@
 
 #include "base/status.h"
 
-// Residual distribution max(p − q, 0), normalized; returns its mass before normalization.
+// Residual distribution max(p − q, 0), unnormalized; returns its mass.
 static double residual(float *p, const float *q, int V) {
     double z = 0;
     for (int i = 0; i < V; i++) {
@@ -13,65 +13,81 @@ static double residual(float *p, const float *q, int V) {
     return z;
 }
 
-ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *d, const float *p_logits,
-                    const float *q_logits, const int32_t *hist, int n_hist, ds_rng *rng, int64_t pos,
-                    ds_verify_scratch *sc, int *accepted, int32_t *next) {
+ds_status ds_verify_tree(const ds_sampler_params *sp, int V, int n, const int32_t *tok, const int32_t *par,
+                         const int *q_row, const float *p_logits, const float *q_logits, const int32_t *hist,
+                         int n_hist, ds_rng *rng, int64_t pos, ds_verify_scratch *sc, int *path, int *accepted,
+                         int32_t *next) {
     ds_status st;
-    // Row k's processed distribution: its history is the generated tokens and the drafts before it.
-#define P_ROW(k, out) ds_probs_process_hist(sp, p_logits + (size_t)(k) * V, V, hist, n_hist, d, (k), (out), sc->sscratch)
-    if (sp->temperature == 0) {
-        int a = 0;
-        if (!ds_sampler_adjusts(sp)) {
-            while (a < ell && d[a] == ds_argmax(p_logits + (size_t)a * V, V)) a++;
-            *accepted = a;
-            *next = ds_argmax(p_logits + (size_t)a * V, V);
-            return DS_OK;
+    int32_t d[DS_VERIFY_MAX_ROWS]; // the accepted tokens so far: the history of the next row
+    if (n < 1 || n > DS_VERIFY_MAX_ROWS) return ds_fail(DS_ERR_INVALID, "a tree of %d rows (1..%d)", n, DS_VERIFY_MAX_ROWS);
+    const int plain_greedy = sp->temperature == 0 && !ds_sampler_adjusts(sp);
+    for (int cur = 0, k = 0;; k++) { // row `cur` at depth k: its distribution decides among its children
+        const float *pl = p_logits + (size_t)cur * V;
+        int32_t x = -1; // the target's own token here (greedy and coupled)
+        if (plain_greedy) {
+            x = ds_argmax(pl, V);
+        } else {
+            if ((st = ds_probs_process_hist(sp, pl, V, hist, n_hist, d, k, sc->p, sc->sscratch))) return st;
+            if (sp->temperature == 0) x = ds_argmax(sc->p, V);
+            else if (sp->verify == DS_VERIFY_COUPLED) x = ds_sample_coupled(sc->p, V, rng, pos + k);
         }
-        for (;; a++) { // bias / penalties: the argmax of the adjusted logits
-            if ((st = P_ROW(a, sc->p))) return st;
-            const int32_t x = ds_argmax(sc->p, V);
-            if (a < ell && d[a] == x) continue;
-            *accepted = a;
-            *next = x;
-            return DS_OK;
+        int child = -1;
+        if (x >= 0) { // a child that drafted the target's own token, if any
+            for (int c = cur + 1; c < n && child < 0; c++)
+                if (par[c] == cur && tok[c] == x) child = c;
+        } else { // residual: each child in row order, on what the ones before it left
+            double z = 1; // the mass of sc->p (a processed distribution sums to 1)
+            for (int c = cur + 1, first = 1; c < n && child < 0; c++) {
+                if (par[c] != cur) continue;
+                if (first && q_row[c] >= 0) { // drawn from q: accept with probability min(1, p/q)
+                    if ((st = ds_probs_process_hist(sp, q_logits + (size_t)q_row[c] * V, V, hist, n_hist, d, k, sc->q,
+                                                    sc->sscratch)))
+                        return st;
+                    // u < p/q  <=>  u·q < p  (q > 0: the token was drawn from q)
+                    if (ds_rng_uniform(rng) * sc->q[tok[c]] < sc->p[tok[c]]) child = c;
+                    else z = residual(sc->p, sc->q, V);
+                } else { // proposed deterministically (q one-hot): accept with probability p(t) / z
+                    if (q_row[c] >= 0) return ds_fail(DS_ERR_INVALID, "internal: tree row %d drawn from q after a sibling", c);
+                    const float pt = sc->p[tok[c]];
+                    if (ds_rng_uniform(rng) * z < pt) child = c;
+                    else {
+                        sc->p[tok[c]] = 0; // max(p − onehot(t), 0)
+                        z -= pt;
+                    }
+                }
+                first = 0;
+                if (child < 0 && z <= 1e-12) { // p <= q everywhere: numerically p == q; draw from p
+                    if ((st = ds_probs_process_hist(sp, pl, V, hist, n_hist, d, k, sc->p, sc->sscratch))) return st;
+                    z = 1;
+                }
+            }
+            if (child < 0) x = ds_sample_probs(sc->p, V, rng); // ds_sample_probs normalizes by the total mass
         }
-    }
-    if (sp->verify == DS_VERIFY_COUPLED) { // every row's token is the target's own draw at its position
-        for (int k = 0; k <= ell; k++) {
-            if ((st = P_ROW(k, sc->p))) return st;
-            const int32_t x = ds_sample_coupled(sc->p, V, rng, pos + k);
-            if (k < ell && d[k] == x) continue;
+        if (child < 0) {
             *accepted = k;
             *next = x;
             return DS_OK;
         }
+        path[k] = child;
+        d[k] = tok[child];
+        cur = child;
     }
-    for (int k = 0; k < ell; k++) {
-        if ((st = P_ROW(k, sc->p))) return st;
-        float qd = 1.0f; // deterministic proposal: q is one-hot at d_k
-        if (q_logits) {
-            if ((st = ds_probs_process_hist(sp, q_logits + (size_t)k * V, V, hist, n_hist, d, k, sc->q, sc->sscratch)))
-                return st;
-            qd = sc->q[d[k]];
-        }
-        const float pd = sc->p[d[k]];
-        // accept with probability min(1, p/q): u < p/q  <=>  u·q < p  (q > 0: d_k was drawn from q)
-        if (ds_rng_uniform(rng) * qd < pd) continue;
-        *accepted = k;
-        if (q_logits) {
-            if (residual(sc->p, sc->q, V) <= 1e-12) P_ROW(k, sc->p); // p <= q everywhere: numerically p == q
-        } else {
-            sc->p[d[k]] = 0; // max(p − onehot(d), 0)
-            double z = 0;
-            for (int i = 0; i < V; i++) z += sc->p[i];
-            if (z <= 1e-12) P_ROW(k, sc->p);
-        }
-        *next = ds_sample_probs(sc->p, V, rng); // ds_sample_probs normalizes by the total mass
-        return DS_OK;
+}
+
+ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *d, const float *p_logits,
+                    const float *q_logits, const int32_t *hist, int n_hist, ds_rng *rng, int64_t pos,
+                    ds_verify_scratch *sc, int *accepted, int32_t *next) {
+    if (ell < 0 || ell + 1 > DS_VERIFY_MAX_ROWS) return ds_fail(DS_ERR_INVALID, "%d drafts to verify", ell);
+    int32_t tok[DS_VERIFY_MAX_ROWS], par[DS_VERIFY_MAX_ROWS];
+    int q_row[DS_VERIFY_MAX_ROWS], path[DS_VERIFY_MAX_ROWS];
+    tok[0] = -1; // (the anchor's row: never compared)
+    for (int i = 1; i <= ell; i++) {
+        tok[i] = d[i - 1];
+        par[i] = i - 1;
+        q_row[i] = q_logits ? i - 1 : -1;
     }
-    *accepted = ell;
-    if ((st = P_ROW(ell, sc->p))) return st;
-    *next = ds_sample_probs(sc->p, V, rng);
-    return DS_OK;
-#undef P_ROW
+    par[0] = -1;
+    q_row[0] = -1;
+    return ds_verify_tree(sp, V, ell + 1, tok, par, q_row, p_logits, q_logits, hist, n_hist, rng, pos, sc, path,
+                          accepted, next);
 }

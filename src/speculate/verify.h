@@ -29,4 +29,22 @@ ds_status ds_verify(const ds_sampler_params *sp, int V, int ell, const int32_t *
                     const float *q_logits, const int32_t *hist, int n_hist, ds_rng *rng, int64_t pos,
                     ds_verify_scratch *sc, int *accepted, int32_t *next);
 
+// Most rows of a verified tree or chain (the anchor's included).
+#define DS_VERIFY_MAX_ROWS 65
+
+// The same over a token tree: row 0 is the anchor's, rows 1..n-1 hold drafted tokens tok[i] whose
+// parent row is par[i] (< i; 0 for the first slot's candidates); row i of p_logits is the target's
+// distribution after row i's path. From the root, at each row: greedy and coupled take the target's
+// own token (argmax, or ds_sample_coupled at pos + depth) and descend to the child that drafted it;
+// the residual rule tries the children in row order on what the ones before left: the first, when
+// drawn from the drafter's distribution in q_logits row q_row[c] (>= 0), with min(1, p/q) and p ←
+// max(p − q, 0), a deterministic proposal (q_row -1) with probability p(t) / mass and p(t) ← 0 (the
+// recursive rejection sampling of deterministic candidates: each output token keeps probability
+// p(t)); none accepted: next is drawn from what is left. Rows of the accepted path (the root
+// excluded) go to path (n), their number to *accepted. A chain (par[i] = i − 1) is ds_verify.
+ds_status ds_verify_tree(const ds_sampler_params *sp, int V, int n, const int32_t *tok, const int32_t *par,
+                         const int *q_row, const float *p_logits, const float *q_logits, const int32_t *hist,
+                         int n_hist, ds_rng *rng, int64_t pos, ds_verify_scratch *sc, int *path, int *accepted,
+                         int32_t *next);
+
 #endif

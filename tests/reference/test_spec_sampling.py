@@ -211,6 +211,21 @@ CONFIGS = [
     dict(key="s", name="residual, vanilla bigram, 3 tokens, T=1, logit bias + penalties", spec="dspark",
          drafter="vanilla_bigram", temp=1.0, gen=3, **PENALIZED),
 ]
+# Token trees (--tree N: side branches at the least sure drafted slots, each a deterministic first
+# token, the drafter's best other one, then --tree-depth slots of its walk): the residual rule tries
+# a row's children in order (the drafted chain's with min(1, p/q), the branches' first tokens as
+# deterministic candidates on what is left), the coupled rule descends to the child that drew the
+# target's own token.
+CONFIGS += [
+    dict(key="ta", name="tree 3 x 1, residual, vanilla bigram, 4 tokens, T=1 top-k 8", spec="dspark",
+         drafter="vanilla_bigram", temp=1.0, top_k=8, gen=4, tree=3, tree_depth=1),
+    dict(key="tb", name="tree 2 x 1, residual, dspark random (branches tried after most rejections), 3 tokens, T=1",
+         spec="dspark", drafter="random", temp=1.0, gen=3, tree=2, tree_depth=1),
+    dict(key="tc", name="tree 2, coupled, vanilla bigram, T=1, batch 8", spec="dspark", drafter="vanilla_bigram",
+         temp=1.0, batch=8, tree=2, verify="coupled"),
+    dict(key="td", name="tree 2 x 2, residual, vanilla bigram, 3 tokens, T=1, batch 8, logit bias + penalties",
+         spec="dspark", drafter="vanilla_bigram", temp=1.0, gen=3, batch=8, tree=2, tree_depth=2, **PENALIZED),
+]
 # The grammar of configurations l, p, z and its language, written independently as regexes.
 GRAMMAR = 'root ::= ( " " [a-z]{1,3} )+ "."'
 GRAMMAR_PREFIX = re.compile(r"(?: [a-z]{1,3})*(?: [a-z]{0,3})?|(?: [a-z]{1,3})+\.")
@@ -242,7 +257,7 @@ def grammar_allowed(token_bytes, ctx, V, stops):
 
 
 # Coupled configurations whose outcomes must be identical, seed for seed (so count for count).
-COUPLED_SAME = [("k", "q"), ("n", "q")]
+COUPLED_SAME = [("k", "q"), ("n", "q"), ("tc", "q")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +572,8 @@ def run_engine(model_path, prompt, cfg, drafter_dir, n_seeds):
         args += ["--drafter", drafter_dir]
     for opt, key in (("--top-k", "top_k"), ("--top-p", "top_p"), ("--min-p", "min_p"),
                      ("--batch", "batch"), ("--draft-max", "draft_max"), ("--seed0", "seed0"),
-                     ("--presence", "presence"), ("--frequency", "frequency")):
+                     ("--presence", "presence"), ("--frequency", "frequency"), ("--tree", "tree"),
+                     ("--tree-depth", "tree_depth")):
         if key in cfg:
             args += [opt, str(cfg[key])]
     if cfg.get("bias"):

@@ -67,6 +67,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--gen")) gen = atoi(v);
         else if (!strcmp(o, "--grammar")) grammar = v;
         else if (!strcmp(o, "--batch")) batch = atoi(v);
+        else if (!strcmp(o, "--tree")) spec.tree_branches = atoi(v);
+        else if (!strcmp(o, "--tree-depth")) spec.tree_depth = atoi(v);
         else {
             fprintf(stderr, "ds_spec_sample: unknown option %s\n", o);
             return 2;
