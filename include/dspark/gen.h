@@ -92,8 +92,9 @@ ds_status ds_gen_set_sampling(ds_gen *g, const ds_sampler_params *sp, uint64_t s
 // ds_gen_init, then ds_gen_begin with the request's budget.
 ds_status ds_gen_start(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *r, ds_gen **out);
 // After a round (ds_engine_step): move the tokens the engine committed into the text output.
-// *n_new (optional) gets how many were taken (ds_gen_new_tokens keeps it). On failure (out of memory) the output is finished;
-// when the engine failed the sequence on its own (DS_FINISH_ERROR) this returns its error once.
+// *n_new (optional) gets how many were taken (ds_gen_new_tokens keeps it). On failure (out of
+// memory) the output is finished; when the engine failed the sequence on its own (DS_FINISH_ERROR)
+// this returns its error once.
 // Once the request is done it stays in the engine until ds_gen_leave / ds_gen_free.
 ds_status ds_gen_update(ds_gen *g, int *n_new);
 // The request is done: its text output ended (stop id, stop string, end of turn) or the engine

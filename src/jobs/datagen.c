@@ -188,6 +188,9 @@ typedef struct {
     double t0, last_report;
 } dg_run;
 
+// The generation-order index of this rank's k-th sequence.
+static long dg_index(const dg_run *run, long k) { return run->rank + k * run->ranks; }
+
 // What the runner's callbacks see (ds_gen_run_params.ctx).
 typedef struct {
     dg_state *g;  // the engine, the writers, the completed sequences
@@ -216,7 +219,7 @@ static ds_status dg_open(dg_state *g, dg_run *run) {
 static void dg_request(void *ctx, long k, ds_gen_request *r) {
     const dg_ctx *c = ctx;
     const ds_datagen_params *o = c->g->o;
-    const long index = c->run->rank + k * c->run->ranks;
+    const long index = dg_index(c->run, k);
     const int src = (int)(index % c->g->n_sources);
     *r = (ds_gen_request){.ids = c->g->ptoks[src], .n_ids = c->g->pn[src], .max_new = o->max_tokens,
                           .sp = is_plain(index, o->plain) ? c->run->plain_sp : o->sp, .seed = o->seed + (uint64_t)index};
@@ -230,7 +233,7 @@ static ds_status dg_emit_ready(dg_state *g, dg_run *run) {
     for (int found = 1; found;) {
         found = 0;
         for (int j = 0; j < g->n_done; j++)
-            if (g->done[j].index == run->rank + run->written * run->ranks) {
+            if (g->done[j].index == dg_index(run, run->written)) {
                 const ds_status st = emit(g, &g->done[j], run->ranks);
                 if (st) return st;
                 free(g->done[j].toks);
@@ -261,12 +264,13 @@ static ds_status dg_done(void *ctx, long k, const ds_gen *gen) {
     const ds_text_out *tx = ds_gen_text(gen);
     const int n_gen = ds_text_out_tokens(tx);
     dg_seq *s = &g->done[g->n_done];
-    if (!(s->toks = malloc(sizeof(int32_t) * ((size_t)n_prompt + (size_t)n_gen + 1)))) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    if (!(s->toks = malloc(sizeof(int32_t) * ((size_t)n_prompt + (size_t)n_gen + 1))))
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
     memcpy(s->toks, prompt, sizeof(int32_t) * (size_t)n_prompt);
     for (int i = 0; i < n_gen; i++) s->toks[n_prompt + i] = ds_text_out_token_id(tx, i);
     s->n = n_prompt + n_gen;
     s->n_prompt = n_prompt;
-    s->index = run->rank + k * run->ranks;
+    s->index = dg_index(run, k);
     int32_t stop_tok;
     if (ds_engine_finish_reason(g->engine, ds_gen_seq(gen), &stop_tok) == DS_FINISH_STOP) s->toks[s->n++] = stop_tok;
     g->n_done++;
@@ -290,6 +294,7 @@ static void dg_report(void *ctx) {
     o->progress(o->progress_ctx, &p);
 }
 
+// Stop asked (ds_datagen_params.interrupted: Ctrl-C): the runner stops before the next round.
 static int dg_interrupted(void *ctx) {
     const volatile int *flag = ((dg_ctx *)ctx)->g->o->interrupted;
     return flag && *flag;
