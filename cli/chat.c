@@ -91,14 +91,6 @@ static void conv_free(conversation *c) {
     free(c->msgs);
 }
 
-// Print the reply's text that became safe to show since *shown.
-static void show(const ds_text_out *tx, size_t *shown) {
-    const size_t safe = ds_text_out_safe(tx);
-    if (safe > *shown) fwrite(ds_text_out_text(tx, NULL) + *shown, 1, safe - *shown, stdout);
-    fflush(stdout);
-    *shown = safe;
-}
-
 // One line of `f` without its line ending into *buf (grown up to `max` bytes). Returns its length,
 // or LINE_EOF at end of input, LINE_ERROR on a read error (errno set), LINE_TOO_LONG past `max`
 // bytes (the rest of the line is not read), LINE_NUL when it holds a NUL byte, LINE_NOMEM.
@@ -184,14 +176,12 @@ int cmd_chat(int argc, char **argv) {
         }
         const int max_new = (int)a.n_predict < max_ctx - n ? (int)a.n_predict : max_ctx - n;
         if ((st = ds_gen_begin(g, e, max_new))) goto fail;
-        const ds_text_out *tx = ds_gen_text(g);
-        size_t shown = 0;
-        while (!ds_gen_done(g) && !cli_interrupted) {
-            if ((st = ds_engine_step(e)) || (st = ds_gen_update(g, NULL))) goto fail;
-            show(tx, &shown);
-        }
-        if ((st = ds_gen_end(g))) goto fail;
-        show(tx, &shown);
+        size_t shown = 0; // the reply streams as it is generated
+        const ds_gen_run_params run = {.on_update = cli_gen_show, .interrupted = cli_gen_interrupted, .ctx = &shown};
+        st = ds_gen_run_begun(e, &g, 1, &run, NULL);
+        if (st && st != DS_ERR_INTERRUPTED) goto fail;
+        if ((st = ds_gen_end(g))) goto fail; // (interrupted: the reply so far)
+        cli_gen_show(&shown, 0, g);
         putchar('\n');
         fflush(stdout);
         if (a.stats) {

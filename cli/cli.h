@@ -26,6 +26,11 @@ char *cli_read_file(const char *path);
 // Set by SIGINT once cli_catch_interrupt() is installed.
 extern volatile int cli_interrupted;
 void cli_catch_interrupt(void);
+// Generation through ds_gen_run / ds_gen_run_begun: `interrupted` (cli_interrupted; ctx unused), and
+// `on_update` streaming a request's text: what became safe to show since *(size_t *)ctx (0 at the
+// start) goes to stdout, flushed; call it once more after ds_gen_end for the rest.
+int cli_gen_interrupted(void *ctx);
+void cli_gen_show(void *ctx, long i, const ds_gen *g);
 
 // Defaults once parsed (dspark with a drafter, else none; threshold with --conf-threshold; the
 // --costs table) and the drafter checks. Returns 0 or the usage-error status.

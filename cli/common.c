@@ -97,6 +97,17 @@ void cli_catch_interrupt(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+int cli_gen_interrupted(void *ctx) { return cli_interrupted; }
+
+void cli_gen_show(void *ctx, long i, const ds_gen *g) {
+    size_t *shown = ctx;
+    const ds_text_out *tx = ds_gen_text(g);
+    const size_t safe = ds_text_out_safe(tx);
+    if (safe > *shown) fwrite(ds_text_out_text(tx, NULL) + *shown, 1, safe - *shown, stdout);
+    fflush(stdout);
+    *shown = safe;
+}
+
 const char *const cli_spec_names[] = {"none", "dspark", "ngram", NULL};
 const int cli_spec_kinds[] = {DS_SPEC_NONE, DS_SPEC_DSPARK, DS_SPEC_NGRAM};
 const char *const cli_schedule_names[] = {"fixed", "threshold", "auto", NULL};

@@ -173,17 +173,6 @@ static void print_stats(const gen_args *a, const ds_seq_stats *t) {
     }
 }
 
-// Print (unless --json) the text that became safe to show since *shown.
-static void show(const gen_state *g, size_t *shown, int to_stdout) {
-    const ds_text_out *tx = ds_gen_text(g->gen);
-    const size_t safe = ds_text_out_safe(tx);
-    if (to_stdout && safe > *shown) {
-        fwrite(ds_text_out_text(tx, NULL) + *shown, 1, safe - *shown, stdout);
-        fflush(stdout);
-    }
-    *shown = safe;
-}
-
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int rc = parse_args(argc, argv, &a);
@@ -228,18 +217,18 @@ int cmd_generate(int argc, char **argv) {
     if ((st = ds_engine_init(g.model, g.drafter, &a.spec, &g.engine)) || (st = ds_gen_begin(g.gen, g.engine, req.max_new)))
         goto fail;
     cli_catch_interrupt();
-    size_t shown = 0;
-    while (!ds_gen_done(g.gen) && !cli_interrupted) {
-        if ((st = ds_engine_step(g.engine)) || (st = ds_gen_update(g.gen, NULL))) goto fail;
-        show(&g, &shown, !a.json);
-    }
+    size_t shown = 0; // the text streams as it is generated (not with --json)
+    const ds_gen_run_params run = {.on_update = a.json ? NULL : cli_gen_show, .interrupted = cli_gen_interrupted,
+                                   .ctx = &shown};
+    st = ds_gen_run_begun(g.engine, &g.gen, 1, &run, NULL);
+    if (st && st != DS_ERR_INTERRUPTED) goto fail;
     if ((st = ds_gen_end(g.gen))) goto fail; // (interrupted: the text so far, an incomplete character flushed)
     const ds_seq_stats *t = ds_gen_stats(g.gen);
     const int n_gen = ds_text_out_tokens(ds_gen_text(g.gen));
     if (a.json) {
         print_json(&a, &g, t);
     } else {
-        show(&g, &shown, 1);
+        cli_gen_show(&shown, 0, g.gen);
         putchar('\n');
     }
     fflush(stdout); // the text before the timings, also when both go to one log

@@ -29,6 +29,7 @@ typedef enum {
     DS_TEXT_ENDED,       // ds_text_out_finish: generation ended for another reason (EOS, budget)
 } ds_text_end;
 
+// t NULL: the token ids alone (stop ids end it; the text stays empty, so no stop string matches).
 ds_status ds_text_out_init(const ds_tokenizer *t, ds_text_out **out);
 void ds_text_out_free(ds_text_out *o);
 ds_status ds_text_out_add_stop_id(ds_text_out *o, int32_t id); // id < 0 is ignored (no end-of-turn token)
@@ -79,7 +80,8 @@ typedef struct {
 typedef struct ds_gen ds_gen;
 
 // The request's prompt tokenized and its text output set up (stop ids, stop strings, the end of
-// turn); nothing runs yet. `tok` is the target's tokenizer.
+// turn); nothing runs yet. `tok` is the target's tokenizer; a request of ids (not chat) may go
+// without one (NULL): its output is then the ids alone (ds_text_out_init).
 ds_status ds_gen_init(const ds_tokenizer *tok, const ds_gen_request *r, ds_gen **out);
 // Join `e` with up to max_new new tokens (the request's budget, or less: a caller that fits the
 // context). The engine must outlive the request's time in it.
@@ -90,8 +92,9 @@ ds_status ds_gen_set_sampling(ds_gen *g, const ds_sampler_params *sp, uint64_t s
 // ds_gen_init, then ds_gen_begin with the request's budget.
 ds_status ds_gen_start(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *r, ds_gen **out);
 // After a round (ds_engine_step): move the tokens the engine committed into the text output.
-// *n_new (optional) gets how many were taken. On failure (out of memory) the output is finished;
-// when the engine failed the sequence on its own (DS_FINISH_ERROR) this returns its error once.
+// *n_new (optional) gets how many were taken (ds_gen_new_tokens keeps it). On failure (out of
+// memory) the output is finished; when the engine failed the sequence on its own (DS_FINISH_ERROR)
+// this returns its error once.
 // Once the request is done it stays in the engine until ds_gen_leave / ds_gen_free.
 ds_status ds_gen_update(ds_gen *g, int *n_new);
 // The request is done: its text output ended (stop id, stop string, end of turn) or the engine
@@ -113,25 +116,40 @@ const ds_text_out *ds_gen_text(const ds_gen *g);
 int ds_gen_seq(const ds_gen *g);
 // Its engine statistics (as ds_engine_stats; kept when it leaves).
 const ds_seq_stats *ds_gen_stats(const ds_gen *g);
+// How many tokens the last ds_gen_update took from the engine (the round's new tokens).
+int ds_gen_new_tokens(const ds_gen *g);
 // Seconds from ds_gen_begin to the first token taken (-1 before) and to the update that found it
 // done (-1 before).
 double ds_gen_first_token_s(const ds_gen *g);
 double ds_gen_seconds(const ds_gen *g);
 
 // Run n requests through one engine, up to max_active at a time (a request joins as soon as a
-// running one finishes, in order). Callbacks (each optional) see a request after every round
-// (on_update: streaming) and once it is done, before it leaves the engine (on_done: logprobs are
-// still readable); `interrupted` is polled before every round (non-zero: stop, DS_ERR_INTERRUPTED
-// without a message). *step_s (optional) adds up the wall time of every ds_engine_step.
+// running one finishes, in order): reqs[0..n), or, with reqs NULL, what `request` fills in for each
+// as it joins (a long run need not hold them all at once). Callbacks (each optional but `request`)
+// see a request after every round it took part in (on_update: streaming) and once it is done,
+// before it leaves the engine (on_done: logprobs are still readable; an error it returns stops the
+// run and is returned), and the run after every round (on_round: progress). `interrupted` is polled
+// before every round: non-zero stops the run (no request joins any more) with DS_ERR_INTERRUPTED,
+// without a message, unless every request was done. *step_s (optional) adds up the wall time of
+// every ds_engine_step.
 typedef struct {
-    int max_active;                                  // 0 = 1
-    void (*on_update)(void *ctx, int i, const ds_gen *g);
-    void (*on_done)(void *ctx, int i, const ds_gen *g);
-    int (*interrupted)(void *ctx);
-    void *ctx;
+    int max_active;                                           // 0 = 1
+    void (*request)(void *ctx, long i, ds_gen_request *r);    // with reqs NULL: request i, read as it
+                                                              // joins (ds_gen_init copies what it keeps)
+    void (*on_update)(void *ctx, long i, const ds_gen *g);    // request i after a round
+    ds_status (*on_done)(void *ctx, long i, const ds_gen *g); // request i is done: DS_OK, or an error
+                                                              // that stops the run
+    void (*on_round)(void *ctx);                              // after every round (and its callbacks)
+    int (*interrupted)(void *ctx);                            // non-zero: stop
+    void *ctx;                                                // passed to each callback
 } ds_gen_run_params;
-ds_status ds_gen_run(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *reqs, int n,
+ds_status ds_gen_run(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *reqs, long n,
                      const ds_gen_run_params *p, double *step_s);
+// The same rounds for n requests the caller set up and began in e (ds_gen_begin: a budget of its
+// own), until each is done, with ds_gen_run's callbacks (i: the index in gens; max_active and
+// request unused). The requests stay the caller's and in the engine (their logprobs readable):
+// after an interruption each is as the last round left it (ds_gen_end ends it there).
+ds_status ds_gen_run_begun(ds_engine *e, ds_gen *const *gens, int n, const ds_gen_run_params *p, double *step_s);
 
 #ifdef __cplusplus
 }

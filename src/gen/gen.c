@@ -2,7 +2,8 @@
 // one place (ids as given, text with BOS, a conversation rendered with the assistant's turn
 // opened), its text output set up with the request's stops and, for a chat request, the format's
 // end of turn, then the tokens of every round moved from the engine into that output. And the
-// runner: n requests through one engine, up to R at a time, with per-request timings.
+// runner, the one loop of rounds over an engine: n requests through it, up to R at a time, with
+// per-request timings (or requests a front end began itself, ds_gen_run_begun).
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +30,7 @@ struct ds_gen {
     ds_finish_reason engine_reason;
     ds_seq_stats stats;  // a copy, kept when it leaves the engine
     double t_begin, t_first, t_done;
+    int n_new;           // tokens the last update took
     int32_t take[TAKE_CHUNK];
     char *grammar;       // a copy of the request's GBNF, or NULL
     int32_t ends[DS_SEQ_MAX_STOP_IDS]; // with a grammar: the ids that end the output (stop ids, end of turn),
@@ -55,7 +57,7 @@ static ds_status tokenize(const ds_tokenizer *tok, const char *text, ds_gen *g) 
 static ds_status gen_setup(const ds_tokenizer *tok, const ds_gen_request *r, ds_gen *g) {
     const int kinds = (r->ids != NULL) + (r->text != NULL) + (r->msgs != NULL);
     if (kinds != 1) return ds_fail(DS_ERR_INVALID, "generation request: give exactly one of ids, text and messages");
-    if (!tok) return ds_fail(DS_ERR_INVALID, "generation request: no tokenizer");
+    if (!tok && (!r->ids || r->chat)) return ds_fail(DS_ERR_INVALID, "generation request: no tokenizer");
     ds_status st;
     if (r->ids) {
         if (!(g->prompt = ds_malloc(sizeof(int32_t) * (size_t)(r->n_ids > 0 ? r->n_ids : 1)))) return DS_ERR_NOMEM;
@@ -151,6 +153,7 @@ ds_status ds_gen_start(ds_engine *e, const ds_tokenizer *tok, const ds_gen_reque
 }
 
 ds_status ds_gen_update(ds_gen *g, int *n_new) {
+    g->n_new = 0;
     if (n_new) *n_new = 0;
     if (g->seq < 0 || ds_gen_done(g)) return DS_OK;
     const int fin = ds_engine_finished(g->e, g->seq);
@@ -158,7 +161,7 @@ ds_status ds_gen_update(ds_gen *g, int *n_new) {
     int n;
     while (!ds_text_out_end(g->tx) && (n = ds_engine_take(g->e, g->seq, g->take, TAKE_CHUNK)) > 0) {
         if (g->t_first < 0) g->t_first = now_s() - g->t_begin;
-        if (n_new) *n_new += n;
+        g->n_new += n;
         if ((st = ds_text_out_push(g->tx, g->take, n, NULL))) {
             g->cut = 1;
             ds_text_out_finish(g->tx);
@@ -172,6 +175,7 @@ ds_status ds_gen_update(ds_gen *g, int *n_new) {
         if (g->engine_reason == DS_FINISH_ERROR) st = ds_fail(DS_ERR_INVALID, "%s", ds_engine_seq_error(g->e, g->seq));
     }
     if (ds_gen_done(g)) g->t_done = now_s() - g->t_begin;
+    if (n_new) *n_new = g->n_new;
     return st;
 }
 
@@ -215,49 +219,110 @@ const int32_t *ds_gen_prompt(const ds_gen *g, int *n) {
 const ds_text_out *ds_gen_text(const ds_gen *g) { return g->tx; }
 int ds_gen_seq(const ds_gen *g) { return g->seq; }
 const ds_seq_stats *ds_gen_stats(const ds_gen *g) { return &g->stats; }
+int ds_gen_new_tokens(const ds_gen *g) { return g->n_new; }
 double ds_gen_first_token_s(const ds_gen *g) { return g->t_first; }
 double ds_gen_seconds(const ds_gen *g) { return g->t_done; }
 
 // ---------------------------------------------------------------------------------------------
 // The runner
 
-ds_status ds_gen_run(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *reqs, int n,
+// The runner's state.
+typedef struct {
+    ds_engine *e;               // every request runs in it
+    const ds_gen_run_params *p; // the callbacks
+    double *step_s;             // adds up the wall time of every ds_engine_step (NULL: not kept)
+    ds_gen **slot;              // (R) the requests in the engine (NULL: a free slot)
+    long *which;                // (R) slot k holds request which[k]
+    int R;                      // slots
+    int active;                 // slots in use
+    long next;                  // the next request to join
+    int owned;                  // the runner set the requests up and frees each once done (ds_gen_run)
+} gen_runner;
+
+// Request i into free slot k (ds_gen_run).
+static ds_status run_join(gen_runner *r, const ds_tokenizer *tok, const ds_gen_request *reqs, long i, int k) {
+    ds_gen_request q = {0};
+    if (!reqs) r->p->request(r->p->ctx, i, &q);
+    const ds_status st = ds_gen_start(r->e, tok, reqs ? &reqs[i] : &q, &r->slot[k]);
+    if (st) return st;
+    r->which[k] = i;
+    r->active++;
+    return DS_OK;
+}
+
+// One round: the engine steps once, then every request in it takes its tokens and the callbacks see
+// it; one that is done leaves its slot (freed when the runner owns it).
+static ds_status run_round(gen_runner *r) {
+    const ds_gen_run_params *p = r->p;
+    const double t0 = now_s();
+    ds_status st = ds_engine_step(r->e);
+    if (st) return st;
+    if (r->step_s) *r->step_s += now_s() - t0;
+    for (int k = 0; k < r->R; k++) {
+        ds_gen *g = r->slot[k];
+        if (!g) continue;
+        if ((st = ds_gen_update(g, NULL))) return st;
+        if (p->on_update) p->on_update(p->ctx, r->which[k], g);
+        if (!ds_gen_done(g)) continue;
+        st = p->on_done ? p->on_done(p->ctx, r->which[k], g) : DS_OK;
+        if (r->owned) ds_gen_free(g);
+        r->slot[k] = NULL;
+        r->active--;
+        if (st) return st;
+    }
+    if (p->on_round) p->on_round(p->ctx);
+    return DS_OK;
+}
+
+// Rounds until requests 0..n-1 are done, each joining a free slot in order from reqs (or
+// p->request) unless it is in already (r->next).
+static ds_status run_rounds(gen_runner *r, const ds_tokenizer *tok, const ds_gen_request *reqs, long n) {
+    const ds_gen_run_params *p = r->p;
+    ds_status st = DS_OK;
+    while (!st) {
+        const int stop = p->interrupted && p->interrupted(p->ctx);
+        for (int k = 0; k < r->R && r->next < n && !stop && !st; k++)
+            if (!r->slot[k]) st = run_join(r, tok, reqs, r->next++, k);
+        if (st || (!r->active && r->next == n)) break;
+        st = stop ? DS_ERR_INTERRUPTED : run_round(r); // (interrupted: no message, the caller stops and reports)
+    }
+    return st;
+}
+
+ds_status ds_gen_run(ds_engine *e, const ds_tokenizer *tok, const ds_gen_request *reqs, long n,
                      const ds_gen_run_params *p, double *step_s) {
     const ds_gen_run_params none = {0};
     if (!p) p = &none;
-    const int R = p->max_active > 0 ? p->max_active : 1;
-    ds_gen **slot = ds_calloc((size_t)R, sizeof *slot);
-    int *which = ds_calloc((size_t)R, sizeof *which);
-    ds_status st = slot && which ? DS_OK : DS_ERR_NOMEM;
-    int next = 0, active = 0;
-    while (!st) {
-        for (int k = 0; k < R && next < n && !st; k++) {
-            if (slot[k]) continue;
-            which[k] = next;
-            if (!(st = ds_gen_start(e, tok, &reqs[next], &slot[k]))) active++;
-            next++;
-        }
-        if (st || !active) break;
-        if (p->interrupted && p->interrupted(p->ctx)) {
-            st = DS_ERR_INTERRUPTED; // no message: the caller stops and reports
+    if (!reqs && !p->request && n > 0) return ds_fail(DS_ERR_INVALID, "generation runner: no requests");
+    gen_runner r = {.e = e, .p = p, .step_s = step_s, .R = p->max_active > 0 ? p->max_active : 1, .owned = 1};
+    r.slot = ds_calloc((size_t)r.R, sizeof *r.slot);
+    r.which = ds_calloc((size_t)r.R, sizeof *r.which);
+    const ds_status st = r.slot && r.which ? run_rounds(&r, tok, reqs, n) : DS_ERR_NOMEM;
+    for (int k = 0; r.slot && k < r.R; k++) ds_gen_free(r.slot[k]);
+    free(r.slot);
+    free(r.which);
+    return st;
+}
+
+ds_status ds_gen_run_begun(ds_engine *e, ds_gen *const *gens, int n, const ds_gen_run_params *p, double *step_s) {
+    const ds_gen_run_params none = {0};
+    if (!p) p = &none;
+    gen_runner r = {.e = e, .p = p, .step_s = step_s, .R = n > 0 ? n : 1, .next = n};
+    r.slot = ds_calloc((size_t)r.R, sizeof *r.slot);
+    r.which = ds_calloc((size_t)r.R, sizeof *r.which);
+    ds_status st = r.slot && r.which ? DS_OK : DS_ERR_NOMEM;
+    for (int k = 0; !st && k < n; k++) {
+        if (ds_gen_done(gens[k])) continue;
+        if (gens[k]->seq < 0 || gens[k]->e != e) {
+            st = ds_fail(DS_ERR_INVALID, "generation request: not begun in this engine");
             break;
         }
-        const double t0 = now_s();
-        if ((st = ds_engine_step(e))) break;
-        if (step_s) *step_s += now_s() - t0;
-        for (int k = 0; k < R && !st; k++) {
-            if (!slot[k]) continue;
-            st = ds_gen_update(slot[k], NULL);
-            if (p->on_update) p->on_update(p->ctx, which[k], slot[k]);
-            if (st || !ds_gen_done(slot[k])) continue;
-            if (p->on_done) p->on_done(p->ctx, which[k], slot[k]);
-            ds_gen_free(slot[k]);
-            slot[k] = NULL;
-            active--;
-        }
+        r.slot[k] = gens[k];
+        r.which[k] = k;
+        r.active++;
     }
-    for (int k = 0; slot && k < R; k++) ds_gen_free(slot[k]);
-    free(slot);
-    free(which);
+    if (!st) st = run_rounds(&r, NULL, NULL, n);
+    free(r.slot);
+    free(r.which);
     return st;
 }

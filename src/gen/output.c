@@ -31,10 +31,9 @@ struct ds_text_out {
 
 ds_status ds_text_out_init(const ds_tokenizer *t, ds_text_out **out) {
     *out = NULL;
-    if (!t) return ds_fail(DS_ERR_INVALID, "text output: no tokenizer");
     ds_text_out *o = ds_calloc(1, sizeof *o);
     if (!o) return DS_ERR_NOMEM;
-    ds_detok_init(&o->dt, t, 0); // a continuation keeps its leading space
+    ds_detok_init(&o->dt, t, 0); // a continuation keeps its leading space (no tokenizer: no text, ids only)
     if (!(o->text = ds_malloc(256))) {
         free(o);
         return DS_ERR_NOMEM;

@@ -63,11 +63,12 @@ static int interrupted(void *ctx) {
     return flag && *flag;
 }
 
-static void on_done(void *ctx, int i, const ds_gen *g) {
+static ds_status on_done(void *ctx, long i, const ds_gen *g) {
     cal_run *c = ctx;
     c->done++;
     const ds_calibrate_event ev = {.kind = DS_CALIBRATE_EV_PROMPT, .done = c->done, .total = c->total, .rounds = c->R->n};
     if (c->o->progress) c->o->progress(c->o->progress_ctx, &ev);
+    return DS_OK;
 }
 
 // The calibration file's content.

@@ -7,8 +7,9 @@
 // rank 0, which writes the one file (and the held-out file): byte-identical to a one-process run
 // with the same options. (Rank 0 holds the other ranks' sequences in memory until the end.)
 //
-// Datagen (the API: include/dspark_jobs.h): the engine decodes R sequences at a time; completed sequences are written in
-// index order (one process), or gathered to rank 0 and written there in index order (MPI).
+// Datagen (the API: include/dspark_jobs.h): the runner (ds_gen_run) decodes R sequences at a time;
+// completed sequences are written in index order (one process), or gathered to rank 0 and written
+// there in index order (MPI).
 #include "dspark_jobs.h"
 
 #include <math.h>
@@ -45,11 +46,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// A sequence in flight (one engine slot) or completed and waiting for its turn in the file.
+// A completed sequence waiting for its turn in the file.
 typedef struct {
-    long index;    // position in the generation order; -1 = free slot
-    int id;        // engine sequence id
-    int32_t *toks; // (n_prompt + max_tokens + 1)
+    long index;    // position in the generation order
+    int32_t *toks; // (n) the prompt, the generated tokens and the stop id that ended them (if one did)
     int n, n_prompt;
 } dg_seq;
 
@@ -62,8 +62,7 @@ typedef struct {
     int *pn;
     int n_sources;
     ds_data_writer *w, *wh;
-    dg_seq *slots;   // (R)
-    int R;
+    int R;           // sequences in flight at a time
     dg_seq *done;    // completed, not yet written (unordered)
     int n_done, cap_done;
     int32_t *sent;   // MPI: this rank's completed sequences, serialized (index lo, hi, n, n_prompt, ids)
@@ -80,8 +79,6 @@ static void dg_free(dg_state *g) {
     free(g->ptoks);
     free(g->pn);
     ds_prompts_free(g->prompts);
-    for (int i = 0; g->slots && i < g->R; i++) free(g->slots[i].toks);
-    free(g->slots);
     for (int i = 0; i < g->n_done; i++) free(g->done[i].toks);
     free(g->done);
     free(g->sent);
@@ -185,15 +182,23 @@ typedef struct {
     int rank, ranks;
     long mine;             // sequences of this rank
     long existing;         // sequences already in the output file (appending)
-    long next, written, completed;
+    long written, completed;
     long long gen_tokens;
-    size_t seq_cap;        // tokens a slot's buffer holds: the longest prompt + max_tokens + 1
     ds_sampler_params plain_sp;
     double t0, last_report;
 } dg_run;
 
+// The generation-order index of this rank's k-th sequence.
+static long dg_index(const dg_run *run, long k) { return run->rank + k * run->ranks; }
+
+// What the runner's callbacks see (ds_gen_run_params.ctx).
+typedef struct {
+    dg_state *g;  // the engine, the writers, the completed sequences
+    dg_run *run;  // the counts
+} dg_ctx;
+
 // Load the target and the prompts, open the writers (rank 0: a bad output path fails before any
-// generation), start the engine and allocate the R slots.
+// generation) and start the engine.
 static ds_status dg_open(dg_state *g, dg_run *run) {
     const ds_datagen_params *o = g->o;
     g->R = (int)(o->concurrency < run->mine ? o->concurrency : (run->mine > 0 ? run->mine : 1));
@@ -206,72 +211,29 @@ static ds_status dg_open(dg_state *g, dg_run *run) {
     run->existing = g->w ? (long)ds_data_writer_count(g->w) : 0;
     const ds_spec_params none = {.kind = DS_SPEC_NONE};
     if (!st) st = ds_engine_init(g->model, NULL, &none, &g->engine);
-    if (!st && !(g->slots = calloc((size_t)g->R, sizeof *g->slots))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
-    int max_pn = 0;
-    for (int i = 0; !st && i < g->n_sources; i++) max_pn = g->pn[i] > max_pn ? g->pn[i] : max_pn;
-    run->seq_cap = (size_t)max_pn + (size_t)o->max_tokens + 1;
-    for (int r = 0; !st && r < g->R; r++) {
-        g->slots[r].index = -1;
-        if (!(g->slots[r].toks = malloc(sizeof(int32_t) * run->seq_cap))) st = ds_fail(DS_ERR_NOMEM, "out of memory");
-    }
     return st;
 }
 
-// Fill the free slots in index order.
-static ds_status dg_fill(dg_state *g, dg_run *run, int stop) {
-    const ds_datagen_params *o = g->o;
-    for (int r = 0; r < g->R && run->next < run->mine && !stop; r++) {
-        dg_seq *s = &g->slots[r];
-        if (s->index >= 0) continue;
-        const long index = run->rank + run->next * run->ranks;
-        const int src = (int)(index % g->n_sources);
-        const ds_seq_params sq = {.prompt = g->ptoks[src], .n_prompt = g->pn[src], .max_new = o->max_tokens,
-                                  .sp = is_plain(index, o->plain) ? &run->plain_sp : &o->sp,
-                                  .seed = o->seed + (uint64_t)index, .batch_invariant = 1};
-        const ds_status st = ds_engine_add(g->engine, &sq, &s->id);
-        if (st) return st;
-        memcpy(s->toks, g->ptoks[src], sizeof(int32_t) * (size_t)g->pn[src]);
-        s->n = s->n_prompt = g->pn[src];
-        s->index = index;
-        run->next++;
-    }
-    return DS_OK;
+// This rank's k-th sequence (ds_gen_run_params.request): its prompt (the sources in turn), sampler
+// and seed.
+static void dg_request(void *ctx, long k, ds_gen_request *r) {
+    const dg_ctx *c = ctx;
+    const ds_datagen_params *o = c->g->o;
+    const long index = dg_index(c->run, k);
+    const int src = (int)(index % c->g->n_sources);
+    *r = (ds_gen_request){.ids = c->g->ptoks[src], .n_ids = c->g->pn[src], .max_new = o->max_tokens,
+                          .sp = is_plain(index, o->plain) ? c->run->plain_sp : o->sp, .seed = o->seed + (uint64_t)index};
 }
 
-// After a round: take each slot's new tokens; a finished sequence (with the stop id it produced:
-// EOS, <|im_end|>, ...) moves to the completed list and its slot gets a fresh buffer.
-static ds_status dg_collect(dg_state *g, dg_run *run) {
-    for (int r = 0; r < g->R; r++) {
-        dg_seq *s = &g->slots[r];
-        if (s->index < 0) continue;
-        const int got = ds_engine_take(g->engine, s->id, s->toks + s->n, (int)(run->seq_cap - (size_t)s->n));
-        s->n += got;
-        run->gen_tokens += got;
-        if (!ds_engine_finished(g->engine, s->id)) continue;
-        int32_t stop_tok;
-        if (ds_engine_finish_reason(g->engine, s->id, &stop_tok) == DS_FINISH_STOP) s->toks[s->n++] = stop_tok;
-        ds_engine_remove(g->engine, s->id);
-        run->completed++;
-        if (g->n_done == g->cap_done) {
-            const int nc = g->cap_done ? 2 * g->cap_done : 16;
-            dg_seq *nd = realloc(g->done, sizeof *nd * (size_t)nc);
-            if (!nd) return ds_fail(DS_ERR_NOMEM, "out of memory");
-            g->done = nd;
-            g->cap_done = nc;
-        }
-        g->done[g->n_done++] = *s;
-        s->index = -1;
-        if (!(s->toks = malloc(sizeof(int32_t) * run->seq_cap))) return ds_fail(DS_ERR_NOMEM, "out of memory");
-    }
-    return DS_OK;
-}
+// After a round: the generated tokens so far (progress).
+static void dg_count(void *ctx, long k, const ds_gen *g) { ((dg_ctx *)ctx)->run->gen_tokens += ds_gen_new_tokens(g); }
 
 // Write the completed sequences that are next in order.
 static ds_status dg_emit_ready(dg_state *g, dg_run *run) {
     for (int found = 1; found;) {
         found = 0;
         for (int j = 0; j < g->n_done; j++)
-            if (g->done[j].index == run->rank + run->written * run->ranks) {
+            if (g->done[j].index == dg_index(run, run->written)) {
                 const ds_status st = emit(g, &g->done[j], run->ranks);
                 if (st) return st;
                 free(g->done[j].toks);
@@ -284,8 +246,41 @@ static ds_status dg_emit_ready(dg_state *g, dg_run *run) {
     return DS_OK;
 }
 
-// Rank 0 reports progress at most every 0.25 s.
-static void dg_report(const dg_state *g, dg_run *run) {
+// A sequence is complete (with the stop id it produced: EOS, <|im_end|>, ...): onto the completed
+// list, then whatever is next in order into the file.
+static ds_status dg_done(void *ctx, long k, const ds_gen *gen) {
+    dg_state *g = ((dg_ctx *)ctx)->g;
+    dg_run *run = ((dg_ctx *)ctx)->run;
+    run->completed++;
+    if (g->n_done == g->cap_done) {
+        const int nc = g->cap_done ? 2 * g->cap_done : 16;
+        dg_seq *nd = realloc(g->done, sizeof *nd * (size_t)nc);
+        if (!nd) return ds_fail(DS_ERR_NOMEM, "out of memory");
+        g->done = nd;
+        g->cap_done = nc;
+    }
+    int n_prompt;
+    const int32_t *prompt = ds_gen_prompt(gen, &n_prompt);
+    const ds_text_out *tx = ds_gen_text(gen);
+    const int n_gen = ds_text_out_tokens(tx);
+    dg_seq *s = &g->done[g->n_done];
+    if (!(s->toks = malloc(sizeof(int32_t) * ((size_t)n_prompt + (size_t)n_gen + 1))))
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    memcpy(s->toks, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    for (int i = 0; i < n_gen; i++) s->toks[n_prompt + i] = ds_text_out_token_id(tx, i);
+    s->n = n_prompt + n_gen;
+    s->n_prompt = n_prompt;
+    s->index = dg_index(run, k);
+    int32_t stop_tok;
+    if (ds_engine_finish_reason(g->engine, ds_gen_seq(gen), &stop_tok) == DS_FINISH_STOP) s->toks[s->n++] = stop_tok;
+    g->n_done++;
+    return dg_emit_ready(g, run);
+}
+
+// Rank 0 reports progress at most every 0.25 s (after every round).
+static void dg_report(void *ctx) {
+    const dg_state *g = ((dg_ctx *)ctx)->g;
+    dg_run *run = ((dg_ctx *)ctx)->run;
     const ds_datagen_params *o = g->o;
     const double now = now_s();
     if (run->rank != 0 || !o->progress || now - run->last_report < 0.25) return;
@@ -297,6 +292,12 @@ static void dg_report(const dg_state *g, dg_run *run) {
                              .tok_per_s = el > 0 ? (double)run->gen_tokens * run->ranks / el : 0,
                              .eta_s = completed > 0 ? el / (double)completed * (double)(run->mine - completed) : -1};
     o->progress(o->progress_ctx, &p);
+}
+
+// Stop asked (ds_datagen_params.interrupted: Ctrl-C): the runner stops before the next round.
+static int dg_interrupted(void *ctx) {
+    const volatile int *flag = ((dg_ctx *)ctx)->g->o->interrupted;
+    return flag && *flag;
 }
 
 // The end: on an interruption keep every completed sequence (in index order; the ones in flight
@@ -341,24 +342,22 @@ ds_status ds_datagen_run(const ds_datagen_params *o, ds_datagen_result *res) {
     dg_run run = {.rank = ds_mpi_rank(), .ranks = ds_mpi_size()};
     run.mine = o->count > run.rank ? (o->count - run.rank + run.ranks - 1) / run.ranks : 0;
     ds_status st = dg_open(&g, &run);
-    // Reproducible whatever R: decoding rounds run every product through the multi-row kernel, whose
-    // result for a row never depends on the other rows (sgemm's summation order changes with the
-    // batch size, and at R >= 10 sampled tokens near a tie would differ). Measured on a 2048 x 16
-    // model with R = 16 and 32, no slower than sgemm on this memory-bound decoding. Prefill (one
-    // sequence, the same rows whatever R) keeps sgemm.
     run.plain_sp = ds_sampler_default();
     run.plain_sp.temperature = 1.0f;
     run.plain_sp.verify = o->sp.verify;
     run.t0 = run.last_report = now_s();
-    int stop = 0;
-    while (!st) {
-        stop = o->interrupted && *o->interrupted;
-        if ((st = dg_fill(&g, &run, stop))) break;
-        if (stop || !ds_engine_active(g.engine)) break;
-        if ((st = ds_engine_step(g.engine)) || (st = dg_collect(&g, &run)) || (st = dg_emit_ready(&g, &run))) break;
-        dg_report(&g, &run);
-    }
-    if (!st) st = dg_finish(&g, &run, stop, res);
+    // The sequences as token ids (no tokenizer needed: --unconditional runs on a target without one).
+    // Reproducible whatever R: the generation layer asks for batch invariance, so decoding rounds run
+    // every product through the multi-row kernel, whose result for a row never depends on the other
+    // rows (sgemm's summation order changes with the batch size, and at R >= 10 sampled tokens near a
+    // tie would differ). Measured on a 2048 x 16 model with R = 16 and 32, no slower than sgemm on
+    // this memory-bound decoding. Prefill (one sequence, the same rows whatever R) keeps sgemm.
+    dg_ctx c = {&g, &run};
+    const ds_gen_run_params p = {.max_active = g.R, .request = dg_request, .on_update = dg_count, .on_done = dg_done,
+                                 .on_round = dg_report, .interrupted = dg_interrupted, .ctx = &c};
+    if (!st) st = ds_gen_run(g.engine, NULL, NULL, run.mine, &p, NULL);
+    const int stop = st == DS_ERR_INTERRUPTED;
+    if (!st || stop) st = dg_finish(&g, &run, stop, res);
     dg_free(&g);
     return st;
 }

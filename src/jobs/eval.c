@@ -55,7 +55,7 @@ static void add_stats(ds_eval_totals *t, const ds_seq_stats *s, int n, double se
     t->request_rate += seconds > 0 ? n / seconds : 0;
 }
 
-static void on_done(void *ctx, int i, const ds_gen *g) {
+static ds_status on_done(void *ctx, long i, const ds_gen *g) {
     ev_run *r = ctx;
     const ds_text_out *tx = ds_gen_text(g);
     const int n = ds_text_out_tokens(tx);
@@ -63,6 +63,7 @@ static void on_done(void *ctx, int i, const ds_gen *g) {
     r->n_out[i] = n;
     r->done[i] = 1;
     if (r->t) add_stats(r->t, ds_gen_stats(g), n, ds_gen_seconds(g));
+    return DS_OK;
 }
 
 static int stop_asked(const volatile int *flag) { return flag && *flag; }

@@ -8,7 +8,9 @@
 //    greedy, against the same request without stops);
 //  - the runner admits at most R requests at a time and each request's tokens equal its tokens run
 //    alone, bitwise in its log-probabilities too (batch invariance, past the point where sgemm would
-//    take over); ds_gen_end ends a request early with DS_FINISH_LENGTH.
+//    take over); ds_gen_end ends a request early with DS_FINISH_LENGTH;
+//  - the runner's other sources and stops: requests made as they join, of ids without a tokenizer;
+//    an error from on_done, an interruption, requests the caller began (ds_gen_run_begun).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -115,7 +117,7 @@ typedef struct {
     int violations, updates;
 } stream_check;
 
-static void on_update(void *ctx, int i, const ds_gen *g) {
+static void on_update(void *ctx, long i, const ds_gen *g) {
     stream_check *c = ctx;
     const ds_text_out *tx = ds_gen_text(g);
     const size_t safe = ds_text_out_safe(tx);
@@ -180,13 +182,13 @@ typedef struct {
     result got[5];
 } run_check;
 
-static void on_update_count(void *ctx, int i, const ds_gen *g) {
+static void on_update_count(void *ctx, long i, const ds_gen *g) {
     run_check *c = ctx;
     const int a = ds_engine_active(c->e);
     if (a > c->max_active_seen) c->max_active_seen = a;
 }
 
-static void on_done(void *ctx, int i, const ds_gen *g) {
+static ds_status on_done(void *ctx, long i, const ds_gen *g) {
     run_check *c = ctx;
     const ds_text_out *tx = ds_gen_text(g);
     c->got[i].n = ds_text_out_tokens(tx);
@@ -194,6 +196,7 @@ static void on_done(void *ctx, int i, const ds_gen *g) {
     c->done++;
     assert_true(ds_gen_seconds(g) >= ds_gen_first_token_s(g));
     assert_true(ds_gen_first_token_s(g) >= 0);
+    return DS_OK;
 }
 
 static void test_runner_admission(void **state) {
@@ -230,11 +233,12 @@ typedef struct {
     int n[12];
 } lp_check;
 
-static void on_done_lp(void *ctx, int i, const ds_gen *g) {
+static ds_status on_done_lp(void *ctx, long i, const ds_gen *g) {
     lp_check *c = ctx;
     const int n = ds_text_out_tokens(ds_gen_text(g));
     c->n[i] = n;
     for (int t = 0; t < n && t < 16; t++) assert_int_equal(ds_engine_logprobs(c->e, ds_gen_seq(g), t, &c->lp[i][t], NULL, NULL), 0);
+    return DS_OK;
 }
 
 static void test_runner_batch_invariant(void **state) {
@@ -261,6 +265,138 @@ static void test_runner_batch_invariant(void **state) {
     }
     ds_engine_free(together.e);
     ds_engine_free(alone.e);
+}
+
+// Requests made as they join (`request`), of ids without a tokenizer (the output is the ids alone):
+// the same tokens as the text requests run alone; every round seen once (on_round), and the new
+// tokens of each update (ds_gen_new_tokens) add up to the output.
+typedef struct {
+    int32_t *ids[4];
+    int n_ids[4];
+    int rounds, updates, done;
+    long new_tokens;
+    result got[4];
+} source_check;
+
+static void make_request(void *ctx, long i, ds_gen_request *r) {
+    const source_check *c = ctx;
+    *r = (ds_gen_request){.ids = c->ids[i], .n_ids = c->n_ids[i], .max_new = 8 + 4 * (int)i, .sp = ds_sampler_default()};
+}
+
+static void count_update(void *ctx, long i, const ds_gen *g) {
+    source_check *c = ctx;
+    c->updates++;
+    c->new_tokens += ds_gen_new_tokens(g);
+}
+
+static ds_status keep_ids(void *ctx, long i, const ds_gen *g) {
+    source_check *c = ctx;
+    const ds_text_out *tx = ds_gen_text(g);
+    c->got[i].n = ds_text_out_tokens(tx);
+    for (int k = 0; k < c->got[i].n; k++) c->got[i].tokens[k] = ds_text_out_token_id(tx, k);
+    assert_string_equal(ds_text_out_text(tx, NULL), "");
+    c->done++;
+    return DS_OK;
+}
+
+static void count_round(void *ctx) { ((source_check *)ctx)->rounds++; }
+
+static void test_runner_request_source(void **state) {
+    (void)state;
+    const char *prompts[4] = {"Once upon a time", "The cat", "Lily wanted", "Tom"};
+    source_check c = {0};
+    ds_gen *gs[4];
+    for (int i = 0; i < 4; i++) { // (the ids a text request gets)
+        const ds_gen_request r = story(prompts[i], 1);
+        assert_int_equal(ds_gen_init(ds_model_tokenizer(stories), &r, &gs[i]), DS_OK);
+        const int32_t *ids = ds_gen_prompt(gs[i], &c.n_ids[i]);
+        c.ids[i] = malloc(sizeof(int32_t) * (size_t)c.n_ids[i]);
+        memcpy(c.ids[i], ids, sizeof(int32_t) * (size_t)c.n_ids[i]);
+        ds_gen_free(gs[i]);
+    }
+    const ds_gen_request text = story("Once upon a time", 4);
+    assert_int_equal(ds_gen_init(NULL, &text, &gs[0]), DS_ERR_INVALID); // text needs the tokenizer
+    const ds_spec_params none = {.kind = DS_SPEC_NONE};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(stories, NULL, &none, &e), DS_OK);
+    const ds_gen_run_params p = {.max_active = 2, .request = make_request, .on_update = count_update, .on_done = keep_ids,
+                                 .on_round = count_round, .ctx = &c};
+    assert_int_equal(ds_gen_run(e, NULL, NULL, 4, &p, NULL), DS_OK);
+    assert_int_equal(c.done, 4);
+    long total = 0;
+    for (int i = 0; i < 4; i++) {
+        result alone;
+        run_alone(stories, &(ds_gen_request){.text = prompts[i], .max_new = 8 + 4 * i, .sp = ds_sampler_default()}, &alone);
+        assert_int_equal(c.got[i].n, alone.n);
+        assert_memory_equal(c.got[i].tokens, alone.tokens, sizeof(int32_t) * (size_t)alone.n);
+        total += alone.n;
+        free(c.ids[i]);
+    }
+    assert_int_equal(c.new_tokens, total);
+    assert_true(c.rounds >= 8 + 4 * 3 && c.updates > c.rounds); // (two at a time most rounds)
+    ds_engine_free(e);
+}
+
+// An error from on_done stops the run and is returned; an interruption stops it before any request
+// joins; requests the caller began run to their end and stay in the engine, or stay as the last
+// round left them when interrupted.
+typedef struct {
+    int polls, stop_after, done;
+} stop_check;
+
+static int stop_when(void *ctx) {
+    stop_check *c = ctx;
+    return c->polls++ >= c->stop_after;
+}
+
+static ds_status fail_done(void *ctx, long i, const ds_gen *g) {
+    ((stop_check *)ctx)->done++;
+    return DS_ERR_IO;
+}
+
+static ds_status count_done(void *ctx, long i, const ds_gen *g) {
+    ((stop_check *)ctx)->done++;
+    return DS_OK;
+}
+
+static void test_runner_stops(void **state) {
+    (void)state;
+    const ds_spec_params none = {.kind = DS_SPEC_NONE};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(stories, NULL, &none, &e), DS_OK);
+    const ds_tokenizer *tok = ds_model_tokenizer(stories);
+    ds_gen_request r[3] = {story("Once upon a time", 4), story("The cat", 4), story("Tom", 4)};
+    stop_check c = {.stop_after = 1000};
+    const ds_gen_run_params failing = {.on_done = fail_done, .interrupted = stop_when, .ctx = &c};
+    assert_int_equal(ds_gen_run(e, tok, r, 3, &failing, NULL), DS_ERR_IO);
+    assert_int_equal(c.done, 1);
+    assert_int_equal(ds_engine_active(e), 0);
+    c = (stop_check){.stop_after = 0};
+    const ds_gen_run_params stopped = {.max_active = 3, .on_done = count_done, .interrupted = stop_when, .ctx = &c};
+    assert_int_equal(ds_gen_run(e, tok, r, 3, &stopped, NULL), DS_ERR_INTERRUPTED);
+    assert_int_equal(c.polls, 1);
+    assert_int_equal(ds_engine_active(e), 0);
+
+    // Begun by the caller: interrupted after 3 rounds, then run to the end.
+    result alone;
+    run_alone(stories, &r[0], &alone);
+    ds_gen *g[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(ds_gen_start(e, tok, &r[i], &g[i]), DS_OK);
+    c = (stop_check){.stop_after = 3};
+    assert_int_equal(ds_gen_run_begun(e, g, 2, &stopped, NULL), DS_ERR_INTERRUPTED);
+    assert_false(ds_gen_done(g[0]));
+    assert_int_equal(ds_engine_active(e), 2);
+    ds_gen_free(g[1]);
+    c = (stop_check){.stop_after = 1000};
+    assert_int_equal(ds_gen_run_begun(e, g, 1, &stopped, NULL), DS_OK);
+    assert_int_equal(c.done, 1);
+    assert_true(ds_gen_done(g[0]) && ds_gen_seq(g[0]) >= 0); // done, still in the engine
+    assert_int_equal(ds_text_out_tokens(ds_gen_text(g[0])), alone.n);
+    for (int k = 0; k < alone.n; k++) assert_int_equal(ds_text_out_token_id(ds_gen_text(g[0]), k), alone.tokens[k]);
+    ds_gen_leave(g[0]);
+    assert_int_equal(ds_gen_run_begun(e, g, 1, &stopped, NULL), DS_OK); // (done: nothing to run)
+    ds_gen_free(g[0]);
+    ds_engine_free(e);
 }
 
 static void test_end_early(void **state) {
@@ -304,7 +440,8 @@ int main(void) {
     const struct CMUnitTest chat[] = {cmocka_unit_test(test_chat_ends_at_end_of_turn)};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_string_and_holdback), cmocka_unit_test(test_stop_id),
-        cmocka_unit_test(test_runner_admission),
+        cmocka_unit_test(test_runner_admission), cmocka_unit_test(test_runner_request_source),
+        cmocka_unit_test(test_runner_stops),
         cmocka_unit_test(test_runner_batch_invariant), cmocka_unit_test(test_end_early), cmocka_unit_test(test_bad_request),
     };
     return cmocka_run_group_tests(chat, NULL, NULL) | cmocka_run_group_tests(tests, setup, teardown);
