@@ -133,6 +133,10 @@ static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats
     cJSON_AddStringToObject(o, "spec", cli_spec_name(a->spec.kind));
     cJSON_AddNumberToObject(o, "rounds", t->rounds);
     cJSON_AddNumberToObject(o, "tau", t->tau);
+    if (a->spec.tree_branches) { // token trees: rounds that verified one, and whose path left the chain
+        cJSON_AddNumberToObject(o, "tree_rounds", t->tree_rounds);
+        cJSON_AddNumberToObject(o, "branch_accepted", t->branch_accepted);
+    }
     cJSON *acc = cJSON_AddArrayToObject(o, "acceptance_by_position");
     for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)
         cJSON_AddItemToArray(acc, cJSON_CreateNumber((double)t->accepted_by_pos[k] / t->tried_by_pos[k]));
@@ -165,6 +169,9 @@ static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats
 static void print_stats(const gen_args *a, const ds_seq_stats *t) {
     fprintf(stderr, "dspark: spec %s: %d rounds, tau %.3f, %d/%d drafts accepted; draft %.1f ms, verify %.1f ms\n",
             cli_spec_name(a->spec.kind), t->rounds, t->tau, t->accepted, t->drafted, t->draft_s * 1e3, t->verify_s * 1e3);
+    if (a->spec.tree_branches)
+        fprintf(stderr, "dspark: token trees in %d rounds; the accepted path took a branch in %d\n", t->tree_rounds,
+                t->branch_accepted);
     if (t->tried_by_pos[0]) {
         fprintf(stderr, "dspark: acceptance by position:");
         for (int k = 0; k < 64 && t->tried_by_pos[k]; k++)

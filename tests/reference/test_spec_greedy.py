@@ -85,6 +85,8 @@ SETTINGS = [
     (["--conf-threshold", "0.3"], None),
     (["--conf-threshold", "0.6"], None),
     (["--draft-max", "3", "--conf-threshold", "0.6"], 3),
+    (["--tree", "3"], None),  # token trees: side branches verified with the chain in one forward
+    (["--draft-max", "4", "--tree", "4", "--tree-depth", "3"], 4),
 ]
 NGRAM_SETTINGS = [(["--draft-max", str(k), "--ngram", str(n)], k, n) for k in (1, 4, 7) for n in (1, 2, 3)]
 
