@@ -219,8 +219,8 @@ CONFIGS = [
 CONFIGS += [
     dict(key="ta", name="tree 3 x 1, residual, vanilla bigram, 4 tokens, T=1 top-k 8", spec="dspark",
          drafter="vanilla_bigram", temp=1.0, top_k=8, gen=4, tree=3, tree_depth=1),
-    dict(key="tb", name="tree 2 x 1, residual, dspark random (branches tried after most rejections), 3 tokens, T=1",
-         spec="dspark", drafter="random", temp=1.0, gen=3, tree=2, tree_depth=1),
+    dict(key="tb", name="tree 2 x 1, residual, dspark random (branches tried after most rejections), 3 tokens, T=1 "
+         "top-k 10", spec="dspark", drafter="random", temp=1.0, top_k=10, gen=3, tree=2, tree_depth=1),
     dict(key="tc", name="tree 2, coupled, vanilla bigram, T=1, batch 8", spec="dspark", drafter="vanilla_bigram",
          temp=1.0, batch=8, tree=2, verify="coupled"),
     dict(key="td", name="tree 2 x 2, residual, vanilla bigram, 3 tokens, T=1, batch 8, logit bias + penalties",
