@@ -36,6 +36,14 @@
 #define DS_GRAMMAR_CACHE 8 // compiled grammars kept per engine
 #define DS_TREE_ROWS 64    // most rows of a token tree (ds_forward_seq.parent)
 
+// A token tree's candidate row (or branch point: a chain slot) with its estimated chance to lie on
+// the accepted path.
+typedef struct {
+    float a;
+    int row; // a tree row, or (branch points) a slot
+    int32_t tok;
+} tree_cand;
+
 typedef struct {
     int used, finished;
     ds_kv *kv;
@@ -66,6 +74,7 @@ typedef struct {
     int q_row[DS_MAX_DRAFT + 1];    // (n_rows) a tree row's draft logits row in q_logits (-1: proposed
                                     // deterministically, a branch's first token)
     float row_a[DS_MAX_DRAFT + 1];  // (n_rows) a tree row's estimated chance to be on the accepted path
+    tree_cand bp[DS_MAX_DRAFT];     // (ell) each chain slot as a branch point: a and the alternative
     int cap_rows;        // rows p_logits and taps hold (1 + K, or 64 with token trees)
     float *q_logits;     // (cap_rows - 1, V) draft logits: the chain's slots, then tree branches' rows
     float conf[DS_MAX_DRAFT];
@@ -723,11 +732,6 @@ static void slot_alternative(const float *l, int V, int32_t tok, float *p_tok, i
     *p_alt = best >= 0 ? (float)(expf(l[best] - mx) / z) : 0;
 }
 
-typedef struct {
-    float a;
-    int row; // a tree row, or (branch points) a slot
-    int32_t tok;
-} tree_cand;
 
 static int cmp_tree_cand(const void *x, const void *y) {
     const tree_cand *p = x, *q = y;
@@ -735,7 +739,7 @@ static int cmp_tree_cand(const void *x, const void *y) {
     return p->row - q->row; // ties: earlier rows (parents before children)
 }
 
-// s's chain rows' a (row_a) and parents; returns its τ contribution 1 + Σ a.
+// s's chain rows' a (row_a), parents and branch points (bp); returns its τ contribution 1 + Σ a.
 static double chain_rows(const ds_engine *e, seq *s) {
     const int V = e->m->info.vocab_size;
     double tau = 1, A = 1;
@@ -746,7 +750,9 @@ static double chain_rows(const ds_engine *e, seq *s) {
         float pm, pa;
         int32_t alt;
         slot_alternative(s->q_logits + (size_t)k * V, V, s->rows[1 + k], &pm, &alt, &pa);
-        A *= isfinite(s->conf[k]) ? s->conf[k] : pm;
+        const float c = isfinite(s->conf[k]) ? s->conf[k] : pm, beta = pa / fmaxf(1 - pm, 1e-6f);
+        s->bp[k] = (tree_cand){(float)A * (1 - c) * fminf(beta, 1), k, alt}; // (alt -1: no other token)
+        A *= c;
         s->par[1 + k] = k;
         s->q_row[1 + k] = k;
         s->row_a[1 + k] = (float)A;
@@ -758,15 +764,10 @@ static double chain_rows(const ds_engine *e, seq *s) {
 // Branches for s (sequence j of this round's drafting batch), appended after its chain's rows.
 static ds_status tree_branches(ds_engine *e, seq *s, int j) {
     const int V = e->m->info.vocab_size, ell = s->ell, depth = e->sp.tree_depth ? e->sp.tree_depth : 2;
-    tree_cand bp[DS_MAX_DRAFT];
+    tree_cand bp[DS_MAX_DRAFT]; // the branch points (chain_rows), best first
     int nb = 0;
-    for (int k = 0; k < ell; k++) { // branch points
-        float pm, pa;
-        int32_t alt;
-        slot_alternative(s->q_logits + (size_t)k * V, V, s->rows[1 + k], &pm, &alt, &pa);
-        const float c = s->row_a[k] > 0 ? s->row_a[1 + k] / s->row_a[k] : pm, beta = pa / fmaxf(1 - pm, 1e-6f);
-        if (alt >= 0) bp[nb++] = (tree_cand){s->row_a[k] * (1 - c) * fminf(beta, 1), k, alt};
-    }
+    for (int k = 0; k < ell; k++)
+        if (s->bp[k].tok >= 0) bp[nb++] = s->bp[k];
     qsort(bp, (size_t)nb, sizeof *bp, cmp_tree_cand);
     int n = ell + 1, nq = s->n_drafted; // next row, next draft-logits row
     const double t0 = now_s();
