@@ -98,6 +98,10 @@ static void print_json(const ev_args *a, int n_prompts, const ds_eval_totals *s,
     cJSON_AddNumberToObject(o, "generated_tokens", (double)s->generated);
     cJSON_AddNumberToObject(o, "drafted", (double)s->drafted);
     cJSON_AddNumberToObject(o, "accepted", (double)s->accepted);
+    if (a->spec.tree_branches) {
+        cJSON_AddNumberToObject(o, "tree_rounds", (double)s->tree_rounds);
+        cJSON_AddNumberToObject(o, "branch_accepted", (double)s->branch_accepted);
+    }
     cJSON_AddNumberToObject(o, "tok_per_s", rate_of(s));
     cJSON_AddNumberToObject(o, "baseline_tok_per_s", rate_of(b));
     cJSON_AddNumberToObject(o, "baseline_generated_tokens", (double)b->generated);
@@ -133,6 +137,8 @@ static void print_table(const ev_args *a, int n_prompts, const ds_eval_totals *s
             printf(" %.3f", (double)s->accepted_by_pos[k] / (double)s->tried_by_pos[k]);
         printf("\n");
     }
+    if (a->spec.tree_branches)
+        printf("token trees in %ld rounds; the accepted path took a branch in %ld\n", s->tree_rounds, s->branch_accepted);
     if (checked) printf("lossless: every prompt's tokens equal plain decoding's\n");
 }
 

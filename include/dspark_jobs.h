@@ -302,6 +302,7 @@ ds_eval_params ds_eval_default(void);
 // Totals over the completed prompts of one configuration.
 typedef struct {
     long rounds, generated, drafted, accepted;
+    long tree_rounds, branch_accepted; // token trees: rounds that verified one; ... whose path left the chain
     long tried_by_pos[64], accepted_by_pos[64];
     double step_s, draft_s; // wall time of every ds_engine_step; of drafting
     long requests;          // completed requests

@@ -46,6 +46,8 @@ static void add_stats(ds_eval_totals *t, const ds_seq_stats *s, int n, double se
     t->generated += n;
     t->drafted += s->drafted;
     t->accepted += s->accepted;
+    t->tree_rounds += s->tree_rounds;
+    t->branch_accepted += s->branch_accepted;
     for (int k = 0; k < 64; k++) {
         t->tried_by_pos[k] += s->tried_by_pos[k];
         t->accepted_by_pos[k] += s->accepted_by_pos[k];

@@ -42,6 +42,7 @@ typedef struct {
     float a;
     int row; // a tree row, or (branch points) a slot
     int32_t tok;
+    float beta; // (branch points) β, before calibration
 } tree_cand;
 
 typedef struct {
@@ -74,6 +75,7 @@ typedef struct {
     int q_row[DS_MAX_DRAFT + 1];    // (n_rows) a tree row's draft logits row in q_logits (-1: proposed
                                     // deterministically, a branch's first token)
     float row_a[DS_MAX_DRAFT + 1];  // (n_rows) a tree row's estimated chance to be on the accepted path
+    float row_beta[DS_MAX_DRAFT + 1]; // (n_rows) a branch's first row: its estimated β (else -1)
     tree_cand bp[DS_MAX_DRAFT];     // (ell) each chain slot as a branch point: a and the alternative
     int cap_rows;        // rows p_logits and taps hold (1 + K, or 64 with token trees)
     float *q_logits;     // (cap_rows - 1, V) draft logits: the chain's slots, then tree branches' rows
@@ -116,6 +118,8 @@ struct ds_engine {
     ds_round_observer observer;
     void *observer_ctx;
     ds_draft_gate gate;  // DS_SCHEDULE_AUTO: whether drafting pays (see schedule.h)
+    double tree_pred, tree_hit; // token trees: Σ β of the branches' first tokens tried, and how many
+                                // were accepted (decayed): β's calibration from past rounds
     ds_prompt_cache *pc; // NULL = off
     // This round's drafter batch (cap_seqs entries each).
     ds_draft_batch *bt;
@@ -616,6 +620,18 @@ static ds_status record_prompt_logprobs(ds_engine *e, seq *s, int from, int rows
     return DS_OK;
 }
 
+// β's calibration: a branch's first token (row r, child of chain row k) was tried when the accepted
+// path followed the chain through row k and not on to row k + 1; it predicted acceptance β.
+static void tree_observe(ds_engine *e, const seq *s, const int *keep, int a) {
+    int k = 0; // the path's chain prefix: rows 1..k
+    while (k < a && keep[k + 1] == k + 1) k++;
+    for (int r = s->ell + 1; r < s->n_rows; r++) {
+        if (s->row_beta[r] < 0 || s->par[r] != k) continue;
+        e->tree_pred = 0.995 * e->tree_pred + s->row_beta[r];
+        e->tree_hit = 0.995 * e->tree_hit + (k < a && keep[k + 1] == r);
+    }
+}
+
 // Verify and commit s's round after the shared forward.
 static ds_status finish_round(ds_engine *e, seq *s) {
     const int V = e->m->info.vocab_size;
@@ -646,6 +662,7 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     if (st) return st;
     keep[0] = 0;
     for (int k = 0; k < a; k++) d[k] = s->rows[keep[k + 1]];
+    if (s->tree) tree_observe(e, s, keep, a);
     if (e->observer)
         e->observer(e->observer_ctx, (int)(s - e->seqs), s->n_drafted,
                     e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence ? s->conf : NULL, s->ell, a);
@@ -751,7 +768,10 @@ static double chain_rows(const ds_engine *e, seq *s) {
         int32_t alt;
         slot_alternative(s->q_logits + (size_t)k * V, V, s->rows[1 + k], &pm, &alt, &pa);
         const float c = isfinite(s->conf[k]) ? s->conf[k] : pm, beta = pa / fmaxf(1 - pm, 1e-6f);
-        s->bp[k] = (tree_cand){(float)A * (1 - c) * fminf(beta, 1), k, alt}; // (alt -1: no other token)
+        // (alt -1: no other token); β scaled by how often past branches' first tokens were accepted
+        // against their estimates (1 observation's worth of prior at the estimate)
+        const double rho = (e->tree_hit + 1) / (e->tree_pred + 1);
+        s->bp[k] = (tree_cand){(float)(A * (1 - c) * fmin(beta * rho, 1)), k, alt, fminf(beta, 1)};
         A *= c;
         s->par[1 + k] = k;
         s->q_row[1 + k] = k;
@@ -779,6 +799,7 @@ static ds_status tree_branches(ds_engine *e, seq *s, int j) {
         s->par[n] = k;
         s->q_row[n] = -1;
         s->row_a[n] = bp[b].a;
+        s->row_beta[n] = bp[b].beta;
         n++;
         float conf[DS_MAX_DRAFT];
         if (m && (st = ds_drafter_draft_branch(e->d, e->bt, j, &e->bt_seqs[j], k, bp[b].tok, m, s->rows + n,
@@ -791,6 +812,7 @@ static ds_status tree_branches(ds_engine *e, seq *s, int j) {
             s->par[n] = n - 1;
             s->q_row[n] = nq;
             s->row_a[n] = s->row_a[n - 1] * (isfinite(conf[i]) ? conf[i] : pm);
+            s->row_beta[n] = -1;
         }
     }
     s->stats.draft_s += now_s() - t0;
@@ -811,6 +833,7 @@ static void tree_compact(seq *s, const unsigned char *keep) {
         s->par[n] = to[s->par[r]];
         s->q_row[n] = s->q_row[r];
         s->row_a[n] = s->row_a[r];
+        s->row_beta[n] = s->row_beta[r];
         n++;
     }
     s->n_rows = n;
