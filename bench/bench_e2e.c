@@ -3,12 +3,13 @@
 // `dspark eval --concurrency R` and `dspark serve` drive it, timed by the wall clock.
 //
 //   bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]
-//             [--repeats N] [--threads T] [--threshold C] [--requests N]
+//             [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N]
 //
 // Policies: none (plain decoding, the baseline), fixed1..7 (draft L slots, verify all), threshold
 // (DeepSpec's static rule at --threshold, default 0.5), auto (Algorithm 1 over a cost table
-// profiled in this run, and the engine's drafting gate), and none_control (none again, last: its
-// ratio to none is the run-to-run noise). For each temperature and concurrency R, one run =
+// profiled in this run, and the engine's drafting gate), none_control (none again: its ratio to
+// none is the run-to-run noise) and, with --tree N, auto_tree (auto with up to N token-tree branches
+// per round, depth 2). For each temperature and concurrency R, one run =
 // max(R, --requests) requests (default 4; prompts cycled from --prompts, request j seeded j) with R
 // in flight (one joins as soon as one finishes), each generating -n tokens (default 32), timed from
 // the first round to the last (prefill included). The policies
@@ -27,7 +28,8 @@
 #include "gen/prompts.h"
 #include "train/data.h"
 
-#define N_POL BENCH_N_POLICIES
+#define N_POL (BENCH_N_POLICIES + 1) // ... and auto with token trees (--tree N), when asked for
+#define POL_TREE BENCH_N_POLICIES
 #define MAX_CONC 64
 #define MAX_REPS 32
 
@@ -106,11 +108,12 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     if (argc < 3) {
         fprintf(stderr, "usage: bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]\n"
-                        "                 [--repeats N] [--threads T] [--threshold C] [--requests N]\n");
+                        "                 [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N]\n");
         return 2;
     }
     const char *prompts_path = "docs/prompts/stories-heldout.txt";
     int conc[16] = {1, 4, 16}, n_conc = 3, temps[4] = {0, 1}, n_temps = 2, n = 32, reps = 3, threads = 1, n_req0 = 4;
+    int tree = 0;
     float threshold = 0.5f;
     for (int i = 3; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
@@ -122,12 +125,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--threads")) threads = atoi(v);
         else if (!strcmp(o, "--threshold")) threshold = (float)atof(v);
         else if (!strcmp(o, "--requests")) n_req0 = atoi(v);
+        else if (!strcmp(o, "--tree")) tree = atoi(v);
         else {
             fprintf(stderr, "bench_e2e: unknown option %s\n", o);
             return 2;
         }
     }
-    if (reps < 1 || reps > MAX_REPS || n < 1 || n_conc < 1 || n_temps < 1 || n_req0 < 1 || n_req0 > 4096) {
+    const int n_policies = tree > 0 ? N_POL : N_POL - 1;
+    if (reps < 1 || reps > MAX_REPS || n < 1 || n_conc < 1 || n_temps < 1 || n_req0 < 1 || n_req0 > 4096 || tree < 0 ||
+        tree > 16) {
         fprintf(stderr, "bench_e2e: need 1..%d repeats, -n >= 1, --conc and --temps lists\n", MAX_REPS);
         return 2;
     }
@@ -185,14 +191,15 @@ int main(int argc, char **argv) {
             static double rate[N_POL][MAX_REPS], ratio[N_POL][MAX_REPS];
             static run_result last[N_POL];
             int lossless[N_POL];
-            for (int p = 0; p < N_POL; p++) lossless[p] = 1;
+            for (int p = 0; p < n_policies; p++) lossless[p] = 1;
             for (int rep = 0; rep < reps; rep++) {
                 fprintf(stderr, "bench_e2e: T = %g, R = %d, repeat %d/%d\n", temp, R, rep + 1, reps);
-                for (int p = 0; p < N_POL; p++) {
+                for (int p = 0; p < n_policies; p++) {
                     ds_spec_params sp = {.kind = p && p != 10 ? DS_SPEC_DSPARK : DS_SPEC_NONE};
                     if (p >= 1 && p <= 7) sp.draft_max = p;
                     if (p == 8) sp.schedule = DS_SCHEDULE_THRESHOLD, sp.conf_threshold = threshold;
-                    if (p == 9) sp.schedule = DS_SCHEDULE_AUTO, sp.costs = &costs;
+                    if (p == 9 || p == POL_TREE) sp.schedule = DS_SCHEDULE_AUTO, sp.costs = &costs;
+                    if (p == POL_TREE) sp.tree_branches = tree;
                     run_engine(m, d, &sp, ptoks, plen, pset->n, R, n_req, n, temp, p ? out_pol : out_none, p ? n_pol : n_none,
                                &last[p]);
                     rate[p][rep] = last[p].tok_s;
@@ -201,10 +208,10 @@ int main(int argc, char **argv) {
                                                             sizeof(int32_t) * (size_t)n_pol[j]))
                             lossless[p] = 0;
                 }
-                for (int p = 0; p < N_POL; p++) ratio[p][rep] = rate[p][rep] / rate[0][rep];
+                for (int p = 0; p < n_policies; p++) ratio[p][rep] = rate[p][rep] / rate[0][rep];
             }
             double med[N_POL], rmed[N_POL];
-            for (int p = 0; p < N_POL; p++) {
+            for (int p = 0; p < n_policies; p++) {
                 double lo, hi, rlo, rhi;
                 char buf[16];
                 med[p] = median_of(rate[p], reps, &lo, &hi);
@@ -214,7 +221,7 @@ int main(int argc, char **argv) {
                        "\"tau\": %.3f, \"mean_ell\": %.3f, \"draft_share\": %.3f, \"tok_per_s\": %.2f, "
                        "\"tok_per_s_min\": %.2f, \"tok_per_s_max\": %.2f, \"speedup_vs_none\": %.3f, "
                        "\"speedup_min\": %.3f, \"speedup_max\": %.3f, \"repeats\": %d",
-                       temp, R, n_req, bench_policy_name(p, buf), r->tokens, r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0,
+                       temp, R, n_req, p == POL_TREE ? "auto_tree" : bench_policy_name(p, buf), r->tokens, r->rounds ? (double)(r->accepted + r->rounds) / r->rounds : 0,
                        r->rounds ? (double)r->drafted / r->rounds : 0, r->draft_s / r->wall_s, med[p], lo, hi, rmed[p],
                        rlo, rhi, reps);
                 if (temp == 0) printf(", \"lossless\": %s", lossless[p] ? "true" : "false");
@@ -225,9 +232,9 @@ int main(int argc, char **argv) {
                 if (rmed[p] > rmed[best]) best = p;
             printf("{\"bench\": \"e2e_summary\", \"temp\": %g, \"concurrency\": %d, \"none_tok_per_s\": %.2f, "
                    "\"none_over_bound\": %.3f, \"best_fixed\": %d, \"best_fixed_speedup\": %.3f, "
-                   "\"threshold_speedup\": %.3f, \"auto_speedup\": %.3f, \"control_speedup\": %.3f, "
+                   "\"threshold_speedup\": %.3f, \"auto_speedup\": %.3f, \"auto_tree_speedup\": %.3f, \"control_speedup\": %.3f, "
                    "\"goal_auto_ge_1_5\": %s, \"goal_best_fixed_ge_1_5\": %s, \"goal_auto_ge_0_98\": %s}\n",
-                   temp, R, med[0], med[0] / bound, best, rmed[best], rmed[8], rmed[9],
+                   temp, R, med[0], med[0] / bound, best, rmed[best], rmed[8], rmed[9], tree ? rmed[POL_TREE] : 0,
                    rmed[10], rmed[9] >= 1.5 ? "true" : "false", rmed[best] >= 1.5 ? "true" : "false",
                    rmed[9] >= 0.98 ? "true" : "false");
             fflush(stdout);

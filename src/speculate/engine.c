@@ -621,10 +621,8 @@ static ds_status record_prompt_logprobs(ds_engine *e, seq *s, int from, int rows
 }
 
 // β's calibration: a branch's first token (row r, child of chain row k) was tried when the accepted
-// path followed the chain through row k and not on to row k + 1; it predicted acceptance β.
-static void tree_observe(ds_engine *e, const seq *s, const int *keep, int a) {
-    int k = 0; // the path's chain prefix: rows 1..k
-    while (k < a && keep[k + 1] == k + 1) k++;
+// path followed the chain through row k (rows 1..k) and not on to row k + 1; it predicted acceptance β.
+static void tree_observe(ds_engine *e, const seq *s, int k, const int *keep, int a) {
     for (int r = s->ell + 1; r < s->n_rows; r++) {
         if (s->row_beta[r] < 0 || s->par[r] != k) continue;
         e->tree_pred = 0.995 * e->tree_pred + s->row_beta[r];
@@ -662,20 +660,22 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     if (st) return st;
     keep[0] = 0;
     for (int k = 0; k < a; k++) d[k] = s->rows[keep[k + 1]];
-    if (s->tree) tree_observe(e, s, keep, a);
+    int ca = 0; // the drafted chain's slots accepted (a tree's path may leave it): what calibration,
+    while (ca < a && keep[ca + 1] == ca + 1) ca++; // the gate and acceptance by position count
+    if (s->tree) tree_observe(e, s, ca, keep, a);
     if (e->observer)
         e->observer(e->observer_ctx, (int)(s - e->seqs), s->n_drafted,
-                    e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence ? s->conf : NULL, s->ell, a);
+                    e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence ? s->conf : NULL, s->ell, ca);
     ds_seq_stats *t = &s->stats;
     t->rounds++;
     t->drafted += s->n_rows - 1;
     t->accepted += a;
     t->tree_rounds += s->tree;
-    t->branch_accepted += a && keep[a] > s->ell;
-    ds_gate_observe_round(&e->gate, s->ell, a);
-    for (int k = 0; k < s->ell && k <= a && k < 64; k++) {
+    t->branch_accepted += ca < a;
+    ds_gate_observe_round(&e->gate, s->ell, ca);
+    for (int k = 0; k < s->ell && k <= ca && k < 64; k++) {
         t->tried_by_pos[k]++;
-        if (k < a) t->accepted_by_pos[k]++;
+        if (k < ca) t->accepted_by_pos[k]++;
     }
     for (int k = 0; k <= a && s->lp && s->n_gen + k < s->max_new; k++)
         if ((st = record_logprobs(e, s, keep[k], d, k, k < a ? d[k] : next, s->n_gen + k))) return st;
