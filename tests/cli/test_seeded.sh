@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Seeded sampling under the coupled rule (the default, include/dspark.h ds_verify_rule) is a function
 # of (seed, target, prompt, sampling parameters) alone: `generate --seed S` gives the same tokens with
-# --spec none, with a trained drafter at every schedule (fixed 1..7, threshold, auto) and with ngram,
+# --spec none, with a trained drafter at every schedule (fixed 1..7, threshold, auto, token trees) and with ngram,
 # on 1 and 2 threads; `eval --concurrency 4` checks every prompt against plain decoding at T = 1; and
 # a server with the drafter and --schedule auto answers 4 identical seeded requests sent at once
 # (next to other requests) with the text of `generate --seed S --spec none`. Logit bias and penalties
@@ -40,13 +40,17 @@ gen() {
 ref=$(gen ref --spec none -t 1)
 [ -n "$ref" ] || fail "no reference output"
 accepted=0
+n_runs=0
 for t in 1 2; do
   runs=("none:--spec none" "ngram:--spec ngram" "threshold:-d $TMP/d --conf-threshold 0.5" "auto:-d $TMP/d --schedule auto")
   for k in 1 2 3 4 5 6 7; do runs+=("fixed$k:-d $TMP/d --schedule fixed --draft-max $k"); done
+  # token trees: side branches verified with the chain (the coupled rule commits the target's draws)
+  runs+=("tree:-d $TMP/d --tree 3" "tree-auto:-d $TMP/d --schedule auto --tree 4 --tree-depth 3")
   for r in "${runs[@]}"; do
     name=${r%%:*}
     # shellcheck disable=SC2086
     got=$(gen "$name-t$t" ${r#*:} -t $t)
+    n_runs=$((n_runs + 1))
     [ "$got" = "$ref" ] || fail "$name on $t threads: tokens differ from --spec none
   want $ref
   got  $got"
@@ -54,7 +58,7 @@ for t in 1 2; do
     [ "$a" = True ] && accepted=$((accepted + 1))
   done
 done
-echo "drafts accepted in $accepted of 22 runs"
+echo "drafts accepted in $accepted of $n_runs runs"
 [ "$accepted" -ge 8 ] || fail "drafts were accepted in only $accepted runs (the test needs a drafter that is accepted)"
 # The same holds with the sampling filters.
 f=(--top-k 20 --top-p 0.9 --min-p 0.02)
@@ -63,7 +67,8 @@ f=(--top-k 20 --top-p 0.9 --min-p 0.02)
 pen=(--presence-penalty 0.6 --frequency-penalty 0.9 --logit-bias 370:-100 --logit-bias 268:2)
 for T in 1 0; do
   a=$(gen pen-none-$T --spec none "${pen[@]}" --temp $T)
-  for r in "fixed:-d $TMP/d --schedule fixed" "auto:-d $TMP/d --schedule auto" "ngram:--spec ngram"; do
+  for r in "fixed:-d $TMP/d --schedule fixed" "auto:-d $TMP/d --schedule auto" "ngram:--spec ngram" \
+    "tree:-d $TMP/d --tree 3 --tree-depth 2"; do
     name=${r%%:*}
     # shellcheck disable=SC2086
     [ "$(gen pen-$name-$T ${r#*:} "${pen[@]}" --temp $T)" = "$a" ] ||
