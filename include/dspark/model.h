@@ -121,9 +121,11 @@ typedef struct {
     // A token tree instead of a chain (NULL: a chain): row i's parent row (< i), or -1 for a row that
     // follows the cache's last row. Row i sits at position len + its depth (the roots' depth is 0)
     // and attends to the cache's rows and its own ancestors only, bit for bit as if its path had been
-    // fed as a chain; its K/V go to column len + i, so keep a path with ds_kv_keep. At most 64 rows.
+    // fed as a chain; its K/V go to column len + i, so keep a path with ds_kv_keep. At most
+    // DS_TREE_MAX_ROWS rows (a row's ancestors are one 64-bit mask).
     const int32_t *parent;  // (n_tokens)
 } ds_forward_seq;
+#define DS_TREE_MAX_ROWS 64
 
 // One forward pass over a ragged batch of sequences (prefill, single-token decode and multi-token
 // verification are all this call). Matrix products run over the rows of all sequences at once.

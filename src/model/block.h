@@ -13,9 +13,6 @@
 
 #include <stdint.h>
 
-// Most rows of one token tree (ds_forward_seq.parent): a row's ancestors are one 64-bit mask.
-#define DS_TREE_MAX_ROWS 64
-
 // Model-wide options of the blocks.
 typedef struct {
     const ds_model *model;     // the target (its experts' products need it), or NULL (drafter)

@@ -34,7 +34,6 @@
 #define DS_PREFILL_CHUNK 256 // prompt rows per chunk, and prefilled per round over all sequences
 #define DS_MAX_DRAFT 64
 #define DS_GRAMMAR_CACHE 8 // compiled grammars kept per engine
-#define DS_TREE_ROWS 64    // most rows of a token tree (ds_forward_seq.parent)
 
 // A token tree's candidate row (or branch point: a chain slot) with its estimated chance to lie on
 // the accepted path.
@@ -453,7 +452,7 @@ ds_status ds_engine_add(ds_engine *e, const ds_seq_params *p, int *id) {
     s->max_new = max_new;
     s->cap_toks = n_prompt + max_new + 1;
     const int V = in->vocab_size, K = e->K;
-    const int rows = e->sp.tree_branches && K + 1 < DS_TREE_ROWS ? DS_TREE_ROWS : K + 1; // (ds_forward_seq.parent)
+    const int rows = e->sp.tree_branches && K + 1 < DS_TREE_MAX_ROWS ? DS_TREE_MAX_ROWS : K + 1; // (ds_forward_seq.parent)
     s->cap_rows = rows;
     s->toks = malloc(sizeof(int32_t) * s->cap_toks);
     s->p_logits = malloc(sizeof(float) * (size_t)rows * V);
@@ -794,7 +793,7 @@ static ds_status tree_branches(ds_engine *e, seq *s, int j) {
     ds_status st = DS_OK;
     for (int b = 0; b < nb && b < e->sp.tree_branches && !st; b++) {
         const int k = bp[b].row, left = s->n_drafted - k - 1, m = depth < left ? depth : left;
-        if (n + 1 + m > DS_TREE_ROWS || nq + m > s->cap_rows - 1) break;
+        if (n + 1 + m > DS_TREE_MAX_ROWS || nq + m > s->cap_rows - 1) break;
         s->rows[n] = bp[b].tok; // its first token: proposed deterministically
         s->par[n] = k;
         s->q_row[n] = -1;
@@ -806,12 +805,13 @@ static ds_status tree_branches(ds_engine *e, seq *s, int j) {
                                                s->q_logits + (size_t)nq * V, conf)))
             break;
         for (int i = 0; i < m; i++, n++, nq++) {
-            float pm, pa;
+            float c = conf[i], pa;
             int32_t alt;
-            slot_alternative(s->q_logits + (size_t)nq * V, V, s->rows[n], &pm, &alt, &pa);
+            if (!isfinite(c)) // no confidence head: the drafter's probability of its token
+                slot_alternative(s->q_logits + (size_t)nq * V, V, s->rows[n], &c, &alt, &pa);
             s->par[n] = n - 1;
             s->q_row[n] = nq;
-            s->row_a[n] = s->row_a[n - 1] * (isfinite(conf[i]) ? conf[i] : pm);
+            s->row_a[n] = s->row_a[n - 1] * c;
             s->row_beta[n] = -1;
         }
     }
@@ -851,7 +851,7 @@ static ds_status trees_build(ds_engine *e, int auto_sched) {
         B += 1 + s->ell;
         tau += s->n_drafted ? chain_rows(e, s) : 1;
     }
-    tree_cand c[DS_TREE_ROWS];
+    tree_cand c[DS_TREE_MAX_ROWS];
     for (int j = 0; j < e->bt_n; j++) {
         seq *s = &e->seqs[e->bt_owner[j]];
         if (s->gm || s->ell < 1 || s->finished) continue;
