@@ -28,6 +28,14 @@
 #define VNNI_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINE __attribute__((always_inline)) static inline
 
+// How far ahead of the weights being multiplied every kernel here prefetches (bytes). A one-row pass
+// streams the weights at 25-30 GB/s on one core against ~100 ns of DRAM latency: 1-2 KB ahead left a
+// quarter of the bandwidth unused (bench_quant --ggq, Q4_K 4096 x 4096, one row: 475 -> 360 us with
+// 9-18 KB; docs/results.md).
+#define PF_AHEAD 12288
+#define PF_SB(p) (__builtin_prefetch((const char *)(p) + PF_AHEAD), __builtin_prefetch((const char *)(p) + PF_AHEAD + 64), \
+                  __builtin_prefetch((const char *)(p) + PF_AHEAD + 128))
+
 // ---- Unpacking (AVX2) ------------------------------------------------------------------------------
 // 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high ones (16..31) in
 // the high lane, the order of the 32-element blocks (ggml_quants.h).
@@ -86,7 +94,7 @@ AVX2_TARGET INLINE __m256i unpack_iq4_nl(const ds_block_iq4_nl *b, float *d, flo
         float macc[8];                                                                                        \
         for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps(), macc[k] = 0.0f;                             \
         for (int b = 0; b < nblk; b++) {                                                                      \
-            __builtin_prefetch(row + b + 16);                                                                 \
+            __builtin_prefetch((const char *)(row + b) + PF_AHEAD);                                           \
             float dw, mw;                                                                                     \
             const __m256i wv = UNPACK(row + b, &dw, &mw);                                                     \
             const __m256i wu = SIGNED ? _mm256_sign_epi8(wv, wv) : wv;                                        \
@@ -131,6 +139,13 @@ DEF_K32_BOTH(q5_0, ds_block_q5_0, 1, 0)
 DEF_K32_BOTH(q5_1, ds_block_q5_1, 0, 1)
 DEF_K32_BOTH(iq4_nl, ds_block_iq4_nl, 1, 0)
 
+// The float part of the K-quants and IQ4_XS on the scalar and VNNI kernels: per input row, eight
+// accumulators, super-block sb adding into accumulator sb % 8 (y_j += (d·d_x)·isum, then
+// y_j += -(dmin·d_x)·imin, each an FMA), combined at the end of the row in this order (that of
+// ds_hsum256 on the 8 lanes). Eight independent chains keep a one-row pass from waiting on FMA
+// latency, and 8 rows need no transposition: accumulator j of every row is one vector.
+#define KQ_SUM8(a0, a1, a2, a3, a4, a5, a6, a7) ((((a0) + (a4)) + ((a2) + (a6))) + (((a1) + (a5)) + ((a3) + (a7))))
+
 // ---- K-quants (256-element super-blocks), AVX2 ----------------------------------------------------
 // Per super-block and input row: isum (int32 lanes) = Σ_chunks madd(maddubs(u, r), sc16), u the 32
 // unsigned values of a chunk and sc16 its sub-block scales as int16 (two 16-element sub-blocks: low
@@ -163,7 +178,7 @@ static inline void k4_scales(const uint8_t *packed, uint8_t out[16]) {
         const __m256i lo4 = _mm256_set1_epi8(0x0F);                                                           \
         for (int sb = 0; sb < nsb; sb++) {                                                                    \
             const BT *b = row + sb;                                                                           \
-            __builtin_prefetch(b + 4);                                                                        \
+            PF_SB(b);                                                                                         \
             uint8_t sm[16];                                                                                   \
             k4_scales(b->scales, sm);                                                                         \
             const __m128i smv = _mm_loadu_si128((const __m128i *)sm);                                         \
@@ -217,7 +232,7 @@ AVX2_TARGET INLINE void kq6k_blk(float *y, int ldy, const int8_t *xq, const floa
     const __m256i lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3);
     for (int sb = 0; sb < nsb; sb++) {
         const ds_block_q6_k *b = row + sb;
-        __builtin_prefetch(b + 4);
+        PF_SB(b);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         const float dd = _cvtsh_ss(b->d);
         __m256i is[4];
@@ -260,7 +275,7 @@ AVX2_TARGET INLINE void kq3k_blk(float *y, int ldy, const int8_t *xq, const floa
     const __m256i lo2 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     for (int sb = 0; sb < nsb; sb++) {
         const ds_block_q3_k *b = row + sb;
-        __builtin_prefetch(b + 4);
+        PF_SB(b);
         int sc[16];
         ds_ggml_q3k_scales(b->scales, sc);
         int16_t s16[16];
@@ -301,7 +316,7 @@ AVX2_TARGET INLINE void kq2k_blk(float *y, int ldy, const int8_t *xq, const floa
     const __m256i lo2 = _mm256_set1_epi8(3);
     for (int sb = 0; sb < nsb; sb++) {
         const ds_block_q2_k *b = row + sb;
-        __builtin_prefetch(b + 4);
+        PF_SB(b);
         const __m128i scr = _mm_loadu_si128((const __m128i *)b->scales);
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scr, 4), _mm_set1_epi8(0x0F)));
         const float dd = _cvtsh_ss(b->d), dm = _cvtsh_ss(b->dmin);
@@ -337,7 +352,7 @@ AVX2_TARGET INLINE void kiq4xs_blk(float *y, int ldy, const int8_t *xq, const fl
     const __m256i tab = iq4_table();
     for (int sb = 0; sb < nsb; sb++) {
         const ds_block_iq4_xs *b = row + sb;
-        __builtin_prefetch(b + 4);
+        PF_SB(b);
         const float dd = _cvtsh_ss(b->d);
         __m256i is[4];
         for (int k = 0; k < M; k++) is[k] = _mm256_setzero_si256();
@@ -424,6 +439,15 @@ VNNI_TARGET INLINE void scales_per32(__m128i s8, __m512i sc[4]) {
     const __m256i dup = _mm256_or_si256(s16, _mm256_slli_epi32(s16, 16)); // lanes 2j, 2j + 1 = s_j
     scales_per16(dup, sc);
 }
+// The same from 8 unsigned per-32 scales in bytes 0..7 of s8 (Q4_K, Q5_K): one byte shuffle per vector
+// (the 128-bit lanes 0-1 of sc[n] take byte 2n, lanes 2-3 byte 2n + 1, zero-extended).
+VNNI_TARGET INLINE void scales_per32_u8(__m128i s8, __m512i sc[4]) {
+    const __m512i s = _mm512_broadcast_i32x4(s8);
+#define PICK(n) _mm512_inserti64x4(_mm512_set1_epi16((short)(0xFF00 | (2 * n))), _mm256_set1_epi16((short)(0xFF00 | (2 * n + 1))), 1)
+    sc[0] = _mm512_shuffle_epi8(s, PICK(0)), sc[1] = _mm512_shuffle_epi8(s, PICK(1));
+    sc[2] = _mm512_shuffle_epi8(s, PICK(2)), sc[3] = _mm512_shuffle_epi8(s, PICK(3));
+#undef PICK
+}
 // Bit masks of a byte vector's two 256-bit halves.
 #define BITS2(a, b) _mm512_inserti64x4(_mm512_set1_epi8((char)(a)), _mm256_set1_epi8((char)(b)), 1)
 #define SHIFTS2(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
@@ -439,7 +463,7 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
         k4_scales(b->scales, sm);
         s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
         const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
-        scales_per32(_mm_cvtepu8_epi16(smv), s->sc);
+        scales_per32_u8(smv, s->sc);
         const __m128i mins = _mm_srli_si128(smv, 8);
         s->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
         for (int h = 0; h < 2; h++) { // 64 bytes: chunks 2h, 2h + 1 (sub-blocks 4h, 4h+2 low, 4h+1, 4h+3 high)
@@ -527,6 +551,12 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     }
 }
 
+// KQ_SUM8 lane-wise over 8 vectors of accumulators.
+VNNI_TARGET INLINE __m256 KQ_SUM8_V(const __m256 a[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                         _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+}
+
 // Exact sums of the lanes of v[k], k < 8: lane k of the result.
 VNNI_TARGET INLINE __m256i hsum_8x8(const __m512i p[4]) { // p[i]: rows 2i (low 256 bits) and 2i + 1
     const __m512i q0 = _mm512_add_epi32(_mm512_shuffle_i64x2(p[0], p[1], 0x88), _mm512_shuffle_i64x2(p[0], p[1], 0xDD));
@@ -544,60 +574,99 @@ VNNI_TARGET INLINE __m256i hsum_8x16(const __m512i v[8]) {
     return hsum_8x8(p);
 }
 
-// M (1..8) input rows against one weight row of nsb super-blocks of bb bytes (the ds_qx layout of
-// DEF_K4's kernels).
+// One input row (x: its 256 values of the super-block, xb: its 16 per-16 sums) against a prepared
+// super-block: the integer lanes of isum into *a and, with mins, the 8 lanes of imin (bs·mn).
+VNNI_TARGET INLINE void ksb_dot(const int T, const ksb *s, const int8_t *x, const int16_t *xb, __m512i *a, __m256i *im) {
+    const int HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5, HASOFF = T == KT_Q3 || T == KT_Q6;
+    for (int c = 0; c < 4; c++) {
+        __m512i xv = _mm512_loadu_si512((const void *)(x + 64 * c));
+        if (T == KT_IQ4XS) xv = _mm512_mask_sub_epi8(xv, s->neg[c], _mm512_setzero_si512(), xv);
+        *a = _mm512_dpwssd_epi32(*a, _mm512_maddubs_epi16(s->w[c], xv), s->sc[c]);
+    }
+    if (HASOFF || HASMIN) {
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb);
+        if (HASOFF) *a = _mm512_dpwssd_epi32(*a, _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(s->off));
+        if (HASMIN) *im = _mm256_madd_epi16(bs, s->mn);
+    }
+}
+
+// M (2..8) input rows against one weight row of nsb super-blocks of bb bytes (the ds_qx layout of
+// DEF_K4's kernels): per super-block, the rows' integers summed to one int32 each (lane k: row k),
+// and the float part (KQ_SUM8) in vectors whose lane k is row k.
 VNNI_TARGET INLINE void kz_blk(const int T, float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb,
                                int cols, const uint8_t *row, const size_t bb, const int M) {
     const int nsb = cols / 256, HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5;
-    const int HASOFF = T == KT_Q3 || T == KT_Q6, SIGNED = T == KT_IQ4XS;
-    __m256 acc = _mm256_setzero_ps();
-    float acc1 = 0.0f;
+    __m256 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     const __m256i vidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nsb));
     const __mmask8 live = (__mmask8)((1u << M) - 1);
     for (int sb = 0; sb < nsb; sb++) {
         const uint8_t *b = row + (size_t)sb * bb;
-        __builtin_prefetch(b + 8 * bb);
-        __builtin_prefetch(b + 8 * bb + 64);
-        __builtin_prefetch(b + 8 * bb + 128);
+        PF_SB(b);
         ksb s;
         ksb_prep(T, b, &s);
         __m512i a[8], mp[4];
         for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_si512();
         for (int k = 0; k < 4; k++) mp[k] = _mm512_setzero_si512();
         for (int k = 0; k < M; k++) {
-            const int8_t *x = xq + (size_t)k * cols + (size_t)sb * 256;
-            for (int c = 0; c < 4; c++) {
-                __m512i xv = _mm512_loadu_si512((const void *)(x + 64 * c));
-                if (SIGNED) xv = _mm512_mask_sub_epi8(xv, s.neg[c], _mm512_setzero_si512(), xv);
-                a[k] = _mm512_dpwssd_epi32(a[k], _mm512_maddubs_epi16(s.w[c], xv), s.sc[c]);
-            }
-            if (HASOFF || HASMIN) {
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)(xb + (size_t)k * (cols / 16) + (size_t)sb * 16));
-                if (HASOFF) a[k] = _mm512_dpwssd_epi32(a[k], _mm512_zextsi256_si512(bs), _mm512_zextsi256_si512(s.off));
-                if (HASMIN) {
-                    const __m256i im = _mm256_madd_epi16(bs, s.mn);
-                    mp[k / 2] = k % 2 ? _mm512_inserti64x4(mp[k / 2], im, 1) : _mm512_zextsi256_si512(im);
-                }
-            }
+            __m256i im = _mm256_setzero_si256();
+            ksb_dot(T, &s, xq + (size_t)k * cols + (size_t)sb * 256, xb + (size_t)k * (cols / 16) + (size_t)sb * 16, &a[k], &im);
+            if (HASMIN) mp[k / 2] = k % 2 ? _mm512_inserti64x4(mp[k / 2], im, 1) : _mm512_zextsi256_si512(im);
         }
-        if (M == 1) {
-            const float dx = xd[sb];
-            acc1 = fmaf(s.d * dx, (float)_mm512_reduce_add_epi32(a[0]), acc1);
-            if (HASMIN) acc1 = fmaf(-(s.dmin * dx), (float)_mm512_reduce_add_epi32(mp[0]), acc1);
+        const __m256 dx = _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), live, vidx, xd + sb, 4);
+        __m256 *aj = &acc[sb % 8];
+        *aj = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.d), dx), _mm256_cvtepi32_ps(hsum_8x16(a)), *aj);
+        if (HASMIN) *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), *aj);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, KQ_SUM8_V(acc));
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = o[k];
+}
+
+// One super-block of a one-row pass (kz_one): its integers into a (isum's lanes) and, with mins, the
+// half j % 2 of mp (imin's 8 lanes), its scales into d / dmin.
+VNNI_TARGET INLINE void kz_one_sb(const int T, const uint8_t *b, const size_t bb, const int8_t *x, const int16_t *xb,
+                                  const int j, __m512i *a, __m512i *mp, float *d, float *dmin) {
+        PF_SB(b);
+    ksb s;
+    ksb_prep(T, b, &s);
+    *d = s.d, *dmin = s.dmin;
+    __m256i im = _mm256_setzero_si256();
+    *a = _mm512_setzero_si512();
+    ksb_dot(T, &s, x, xb, a, &im);
+    *mp = j % 2 ? _mm512_inserti64x4(*mp, im, 1) : _mm512_zextsi256_si512(im);
+}
+
+// One input row (decoding): 8 super-blocks at a time, lane j of every vector being super-block
+// s0 + j, i.e. KQ_SUM8's accumulator j: the integers summed with the same transposition as 8 rows,
+// the float part one vector FMA (two with mins) per 8 super-blocks. The 8 steps are written out
+// so that their accumulators stay in registers; a last partial group masks its missing lanes.
+VNNI_TARGET INLINE void kz_one(const int T, float *y, const int8_t *xq, const float *xd, const int16_t *xb, int cols,
+                               const uint8_t *row, const size_t bb) {
+    const int nsb = cols / 256, HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5;
+    __m256 acc = _mm256_setzero_ps();
+    for (int s0 = 0; s0 < nsb; s0 += 8) {
+        const int g = nsb - s0 < 8 ? nsb - s0 : 8;
+        __m512i a[8], mp[4];
+        float d[8] = {0}, dmin[8] = {0};
+        for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) mp[j] = _mm512_setzero_si512();
+        if (g == 8) {
+#define KZ_STEP(j)                                                                                                  \
+    kz_one_sb(T, row + (size_t)(s0 + j) * bb, bb, xq + (size_t)(s0 + j) * 256, xb + (size_t)(s0 + j) * 16, j, &a[j], \
+              &mp[(j) / 2], &d[j], &dmin[j])
+            KZ_STEP(0); KZ_STEP(1); KZ_STEP(2); KZ_STEP(3); KZ_STEP(4); KZ_STEP(5); KZ_STEP(6); KZ_STEP(7);
         } else {
-            const __m256 dx = _mm256_mmask_i32gather_ps(_mm256_setzero_ps(), live, vidx, xd + sb, 4);
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.d), dx), _mm256_cvtepi32_ps(hsum_8x16(a)), acc);
-            if (HASMIN)
-                acc = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), acc);
+            for (int j = 0; j < g; j++) KZ_STEP(j);
+#undef KZ_STEP
         }
+        const __mmask8 live = (__mmask8)((1u << g) - 1);
+        const __m256 dx = _mm256_maskz_loadu_ps(live, xd + s0);
+        acc = _mm256_mask3_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d), dx), _mm256_cvtepi32_ps(hsum_8x16(a)), acc, live);
+        if (HASMIN)
+            acc = _mm256_mask3_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), acc, live);
     }
-    if (M == 1) {
-        y[0] = acc1;
-    } else {
-        float o[8];
-        _mm256_storeu_ps(o, acc);
-        for (int k = 0; k < M; k++) y[(size_t)k * ldy] = o[k];
-    }
+    y[0] = ds_hsum256(acc);
 }
 
 // Rows [r0, r1) for nb rounded input rows, 8 at a time per weight row.
@@ -613,7 +682,7 @@ VNNI_TARGET INLINE void kz_blk(const int T, float *y, int ldy, const int8_t *xq,
                 const uint8_t *row = (const uint8_t *)((const BT *)w->data + (size_t)r * nsb);                \
                 float *yi = y + (size_t)i * ldy + r;                                                          \
                 switch (m) {                                                                                  \
-                case 1: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 1); break;                      \
+                case 1: kz_one(T, yi, xq, xd, xb, cols, row, sizeof(BT)); break;                              \
                 case 2: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 2); break;                      \
                 case 3: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 3); break;                      \
                 case 4: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 4); break;                      \
@@ -782,7 +851,7 @@ void ds_ggq_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_wei
     for (int r = r0; r < r1; r++)
         for (int i = 0; i < nb; i++) {
             const int8_t *xq = px->q + (size_t)i * cols;
-            float acc = 0.0f;
+            float acc = 0.0f, acc8[8] = {0}; // acc8: K-quants, per super-block index mod 8 (KQ_SUM8)
             for (int b = 0; b < nblk; b++) {
                 decode_block(w->type, (const char *)w->data + ((size_t)r * nblk + b) * bb, &ib);
                 const int8_t *x = xq + (size_t)b * qk;
@@ -798,10 +867,12 @@ void ds_ggq_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_wei
                     acc = fmaf(ib.d * dx, (float)isum, acc);
                     if (has_min) acc = fmaf(ib.dmin, px->s[(size_t)i * nblk + b], acc);
                 } else {
-                    acc = fmaf(ib.d * dx, (float)isum, acc);
-                    acc = fmaf(-(ib.dmin * dx), (float)imin, acc);
+                    float *a = &acc8[b % 8];
+                    *a = fmaf(ib.d * dx, (float)isum, *a);
+                    *a = fmaf(-(ib.dmin * dx), (float)imin, *a);
                 }
             }
+            if (qk != 32) acc = KQ_SUM8(acc8[0], acc8[1], acc8[2], acc8[3], acc8[4], acc8[5], acc8[6], acc8[7]);
             y[(size_t)i * ldy + r] = acc;
         }
 }
