@@ -54,8 +54,10 @@ void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
 // (a Q8_K-style block: one f32 scale and the per-16 sums bs); per super-block
 // y += (d·d_x)·Σ_j sc_j·Σ_{i∈j} q_i r_i - (dmin·d_x)·Σ_j m_j·bs_j, the sums exact integers (offsets
 // such as Q6_K's -32 or Q3_K's -4 enter through bs). ds_qirows_* call these for those types. Every
-// kernel computes the same integers; the scalar one adds the float terms per block in order, and
-// so does the VNNI one for the K-quants and IQ4_XS (bitwise the scalar results); the AVX2 kernels
+// kernel computes the same integers; the scalar one adds the float terms per block in order (for
+// the K-quants and IQ4_XS into eight accumulators, super-block sb into sb % 8, combined at the end
+// of the row: ggml_qdot.c's KQ_SUM8), and so does the VNNI one for the K-quants and IQ4_XS
+// (bitwise the scalar results); the AVX2 kernels
 // and the VNNI 32-element ones (bitwise equal to each other) accumulate them per int32 lane.
 void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_ggq_rows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
