@@ -439,13 +439,14 @@ VNNI_TARGET INLINE void scales_per32(__m128i s8, __m512i sc[4]) {
     const __m256i dup = _mm256_or_si256(s16, _mm256_slli_epi32(s16, 16)); // lanes 2j, 2j + 1 = s_j
     scales_per16(dup, sc);
 }
-// The same from 8 unsigned per-32 scales in bytes 0..7 of s8 (Q4_K, Q5_K): one byte shuffle per vector
-// (the 128-bit lanes 0-1 of sc[n] take byte 2n, lanes 2-3 byte 2n + 1, zero-extended).
-VNNI_TARGET INLINE void scales_per32_u8(__m128i s8, __m512i sc[4]) {
+// The same for Q4_K / Q5_K weights and a DS_QX_K4 input, from their 8 unsigned per-32 scales in
+// bytes 0..7 of s8: vector n holds sub-blocks 4(n / 2) + n % 2 (low 256 bits) and that + 2 (high),
+// one byte shuffle each (zero-extended to int16).
+VNNI_TARGET INLINE void scales_per32_k4(__m128i s8, __m512i sc[4]) {
     const __m512i s = _mm512_broadcast_i32x4(s8);
-#define PICK(n) _mm512_inserti64x4(_mm512_set1_epi16((short)(0xFF00 | (2 * n))), _mm256_set1_epi16((short)(0xFF00 | (2 * n + 1))), 1)
-    sc[0] = _mm512_shuffle_epi8(s, PICK(0)), sc[1] = _mm512_shuffle_epi8(s, PICK(1));
-    sc[2] = _mm512_shuffle_epi8(s, PICK(2)), sc[3] = _mm512_shuffle_epi8(s, PICK(3));
+#define PICK(a, b) _mm512_inserti64x4(_mm512_set1_epi16((short)(0xFF00 | (a))), _mm256_set1_epi16((short)(0xFF00 | (b))), 1)
+    sc[0] = _mm512_shuffle_epi8(s, PICK(0, 2)), sc[1] = _mm512_shuffle_epi8(s, PICK(1, 3));
+    sc[2] = _mm512_shuffle_epi8(s, PICK(4, 6)), sc[3] = _mm512_shuffle_epi8(s, PICK(5, 7));
 #undef PICK
 }
 // Bit masks of a byte vector's two 256-bit halves.
@@ -456,27 +457,29 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     s->off = s->mn = _mm256_setzero_si256();
     s->dmin = 0.0f;
-    if (T == KT_Q4 || T == KT_Q5) {
+    if (T == KT_Q4 || T == KT_Q5) { // the input in DS_QX_K4 order: no shuffle of the nibbles
         const ds_block_q4_k *b = blk; // Q5_K: the same header; qs after qh
         const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)blk)->qs;
         uint8_t sm[16];
         k4_scales(b->scales, sm);
         s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
         const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
-        scales_per32_u8(smv, s->sc);
-        const __m128i mins = _mm_srli_si128(smv, 8);
-        s->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
-        for (int h = 0; h < 2; h++) { // 64 bytes: chunks 2h, 2h + 1 (sub-blocks 4h, 4h+2 low, 4h+1, 4h+3 high)
+        scales_per32_k4(smv, s->sc);
+        // bs per 16 packed columns: sub-blocks of 32 in the order 0, 2, 1, 3, 4, 6, 5, 7, each twice
+        s->mn = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(smv),
+                                    _mm256_setr_epi8(8, -1, 8, -1, 10, -1, 10, -1, 9, -1, 9, -1, 11, -1, 11, -1, 12, -1,
+                                                     12, -1, 14, -1, 14, -1, 13, -1, 13, -1, 15, -1, 15, -1));
+        for (int h = 0; h < 2; h++) { // 64 bytes: low nibbles sub-blocks 4h, 4h + 2; high 4h + 1, 4h + 3
             const __m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * h));
-            const __m512i lo = _mm512_and_si512(raw, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
-            s->w[2 * h] = _mm512_shuffle_i64x2(lo, hi, 0x44);
-            s->w[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+            s->w[2 * h] = _mm512_and_si512(raw, lo4);
+            s->w[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
         }
-        if (T == KT_Q5) {
+        if (T == KT_Q5) { // fifth bits: chunk c (64 elements) has bit 2c (low nibbles) and 2c + 1 (high)
             const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)blk)->qh));
             const __m512i v16 = _mm512_set1_epi8(16);
-            for (int n = 0; n < 4; n++) {
-                const __mmask64 m = _mm512_test_epi8_mask(qh, BITS2(1 << (2 * n), 2 << (2 * n)));
+            for (int n = 0; n < 4; n++) { // w[n]: chunks 2(n / 2) and 2(n / 2) + 1, nibble n % 2
+                const int c0 = 2 * (n / 2), nib = n % 2;
+                const __mmask64 m = _mm512_test_epi8_mask(qh, BITS2(1 << (2 * c0 + nib), 1 << (2 * c0 + 2 + nib)));
                 s->w[n] = _mm512_mask_add_epi8(s->w[n], m, s->w[n], v16);
             }
         }
@@ -590,17 +593,16 @@ VNNI_TARGET INLINE void ksb_dot(const int T, const ksb *s, const int8_t *x, cons
     }
 }
 
-// M (2..8) input rows against one weight row of nsb super-blocks of bb bytes (the ds_qx layout of
-// DEF_K4's kernels): per super-block, the rows' integers summed to one int32 each (lane k: row k),
-// and the float part (KQ_SUM8) in vectors whose lane k is row k.
-VNNI_TARGET INLINE void kz_blk(const int T, float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb,
-                               int cols, const uint8_t *row, const size_t bb, const int M) {
+// M (2..8) input rows against super-blocks [sb0, sb1) of one weight row of bb-byte super-blocks (the
+// ds_qx layout of DEF_K4's kernels; cols: the row length): per super-block, the rows' integers
+// summed to one int32 each (lane k: row k), and the float part into acc (KQ_SUM8's accumulators,
+// lane k: row k), which the caller combines after the last super-block.
+VNNI_TARGET INLINE void kz_blk(const int T, __m256 acc[8], const int8_t *xq, const float *xd, const int16_t *xb,
+                               int cols, const uint8_t *row, const size_t bb, const int M, int sb0, int sb1) {
     const int nsb = cols / 256, HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5;
-    __m256 acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
     const __m256i vidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nsb));
     const __mmask8 live = (__mmask8)((1u << M) - 1);
-    for (int sb = 0; sb < nsb; sb++) {
+    for (int sb = sb0; sb < sb1; sb++) {
         const uint8_t *b = row + (size_t)sb * bb;
         PF_SB(b);
         ksb s;
@@ -618,9 +620,6 @@ VNNI_TARGET INLINE void kz_blk(const int T, float *y, int ldy, const int8_t *xq,
         *aj = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.d), dx), _mm256_cvtepi32_ps(hsum_8x16(a)), *aj);
         if (HASMIN) *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(s.dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp)), *aj);
     }
-    float o[8];
-    _mm256_storeu_ps(o, KQ_SUM8_V(acc));
-    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = o[k];
 }
 
 // One super-block of a one-row pass (kz_one): its integers into a (isum's lanes) and, with mins, the
@@ -669,30 +668,41 @@ VNNI_TARGET INLINE void kz_one(const int T, float *y, const int8_t *xq, const fl
     y[0] = ds_hsum256(acc);
 }
 
-// Rows [r0, r1) for nb rounded input rows, 8 at a time per weight row.
+// Rows [r0, r1) for nb rounded input rows, 8 at a time per weight row. (Tiles of 16 weight rows
+// walked 8 super-blocks at a time, to keep 8 long input rows in L1, were slower from DRAM: 16
+// interleaved weight streams defeat the prefetchers.)
+VNNI_TARGET INLINE void kz_rows(const int T, size_t bb, float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w,
+                                int r0, int r1) {
+    const int cols = w->cols, nsb = cols / 256;
+    for (int i = 0; i < nb; i += 8) {
+        const int m = nb - i < 8 ? nb - i : 8;
+        const int8_t *xq = px->q + (size_t)i * cols;
+        const float *xd = px->d + (size_t)i * nsb;
+        const int16_t *xb = px->bs + (size_t)i * (cols / 16);
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * nsb * bb;
+            float *yi = y + (size_t)i * ldy + r;
+            __m256 acc[8];
+            for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+            switch (m) {
+            case 1: kz_one(T, yi, xq, xd, xb, cols, row, bb); continue;
+            case 2: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 2, 0, nsb); break;
+            case 3: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 3, 0, nsb); break;
+            case 4: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 4, 0, nsb); break;
+            case 5: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 5, 0, nsb); break;
+            case 6: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 6, 0, nsb); break;
+            case 7: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 7, 0, nsb); break;
+            default: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 8, 0, nsb); break;
+            }
+            float o[8];
+            _mm256_storeu_ps(o, KQ_SUM8_V(acc));
+            for (int k = 0; k < m; k++) yi[(size_t)k * ldy] = o[k];
+        }
+    }
+}
 #define DEF_KZ(NAME, T, BT)                                                                                   \
     VNNI_TARGET static void NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
-        const int cols = w->cols, nsb = cols / 256;                                                           \
-        for (int i = 0; i < nb; i += 8) {                                                                     \
-            const int m = nb - i < 8 ? nb - i : 8;                                                            \
-            const int8_t *xq = px->q + (size_t)i * cols;                                                      \
-            const float *xd = px->d + (size_t)i * nsb;                                                        \
-            const int16_t *xb = px->bs + (size_t)i * (cols / 16);                                             \
-            for (int r = r0; r < r1; r++) {                                                                   \
-                const uint8_t *row = (const uint8_t *)((const BT *)w->data + (size_t)r * nsb);                \
-                float *yi = y + (size_t)i * ldy + r;                                                          \
-                switch (m) {                                                                                  \
-                case 1: kz_one(T, yi, xq, xd, xb, cols, row, sizeof(BT)); break;                              \
-                case 2: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 2); break;                      \
-                case 3: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 3); break;                      \
-                case 4: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 4); break;                      \
-                case 5: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 5); break;                      \
-                case 6: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 6); break;                      \
-                case 7: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 7); break;                      \
-                default: kz_blk(T, yi, ldy, xq, xd, xb, cols, row, sizeof(BT), 8); break;                     \
-                }                                                                                             \
-            }                                                                                                 \
-        }                                                                                                     \
+        kz_rows(T, sizeof(BT), y, ldy, px, nb, w, r0, r1);                                                    \
     }
 DEF_KZ(kz_q2k, KT_Q2, ds_block_q2_k)
 DEF_KZ(kz_q3k, KT_Q3, ds_block_q3_k)

@@ -25,13 +25,17 @@ void ds_qrows_scalar(float *y, int ldy, const float *x, int nb, const ds_weight 
 // machine; only the float additions' order follows the vector width (as everywhere). Many-row
 // affine products (prefill) go to sgemm over dequantized tiles with the f32 input, as before (GGUF
 // block types stay on their integer kernels: matmul.c, DS_GGQ_GEMM_ROWS).
+// ds_qx_pack's ch for Q4_K / Q5_K on VNNI: per 128 columns, the quarters 0, 2, 1, 3 (the order of
+// the quants' low nibbles then high nibbles in 64 bytes, so the kernel needs no shuffle).
+#define DS_QX_K4 (-128)
 typedef struct {
     const int8_t *q; // (n, cols) the rounded input; 4 bits with ch > 0: per block of ch columns, the
-                     // even elements, then the odd ones (the weights' nibble order, no shuffle)
+                     // even elements, then the odd ones (the weights' nibble order, no shuffle);
+                     // ch = DS_QX_K4: see there
     const float *d;  // (n, cols / gs) per group: amax / 127
     const float *s;  // (n, cols / gs) per group: d · Σ r (the biases' term)
     const int16_t *bs; // gs = 256 only (GGUF K-quants, a Q8_K-style input): (n, cols / 16) Σ r per
-                       // 16 columns, else NULL
+                       // 16 packed columns (in q's order), else NULL
 } ds_qx;
 
 // Bytes ds_qx_pack needs for n rows of `cols` in groups of gs (16-byte aligned buffer; gs = 256 adds

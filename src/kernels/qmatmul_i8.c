@@ -24,6 +24,18 @@ size_t ds_qx_bytes(int n, int cols, int gs) {
     return (size_t)n * (size_t)cols + 2 * sizeof(float) * (size_t)n * (size_t)(cols / gs) + bs + 64;
 }
 
+// Where element i of a group goes in the packed input (ds_qx.q): 4-bit affine layouts (ch > 0): per
+// block of ch columns, the even elements, then the odd ones; DS_QX_K4: per 128 columns, the quarters
+// in the order 0, 2, 1, 3 (a 64-byte load of Q4_K / Q5_K quants holds elements 0-31 and 64-95 in
+// its low nibbles, 32-63 and 96-127 in its high ones); 0: natural order.
+static inline int qx_pos(int i, int ch) {
+    if (ch == DS_QX_K4) {
+        static const int quarter[4] = {0, 2, 1, 3};
+        return (i & ~127) + quarter[(i >> 5) & 3] * 32 + (i & 31);
+    }
+    return ch ? (i / ch) * ch + (i % ch) / 2 + (i % 2) * (ch / 2) : i;
+}
+
 // One group of gs floats: scale d = amax / 127 and r_i = round-to-nearest-even(x_i · (127 / amax))
 // written to q (position of element i: pos(i)); 0 when amax = 0; NaN scale (and r = 0) when the group
 // holds a NaN or an infinity, so the product is NaN as the float product would be.
@@ -46,9 +58,7 @@ static float quantize_group(const float *x, int gs, int8_t *q, int ch, int *sum)
         float r = nearbyintf(x[i] * id); // default rounding mode: to nearest, ties to even
         r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
         const int v = (int)r;
-        // 4-bit layouts (ch > 0): per block of ch columns, the even elements, then the odd ones
-        const int pos = ch ? (i / ch) * ch + (i % ch) / 2 + (i % 2) * (ch / 2) : i;
-        q[pos] = (int8_t)v;
+        q[qx_pos(i, ch)] = (int8_t)v;
         s += v;
     }
     *sum = s;
@@ -82,8 +92,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static float quantize_group
         s = _mm512_add_epi32(s, v);
         _mm_storeu_si128((__m128i *)(t + i), _mm512_cvtsepi32_epi8(v));
     }
-    if (ch)
-        for (int i = 0; i < gs; i++) q[(i / ch) * ch + (i % ch) / 2 + (i % 2) * (ch / 2)] = t[i];
+    if (ch == DS_QX_K4)
+        for (int i = 0; i < gs; i += 128) {
+            memcpy(q + i, t + i, 32), memcpy(q + i + 32, t + i + 64, 32);
+            memcpy(q + i + 64, t + i + 32, 32), memcpy(q + i + 96, t + i + 96, 32);
+        }
+    else if (ch)
+        for (int i = 0; i < gs; i++) q[qx_pos(i, ch)] = t[i];
     else memcpy(q, t, (size_t)gs);
     *sum = _mm512_reduce_add_epi32(s);
     return m / 127.0f;
@@ -402,6 +417,7 @@ void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
 }
 
 int ds_qirows_ch(const char *isa, const ds_weight *w) {
+    if ((w->type == DS_Q4_K || w->type == DS_Q5_K) && !strcmp(isa, "vnni")) return DS_QX_K4;
     if (ds_weight_bits(w) != 4) return 0; // 8 bits: natural order everywhere
     if (!strcmp(isa, "scalar")) return 0;
     if (!strcmp(isa, "vnni")) return w->group_size == 32 ? 32 : 64;
