@@ -422,6 +422,17 @@ typedef struct {
     float d, dmin;
 } ksb;
 
+// k4_scales in one vector (bytes 0..7 the scales, 8..15 the mins), from a 16-byte load at the packed
+// scales (the 4 bytes past them are the block's quants, read and discarded).
+VNNI_TARGET INLINE __m128i k4_scales_v(const uint8_t *packed) {
+    const __m128i u = _mm_loadu_si128((const __m128i *)packed); // u0, u1, u2, -
+    const __m128i lo6 = _mm_and_si128(u, _mm_set1_epi32(0x3f3f3f3f)); // scales 0-3, mins 0-3
+    const __m128i hi2 = _mm_and_si128(_mm_srli_epi32(u, 2), _mm_set1_epi32(0x30303030)); // top 2 bits of u0 / u1, at 4-5
+    const __m128i u2 = _mm_srlv_epi32(_mm_shuffle_epi32(u, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+    const __m128i o13 = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi32(0x0f0f0f0f)), hi2); // scales 4-7, mins 4-7
+    return _mm_unpacklo_epi32(lo6, o13);
+}
+
 // The int16 scale vector of VPMADDUBSW lanes for 64 elements from 16 int16 per-16 scales s16 (lane
 // L covers elements 2L, 2L + 1: sub-block of 16 index 4n + L/8).
 #define IDX16(n) _mm512_set_epi16(4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, 4 * n + 3, \
@@ -460,10 +471,8 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     if (T == KT_Q4 || T == KT_Q5) { // the input in DS_QX_K4 order: no shuffle of the nibbles
         const ds_block_q4_k *b = blk; // Q5_K: the same header; qs after qh
         const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)blk)->qs;
-        uint8_t sm[16];
-        k4_scales(b->scales, sm);
         s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
-        const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
+        const __m128i smv = k4_scales_v(b->scales);
         scales_per32_k4(smv, s->sc);
         // bs per 16 packed columns: sub-blocks of 32 in the order 0, 2, 1, 3, 4, 6, 5, 7, each twice
         s->mn = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(smv),
