@@ -633,9 +633,9 @@ VNNI_TARGET INLINE void kz_blk(const int T, __m256 acc[8], const int8_t *xq, con
 
 // One super-block of a one-row pass (kz_one): its integers into a (isum's lanes) and, with mins, the
 // half j % 2 of mp (imin's 8 lanes), its scales into d / dmin.
-VNNI_TARGET INLINE void kz_one_sb(const int T, const uint8_t *b, const size_t bb, const int8_t *x, const int16_t *xb,
+VNNI_TARGET INLINE void kz_one_sb(const int T, const uint8_t *b, const int8_t *x, const int16_t *xb,
                                   const int j, __m512i *a, __m512i *mp, float *d, float *dmin) {
-        PF_SB(b);
+    PF_SB(b);
     ksb s;
     ksb_prep(T, b, &s);
     *d = s.d, *dmin = s.dmin;
@@ -661,7 +661,7 @@ VNNI_TARGET INLINE void kz_one(const int T, float *y, const int8_t *xq, const fl
         for (int j = 0; j < 4; j++) mp[j] = _mm512_setzero_si512();
         if (g == 8) {
 #define KZ_STEP(j)                                                                                                  \
-    kz_one_sb(T, row + (size_t)(s0 + j) * bb, bb, xq + (size_t)(s0 + j) * 256, xb + (size_t)(s0 + j) * 16, j, &a[j], \
+    kz_one_sb(T, row + (size_t)(s0 + j) * bb, xq + (size_t)(s0 + j) * 256, xb + (size_t)(s0 + j) * 16, j, &a[j], \
               &mp[(j) / 2], &d[j], &dmin[j])
             KZ_STEP(0); KZ_STEP(1); KZ_STEP(2); KZ_STEP(3); KZ_STEP(4); KZ_STEP(5); KZ_STEP(6); KZ_STEP(7);
         } else {
