@@ -24,6 +24,7 @@
 #define VEC __m512
 #define VZERO _mm512_setzero_ps()
 #define VSET1(f) _mm512_set1_ps(f)
+#define VHALF(h) _cvtsh_ss(h) // F16C: ds_f16_to_f32's value, without its branches
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VSUM(v) _mm512_reduce_add_ps(v)
 #define VLOAD_F32(p) _mm512_loadu_ps(p)
@@ -56,6 +57,7 @@
 #define VEC __m256
 #define VZERO _mm256_setzero_ps()
 #define VSET1(f) _mm256_set1_ps(f)
+#define VHALF(h) _cvtsh_ss(h)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VSUM(v) ds_hsum256(v)
 #define VLOAD_F32(p) _mm256_loadu_ps(p)
@@ -89,6 +91,7 @@
 #define VEC float
 #define VZERO 0.0f
 #define VSET1(f) (f)
+#define VHALF(h) ds_f16_to_f32(h)
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define VSUM(v) (v)
 #define VLOAD_F32(p) (*(p))
