@@ -10,7 +10,8 @@
 //    (the *_int8 kinds: the integer path drafters take)
 //    speed-up over BF16 (types f32, bf16, GGUF q8_0, affine q8/q4 in groups of 32/64); matrices are cycled through ~1 GiB of copies so they come from DRAM;
 //  - "ggq": GGUF block types (Q4_K on Qwen3-8B shapes; Q4_0, Q5_K, Q6_K, Q8_0 on 4096²): decode (n = 1) and
-//    verify (n = 8) GB/s on the integer kernels and the fraction of the bound; "ggq_crossover": those
+//    verify (n = 8) GB/s on the integer kernels and the fraction of the bound, and the floor the
+//    core's multiply peak ("vnni_peak", measured first) puts under them; "ggq_crossover": those
 //    kernels against sgemm over dequantized tiles (--ggq: this section only);
 //  - "multirow": n = 1..64 input rows, our kernel (f32 inputs), the integer kernel (inputs rounded
 //    to int8, as drafters run) and dequantized tiles + sgemm (the crossover);
@@ -18,6 +19,7 @@
 //    quantized with dspark's quantizer to 8 and 4 bits: bytes and ratio to bf16 (and to f32);
 //  - "decode": greedy decode tokens/s of that target at f32, bf16, 8-bit and 4-bit (group 64).
 #include <dirent.h>
+#include <immintrin.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +189,41 @@ static double ggq_seconds_cpu(ds_dtype t, int rows, int cols, int n, int repeats
     return med;
 }
 
+// The core's integer multiply peak: 512-bit VPDPBUSD per second on one core (12 independent
+// accumulators in registers; 0 without AVX512-VNNI). Each does 64 byte products, so an n-row
+// product of a rows x cols matrix cannot take less than rows·cols·n / (64·rate) per core with any
+// int8 kernel (PMADDUBSW + VPDPWSSD pairs, what the K-quant kernels use, do the same products per
+// second on the AMD kind): "mul_floor_us" in the ggq lines.
+__attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni"))) static double vnni_rate_run(void) {
+    const __m512i u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(5);
+    __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+            a9 = a0, a10 = a0, a11 = a0;
+    const long iters = 20000000;
+    const double t0 = bench_now();
+    for (long it = 0; it < iters; it++) {
+#define DP(x) x = _mm512_dpbusd_epi32(x, u, v)
+        DP(a0), DP(a1), DP(a2), DP(a3), DP(a4), DP(a5), DP(a6), DP(a7), DP(a8), DP(a9), DP(a10), DP(a11);
+#undef DP
+        __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
+                         "+v"(a9), "+v"(a10), "+v"(a11)); // all in registers, none folded away
+    }
+    const double dt = bench_now() - t0;
+    const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                         _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    const int keep = _mm512_reduce_add_epi32(_mm512_add_epi32(sum, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11))));
+    return keep == 42 ? 0 : 12.0 * (double)iters / dt;
+}
+static double vnni_rate(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512vnni")) return 0;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        const double x = vnni_rate_run();
+        if (x > best) best = x;
+    }
+    return best;
+}
+
 // "ggq" lines: decode (n = 1) and verify (n = 8) GB/s of GGUF block types on Qwen3-8B-shaped
 // matrices (4096 x 4096 attention, 12288 x 4096 gate/up, 4096 x 12288 down) against the read
 // bandwidth bound `bw`; "ggq_crossover": the integer kernel against sgemm over dequantized tiles.
@@ -195,6 +232,8 @@ static void ggq_bench(double bw, int nt, int repeats, const char *only) {
     const char *names[] = {"q4_k", "q4_0", "q5_k", "q6_k", "q8_0"};
     const int shapes[3][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}};
     float *scratch = NULL;
+    const double rate = vnni_rate();
+    printf("{\"bench\": \"vnni_peak\", \"vpdpbusd_512_per_s\": %.3g, \"byte_products_per_s\": %.3g}\n", rate, 64 * rate);
     for (size_t k = 0; k < sizeof types / sizeof *types; k++)
         for (int sh = 0; sh < 3; sh++) {
             const int rows = shapes[sh][0], cols = shapes[sh][1];
@@ -204,13 +243,19 @@ static void ggq_bench(double bw, int nt, int repeats, const char *only) {
             double c1, c8;
             const double t1 = ggq_seconds_cpu(types[k], rows, cols, 1, repeats, NULL, INT_MAX, &c1);
             const double t8 = ggq_seconds_cpu(types[k], rows, cols, 8, repeats, NULL, INT_MAX, &c8);
+            // The least either product can take: the weights' read time, or the multiplies at the peak
+            // (nt cores); their ratio is the verify / decode no int8 kernel can beat here.
+            const double tb = (double)bytes / bw, mul1 = rate > 0 ? (double)rows * cols / (64 * rate) / nt : 0;
+            const double least1 = mul1 > tb ? mul1 : tb, least8 = 8 * mul1 > tb ? 8 * mul1 : tb;
             for (int v = 0; v < 2; v++) {
                 const double t = v ? t8 : t1, gbs = (double)bytes / t;
                 printf("{\"bench\": \"ggq\", \"weights\": \"%s\", \"rows\": %d, \"cols\": %d, \"n\": %d, \"threads\": %d, "
                        "\"isa\": \"%s\", \"bytes\": %zu, \"us\": %.1f, \"gb_per_s\": %.2f, \"fraction_of_bound\": %.3f, "
-                       "\"verify_over_decode\": %.2f, \"cpu_us\": %.1f, \"cpu_fraction_of_bound\": %.3f}\n",
+                       "\"verify_over_decode\": %.2f, \"cpu_us\": %.1f, \"cpu_fraction_of_bound\": %.3f, "
+                       "\"mul_floor_us\": %.1f, \"verify_over_decode_floor\": %.2f}\n",
                        names[k], rows, cols, v ? 8 : 1, nt, ds_matmul_isa(), bytes, t * 1e6, gbs / 1e9, gbs / bw,
-                       v ? t8 / t1 : 1.0, (v ? c8 : c1) * 1e6, (double)bytes / (v ? c8 : c1) / bw);
+                       v ? t8 / t1 : 1.0, (v ? c8 : c1) * 1e6, (double)bytes / (v ? c8 : c1) / bw,
+                       (v ? 8 * mul1 : mul1) * 1e6, v ? least8 / least1 : 1.0);
                 fflush(stdout);
             }
         }
