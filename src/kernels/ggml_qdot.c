@@ -28,11 +28,7 @@
 #define VNNI_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINE __attribute__((always_inline)) static inline
 
-// How far ahead of the weights being multiplied every kernel here prefetches (bytes). A one-row pass
-// streams the weights at 25-30 GB/s on one core against ~100 ns of DRAM latency: 1-2 KB ahead left a
-// quarter of the bandwidth unused (bench_quant --ggq, Q4_K 4096 x 4096, one row: 475 -> 360 us with
-// 9-18 KB; docs/results.md).
-#define PF_AHEAD 12288
+#define PF_AHEAD DS_QPREFETCH_BYTES // qmatmul.h
 #define PF_SB(p) (__builtin_prefetch((const char *)(p) + PF_AHEAD), __builtin_prefetch((const char *)(p) + PF_AHEAD + 64), \
                   __builtin_prefetch((const char *)(p) + PF_AHEAD + 128))
 

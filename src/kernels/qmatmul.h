@@ -15,6 +15,12 @@ void ds_qrows_avx512(float *y, int ldy, const float *x, int nb, const ds_weight 
 void ds_qrows_avx2(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1);
 void ds_qrows_scalar(float *y, int ldy, const float *x, int nb, const ds_weight *w, int r0, int r1);
 
+// How far ahead of the weights being multiplied the quantized kernels prefetch (bytes: qmatmul_i8.c,
+// qmatmul_isa.inc, ggml_qdot.c). A one-row pass streams the weights at 25-30 GB/s on one core
+// against ~100 ns of DRAM latency: 1-2 KB ahead left a quarter of the bandwidth unused (bench_quant
+// --ggq, Q4_K 4096 x 4096, one row: 475 -> 360 us with 9-18 KB; docs/results.md).
+#define DS_QPREFETCH_BYTES 12288
+
 // ---- Affine weights times the input rounded to int8 (qmatmul_i8.c) ----------------------------
 // The numerics of every affine product of few rows (decoding, verification, drafting): each input
 // row is rounded per group of the weight's group size gs, r_i = round-half-even(x_i · 127 / amax_g)

@@ -279,7 +279,7 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
         __m256 a[8];                                                                                          \
         for (int k = 0; k < M; k++) a[k] = _mm256_setzero_ps();                                               \
         for (int b = 0; b < nblk; b++) {                                                                      \
-            __builtin_prefetch((const char *)(blk + b) + 12288);                                              \
+            __builtin_prefetch((const char *)(blk + b) + DS_QPREFETCH_BYTES);                                \
             const __m256i w = _mm256_loadu_si256((const __m256i *)blk[b].qs), wa = _mm256_sign_epi8(w, w);    \
             for (int k = 0; k < M; k++) {                                                                     \
                 const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * xstride + (size_t)b * 32)); \
@@ -344,7 +344,7 @@ VNNI_TARGET __attribute__((always_inline)) static inline void q80iblock_vnni(flo
     const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     int b = 0;
     for (; b + 2 <= nblk; b += 2) {
-        __builtin_prefetch((const char *)(blk + b) + 12288); // 12 KB ahead: ggml_qdot.c, PF_AHEAD
+        __builtin_prefetch((const char *)(blk + b) + DS_QPREFETCH_BYTES);
         const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk[b].qs)),
                                              _mm256_loadu_si256((const __m256i *)blk[b + 1].qs), 1);
         const __m512i wa = _mm512_abs_epi8(w);
