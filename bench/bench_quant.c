@@ -242,8 +242,12 @@ static void ggq_bench(double bw, int nt, int repeats, const char *only) {
             if (only && !strstr(only, names[k])) continue;
             const size_t bytes = (size_t)rows * ds_ggml_row_bytes(types[k], cols);
             double c1, c8;
-            const double t1 = ggq_seconds_cpu(types[k], rows, cols, 1, repeats, NULL, INT_MAX, &c1);
-            const double t8 = ggq_seconds_cpu(types[k], rows, cols, 8, repeats, NULL, INT_MAX, &c8);
+            // the scratch a model's forward passes (per thread: ds_matmul_scratch_floats)
+            const ds_weight shape = {.type = types[k], .rows = rows, .cols = cols};
+            float *sc = malloc(sizeof(float) * ds_matmul_scratch_floats(&shape) * (size_t)ds_threads());
+            const double t1 = ggq_seconds_cpu(types[k], rows, cols, 1, repeats, sc, INT_MAX, &c1);
+            const double t8 = ggq_seconds_cpu(types[k], rows, cols, 8, repeats, sc, INT_MAX, &c8);
+            free(sc);
             // The least either product can take: the weights' read time, or the multiplies at the peak
             // (nt cores); their ratio is the verify / decode no int8 kernel can beat here.
             const double tb = (double)bytes / bw, mul1 = rate > 0 ? (double)rows * cols / (64 * rate) / nt : 0;

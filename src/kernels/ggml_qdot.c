@@ -460,6 +460,19 @@ VNNI_TARGET INLINE void scales_per32_k4(__m128i s8, __m512i sc[4]) {
 #define BITS2(a, b) _mm512_inserti64x4(_mm512_set1_epi8((char)(a)), _mm256_set1_epi8((char)(b)), 1)
 #define SHIFTS2(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
 
+// A Q6_K super-block's 256 values (0..63) in natural order, 64 per vector.
+VNNI_TARGET INLINE void q6_unpack(const ds_block_q6_k *b, __m512i w[4]) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m512i raw = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+        const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+        const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(hb, SHIFTS2(4, 2)), m30); // bits 0-1 / 2-3 at 4-5
+        const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(hb, SHIFTS2(0, 2)), m30); // bits 4-5 / 6-7
+        w[2 * h] = _mm512_or_si512(_mm512_and_si512(raw, lo4), h01);
+        w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4), h23);
+    }
+}
+
 VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     s->off = s->mn = _mm256_setzero_si256();
@@ -494,15 +507,7 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
         scales_per16(s16, s->sc);
         s->off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 5));
-        const __m512i m30 = _mm512_set1_epi8(0x30);
-        for (int h = 0; h < 2; h++) {
-            const __m512i raw = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
-            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
-            const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(hb, SHIFTS2(4, 2)), m30); // bits 0-1 / 2-3 at 4-5
-            const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(hb, SHIFTS2(0, 2)), m30); // bits 4-5 / 6-7
-            s->w[2 * h] = _mm512_or_si512(_mm512_and_si512(raw, lo4), h01);
-            s->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4), h23);
-        }
+        q6_unpack(b, s->w);
     } else if (T == KT_Q3 || T == KT_Q2) {
         const uint8_t *qs;
         __m256i s16;
@@ -716,6 +721,147 @@ DEF_KZ(kz_q5k, KT_Q5, ds_block_q5_k)
 DEF_KZ(kz_q6k, KT_Q6, ds_block_q6_k)
 DEF_KZ(kz_iq4xs, KT_IQ4XS, ds_block_iq4_xs)
 
+// ---- Several input rows, Q4_K / Q5_K / Q6_K with VNNI and GFNI: the rows interleaved (DS_QX_R8) ------
+// kz_blk spends two multiplies per 64 weights and input row (VPMADDUBSW, then VPDPWSSD by the scales).
+// Here one VPDPBUSD does 64 useful products: 8 consecutive weights of the row, broadcast to every lane,
+// times the same 8 columns of 8 input rows (qmatmul.h, DS_QX_R8): lane 2k + h sums row k's columns
+// 4h..4h+3 of the 8. Per weight row and super-block that is 32 VPDPBUSD for all 8 rows (kz_blk: 64
+// multiplies), and the nibbles are split once for the 8 rows. A scale's lanes are multiplied by it in
+// int32 and added; the two halves of each row are summed at the end of the super-block. Bounds (|r| <=
+// 127): Q4_K, a sub-block's lane sums 16 products, |.| <= 16·15·127 = 30480 < 2^15, so VPDPWSSD by the
+// pair (sc, 0) multiplies it exactly (the lane's high half is its sign, times 0); Q5_K (16·31·127) and
+// Q6_K (per 16 columns, 8·63·127) take VPMULLD. The integers are exact, so isum and imin are kz_blk's and
+// kz_one's, and the float part is the same sequence: the same bits whatever the number of rows.
+#define R8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")))
+#define R8_HI_NIBBLE 0x1020408000000000LL // GF2P8AFFINEQB matrix: each byte shifted right by 4
+
+// One super-block of one weight row against 8 input rows (X: its 32 x 64 interleaved bytes, B: the 4 x
+// 64 bytes of per-16 sums): isum and, with mins, imin per row (lane k: row k).
+R8_TARGET INLINE void r8_sb(const int T, const uint8_t *blk, const int8_t *X, const int16_t *B, __m256i *isum,
+                            __m256i *imin, float *d, float *dmin) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i is = zero, io = zero; // is: lanes 2k + h; io (offsets, mins): lanes k and 8 + k
+#define R8_X(g) _mm512_loadu_si512((const void *)(X + 64 * (g)))
+#define R8_BCAST(p) _mm512_set1_epi64(*(const long long *)(const void *)(p))
+    if (T == KT_Q4 || T == KT_Q5) {
+        const ds_block_q4_k *b = (const void *)blk; // Q5_K: the same header; qs after qh
+        const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)(const void *)blk)->qs;
+        const uint8_t *qh = ((const ds_block_q5_k *)(const void *)blk)->qh;
+        *d = _cvtsh_ss(b->d), *dmin = _cvtsh_ss(b->dmin);
+        const __m512i sv = _mm512_broadcast_i32x4(k4_scales_v(b->scales)); // bytes 0-7 scales, 8-15 mins
+        const __m512i lo4 = _mm512_set1_epi8(0x0F), v16 = _mm512_set1_epi8(16);
+        for (int c = 0; c < 4; c++) { // columns 64c..64c+63: sub-blocks 2c (low nibbles), 2c + 1 (high)
+            __m512i aL = zero, aH = zero;
+            for (int t = 0; t < 4; t++) { // low: columns 64c + 8t.., high: 64c + 32 + 8t..
+                const __m512i w = R8_BCAST(qs + 32 * c + 8 * t);
+                __m512i lo = _mm512_and_si512(w, lo4);
+                __m512i hi = _mm512_gf2p8affine_epi64_epi8(w, _mm512_set1_epi64(R8_HI_NIBBLE), 0);
+                if (T == KT_Q5) { // the fifth bits: bit 2c (low) and 2c + 1 (high) of qh[8t..]
+                    const __m512i h = R8_BCAST(qh + 8 * t);
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))), lo, v16);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))), hi, v16);
+                }
+                aL = _mm512_dpbusd_epi32(aL, lo, R8_X(8 * c + t));
+                aH = _mm512_dpbusd_epi32(aH, hi, R8_X(8 * c + 4 + t));
+            }
+            const __m512i sL = _mm512_shuffle_epi8(sv, _mm512_set1_epi32(2 * c | (int)0x80808000));
+            const __m512i sH = _mm512_shuffle_epi8(sv, _mm512_set1_epi32((2 * c + 1) | (int)0x80808000));
+            if (T == KT_Q4) is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, aL, sL), aH, sH);
+            else is = _mm512_add_epi32(is, _mm512_add_epi32(_mm512_mullo_epi32(aL, sL), _mm512_mullo_epi32(aH, sH)));
+        }
+        for (int v = 0; v < 4; v++) { // imin: sub-block 2v (lanes 0-7), 2v + 1 (8-15), each min twice (int16)
+            const int a = (8 + 2 * v) * 0x10001 | (int)0x80008000, e = (9 + 2 * v) * 0x10001 | (int)0x80008000;
+            const __m512i mn = _mm512_shuffle_epi8(sv, _mm512_inserti64x4(_mm512_set1_epi32(a), _mm256_set1_epi32(e), 1));
+            io = _mm512_dpwssd_epi32(io, _mm512_loadu_si512((const void *)(B + 32 * v)), mn);
+        }
+    } else { // Q6_K: values 0..63 unpacked to the stack, the offset -32 through the per-16 sums
+        const ds_block_q6_k *b = (const void *)blk;
+        *d = _cvtsh_ss(b->d), *dmin = 0.0f;
+        __m512i w[4];
+        q6_unpack(b, w);
+        _Alignas(64) uint8_t u[256];
+        for (int n = 0; n < 4; n++) _mm512_store_si512((void *)(u + 64 * n), w[n]);
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)b->scales);
+        const __m512i sc = _mm512_cvtepi8_epi32(s8); // lane j: the scale of columns 16j..
+        for (int j = 0; j < 16; j++) {
+            const __m512i a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, R8_BCAST(u + 16 * j), R8_X(2 * j)),
+                                                  R8_BCAST(u + 16 * j + 8), R8_X(2 * j + 1));
+            is = _mm512_add_epi32(is, _mm512_mullo_epi32(a, _mm512_permutexvar_epi32(_mm512_set1_epi32(j), sc)));
+        }
+        // offsets: int32 lane p of off holds the pair (-32·sc_2p, -32·sc_2p+1)
+        const __m512i off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5)));
+        for (int v = 0; v < 4; v++) {
+            const __m512i o = _mm512_permutexvar_epi32(_mm512_inserti64x4(_mm512_set1_epi32(2 * v), _mm256_set1_epi32(2 * v + 1), 1), off);
+            io = _mm512_dpwssd_epi32(io, _mm512_loadu_si512((const void *)(B + 32 * v)), o);
+        }
+    }
+#undef R8_X
+#undef R8_BCAST
+    const __m256i io8 = _mm256_add_epi32(_mm512_castsi512_si256(io), _mm512_extracti64x4_epi64(io, 1));
+    __m256i i8 = _mm512_cvtepi64_epi32(_mm512_add_epi32(is, _mm512_srli_epi64(is, 32))); // row k: lanes 2k + 2k+1
+    if (T == KT_Q6) i8 = _mm256_add_epi32(i8, io8), *imin = _mm256_setzero_si256();
+    else *imin = io8;
+    *isum = i8;
+}
+
+// Rows [r0, r1) for nb input rows in DS_QX_R8 blocks of 8: per weight row, each super-block once per
+// block of 8 input rows, the float part as kz_blk's. A block of 8 input rows is 2 KB per super-block,
+// so a long row's (12288 columns: 96 KB) would not stay in L1 while the weight rows pass by: rows
+// longer than R8_TILE_SB super-blocks are walked in column tiles of that many (32 KB of input), up to
+// R8_TILE_ROWS weight rows at a time, their accumulators kept between tiles (the same operations in
+// the same order per row, so the same bits), each row prefetching the one two rows on in its tile.
+#define R8_TILE_SB 16
+#define R8_TILE_ROWS 32
+R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w,
+                              int r0, int r1) {
+    const int cols = w->cols, nsb = cols / 256, HASMIN = T != KT_Q6, tiled = nsb > R8_TILE_SB;
+    const size_t rb = (size_t)nsb * bb; // bytes per weight row
+    __m256 acc[R8_TILE_ROWS][8];
+    for (int i = 0; i < nb; i += 8) {
+        const int m = nb - i < 8 ? nb - i : 8;
+        const int8_t *X = px->q + (size_t)i * cols;           // (nsb, 32, 8, 8)
+        const float *D = px->d + (size_t)i * nsb;             // (nsb, 8)
+        const int16_t *B = px->bs + (size_t)i * (cols / 16); // (nsb, 8, 8, 2)
+        for (int rg = r0; rg < r1; rg += R8_TILE_ROWS) {
+            const int re = r1 - rg < R8_TILE_ROWS ? r1 : rg + R8_TILE_ROWS;
+            for (int r = 0; r < re - rg; r++)
+                for (int j = 0; j < 8; j++) acc[r][j] = _mm256_setzero_ps();
+            for (int s0 = 0; s0 < nsb; s0 += R8_TILE_SB) {
+                const int s1 = tiled ? (nsb - s0 < R8_TILE_SB ? nsb : s0 + R8_TILE_SB) : nsb;
+                for (int r = rg; r < re; r++) {
+                    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+                    const size_t pf = tiled && r + 2 < re ? 2 * rb : PF_AHEAD; // how far ahead to prefetch
+                    for (int sb = s0; sb < s1; sb++) {
+                        const uint8_t *blk = row + (size_t)sb * bb;
+                        __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);
+                        __m256i isum, imin;
+                        float d, dmin;
+                        r8_sb(T, blk, X + (size_t)sb * 2048, B + (size_t)sb * 128, &isum, &imin, &d, &dmin);
+                        const __m256 dx = _mm256_loadu_ps(D + 8 * sb);
+                        __m256 *aj = &acc[r - rg][sb % 8];
+                        *aj = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(isum), *aj);
+                        if (HASMIN)
+                            *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(imin), *aj);
+                    }
+                }
+                if (!tiled) break;
+            }
+            for (int r = rg; r < re; r++) {
+                float o[8];
+                _mm256_storeu_ps(o, KQ_SUM8_V(acc[r - rg]));
+                for (int k = 0; k < m; k++) y[(size_t)(i + k) * ldy + r] = o[k];
+            }
+        }
+    }
+}
+#define DEF_R8(NAME, T, BT)                                                                                 \
+    R8_TARGET static void NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
+        r8_rows(T, sizeof(BT), y, ldy, px, nb, w, r0, r1);                                                  \
+    }
+DEF_R8(r8_q4k, KT_Q4, ds_block_q4_k)
+DEF_R8(r8_q5k, KT_Q5, ds_block_q5_k)
+DEF_R8(r8_q6k, KT_Q6, ds_block_q6_k)
+
 static int kquant_rows(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
     switch (w->type) {
     case DS_Q2_K: kq2k_rows(y, ldy, px, nb, w, r0, r1); return 1;
@@ -748,9 +894,9 @@ void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
     case DS_IQ4_NL: k32_iq4_nl_vnni(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q2_K: kz_q2k(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q3_K: kz_q3k(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q4_K: kz_q4k(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q5_K: kz_q5k(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q6_K: kz_q6k(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q4_K: (px->ch == DS_QX_R8 ? r8_q4k : kz_q4k)(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q5_K: (px->ch == DS_QX_R8 ? r8_q5k : kz_q5k)(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q6_K: (px->ch == DS_QX_R8 ? r8_q6k : kz_q6k)(y, ldy, px, nb, w, r0, r1); break;
     case DS_IQ4_XS: kz_iq4xs(y, ldy, px, nb, w, r0, r1); break;
     default: break;
     }

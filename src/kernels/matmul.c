@@ -408,7 +408,7 @@ static void matmul_run(float *y, const float *x, const ds_weight *w, int n, floa
 // without a scratch, a stack buffer (or, for very long rows, a heap one).
 static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, float *scratch) {
     const int cols = w->cols, gs = ds_ggml_block_elems(w->type) ? ds_ggml_block_elems(w->type) : w->group_size;
-    const int ch = ds_qirows_ch(qi_get(isa_get())->name, w);
+    const char *qi = qi_get(isa_get())->name;
     _Alignas(64) unsigned char stack[1 << 16];
     void *buf = stack, *heap = NULL;
     size_t room = sizeof stack;
@@ -416,12 +416,17 @@ static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, f
         buf = scratch;
         room = ds_matmul_scratch_floats(w) * sizeof(float);
     }
+    // The layout for several rows at a time; one whose block of 8 rows does not fit falls back to
+    // the one-row layout (whose kernels take any number of rows, to the same bits).
+    int ch = ds_qirows_ch(qi, w, n);
+    if (ch == DS_QX_R8 && ds_qx_bytes(8, cols, gs, ch) > room) ch = ds_qirows_ch(qi, w, 1);
     int per = 0;
-    while (per < n && ds_qx_bytes(per + 1, cols, gs) <= room) per++;
+    while (per < n && ds_qx_bytes(per + 1, cols, gs, ch) <= room) per++;
     if (per >= 8) per &= ~7;
     if (per == 0) {
         per = 1;
-        buf = heap = malloc(ds_qx_bytes(1, cols, gs));
+        ch = ds_qirows_ch(qi, w, 1);
+        buf = heap = malloc(ds_qx_bytes(1, cols, gs, ch));
         if (!buf) { // out of memory for one row's rounding: a NaN output says so rather than garbage
             for (size_t i = 0; i < (size_t)n * (size_t)w->rows; i++) y[i] = NAN;
             return;
@@ -429,7 +434,7 @@ static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, f
     }
     for (int i = 0; i < n; i += per) {
         const int m = n - i < per ? n - i : per;
-        const ds_qx qx = ds_qx_pack(buf, x + (size_t)i * cols, m, cols, gs, ch);
+        const ds_qx qx = ds_qx_pack(buf, x + (size_t)i * cols, m, cols, gs, m == 1 ? ds_qirows_ch(qi, w, 1) : ch);
         matmul_run(y + (size_t)i * w->rows, x + (size_t)i * cols, w, m, NULL, 0, NULL, &qx);
     }
     free(heap);

@@ -31,9 +31,15 @@ void ds_qrows_scalar(float *y, int ldy, const float *x, int nb, const ds_weight 
 // machine; only the float additions' order follows the vector width (as everywhere). Many-row
 // affine products (prefill) go to sgemm over dequantized tiles with the f32 input, as before (GGUF
 // block types stay on their integer kernels: matmul.c, DS_GGQ_GEMM_ROWS).
-// ds_qx_pack's ch for Q4_K / Q5_K on VNNI: per 128 columns, the quarters 0, 2, 1, 3 (the order of
-// the quants' low nibbles then high nibbles in 64 bytes, so the kernel needs no shuffle).
+// ds_qx_pack's ch for Q4_K / Q5_K on VNNI, one input row: per 128 columns, the quarters 0, 2, 1, 3
+// (the order of the quants' low nibbles then high nibbles in 64 bytes, so the kernel needs no shuffle).
 #define DS_QX_K4 (-128)
+// ds_qx_pack's ch for Q4_K / Q5_K / Q6_K on VNNI, several input rows: the rows interleaved by 8 (the
+// last block of 8 padded with zero rows), so one VPDPBUSD multiplies 8 weights broadcast to every
+// lane by 8 rows' same 8 columns (ggml_qdot.c). Per block of 8 rows and super-block of 256 columns:
+// q (32, 8, 8): per 8 columns in natural order, per row, its 8 bytes; d (8): per row; bs (8, 8, 2):
+// per pair of 16-column groups, per row, the two per-16 sums (natural order); s is not kept.
+#define DS_QX_R8 (-256)
 typedef struct {
     const int8_t *q; // (n, cols) the rounded input; 4 bits with ch > 0: per block of ch columns, the
                      // even elements, then the odd ones (the weights' nibble order, no shuffle);
@@ -42,16 +48,17 @@ typedef struct {
     const float *s;  // (n, cols / gs) per group: d · Σ r (the biases' term)
     const int16_t *bs; // gs = 256 only (GGUF K-quants, a Q8_K-style input): (n, cols / 16) Σ r per
                        // 16 packed columns (in q's order), else NULL
+    int ch;            // the layout: ds_qx_pack's ch (DS_QX_R8: see there)
 } ds_qx;
 
-// Bytes ds_qx_pack needs for n rows of `cols` in groups of gs (16-byte aligned buffer; gs = 256 adds
-// the per-16 sums).
-size_t ds_qx_bytes(int n, int cols, int gs);
-// Round n input rows (stride cols) into buf (ds_qx_bytes of it); ch: the 4-bit column block of the
-// kernel that will read it (ds_qirows_ch), 0 for natural order.
+// Bytes ds_qx_pack needs for n rows of `cols` in groups of gs and layout ch (16-byte aligned buffer;
+// gs = 256 adds the per-16 sums; DS_QX_R8 counts n rounded up to 8).
+size_t ds_qx_bytes(int n, int cols, int gs, int ch);
+// Round n input rows (stride cols) into buf (ds_qx_bytes of it); ch: the layout of the kernel that
+// will read it (ds_qirows_ch): 0 natural order, > 0 the 4-bit column block, DS_QX_K4, DS_QX_R8.
 ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch);
-// The ch an ISA's kernel reads ("vnni", "avx2", "scalar").
-int ds_qirows_ch(const char *isa, const ds_weight *w);
+// The ch an ISA's kernel reads ("vnni", "avx2", "scalar") for n input rows at a time.
+int ds_qirows_ch(const char *isa, const ds_weight *w, int n);
 // y[i*ldy + r] for output rows [r0, r1) of the nb packed rows (group size 32 or 64, bits 4 or 8).
 void ds_qirows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_qirows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
@@ -72,6 +79,9 @@ void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
 void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_ggq_rows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_ggq_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
+// Tests: 0 keeps several rows of Q4_K / Q5_K / Q6_K on the one-row layouts' kernel (kz_blk) even where
+// the CPU has the DS_QX_R8 one (AVX512-VNNI and GFNI), 1 (the default) allows it. Both give the same bits.
+void ds_ggq_allow_r8(int on);
 
 // Scales and biases of groups [o, o + ng) of an affine weight (o counts groups from the matrix's
 // start: row · cols/gs + first group), widened to f32.

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/affine.h"
@@ -19,7 +20,8 @@
 
 // ---- The rounded input -------------------------------------------------------------------------
 
-size_t ds_qx_bytes(int n, int cols, int gs) {
+size_t ds_qx_bytes(int n, int cols, int gs, int ch) {
+    if (ch == DS_QX_R8) n = (n + 7) & ~7;
     const size_t bs = gs == 256 ? sizeof(int16_t) * (size_t)n * (size_t)(cols / 16) : 0;
     return (size_t)n * (size_t)cols + 2 * sizeof(float) * (size_t)n * (size_t)(cols / gs) + bs + 64;
 }
@@ -110,11 +112,50 @@ static int has_avx512(void) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
+// One group of gs (<= 256) rounded, natural order, with the fastest routine the CPU has.
+static float round_group(const float *x, int gs, int8_t *q, int *sum, int wide) {
+#if defined(__GNUC__)
+    if (wide) return quantize_group_avx512(x, gs, q, 0, sum);
+#endif
+    return quantize_group(x, gs, q, 0, sum);
+}
+
+// DS_QX_R8 (qmatmul.h): the same rounding as the other layouts, the rows interleaved by 8.
+static ds_qx qx_pack_r8(void *buf, const float *x, int n, int cols) {
+    const int nsb = cols / 256, n8 = (n + 7) & ~7, wide = has_avx512();
+    float *d = buf;
+    // q and bs on 64-byte boundaries (ds_qx_bytes keeps 64 bytes for it): each 512-bit load of them
+    // then reads one cache line, not two
+    const uintptr_t end = (uintptr_t)(d + (size_t)n8 * (size_t)nsb);
+    int8_t *q = (int8_t *)((end + 63) & ~(uintptr_t)63);
+    int16_t *bs = (int16_t *)(q + (size_t)n8 * (size_t)cols);
+    for (int i = 0; i < n8; i++)
+        for (int sb = 0; sb < nsb; sb++) {
+            int8_t t[256];
+            int sum = 0;
+            float dg = 0.0f;
+            if (i < n) dg = round_group(x + (size_t)i * cols + (size_t)sb * 256, 256, t, &sum, wide);
+            else memset(t, 0, sizeof t);
+            const size_t o = (size_t)(i / 8) * (size_t)nsb + (size_t)sb; // (block, super-block)
+            const int k = i % 8;
+            d[o * 8 + (size_t)k] = dg;
+            for (int g = 0; g < 32; g++) memcpy(q + (o * 32 + (size_t)g) * 64 + (size_t)k * 8, t + 8 * g, 8);
+            for (int j = 0; j < 16; j++) {
+                int s16 = 0;
+                for (int e = 0; e < 16; e++) s16 += t[16 * j + e];
+                bs[(o * 8 + (size_t)(j / 2)) * 16 + (size_t)k * 2 + (size_t)(j % 2)] = (int16_t)s16;
+            }
+        }
+    return (ds_qx){.q = q, .d = d, .s = NULL, .bs = bs, .ch = DS_QX_R8};
+}
+
 ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
+    if (ch == DS_QX_R8) return qx_pack_r8(buf, x, n, cols);
     const size_t ng = (size_t)(cols / gs);
     ds_qx p;
+    p.ch = ch;
     float *d = buf, *s = d + (size_t)n * ng;
-    int8_t *q = (int8_t *)(s + (size_t)n * ng);
+    int8_t *q = (int8_t *)(((uintptr_t)(s + (size_t)n * ng) + 63) & ~(uintptr_t)63); // as qx_pack_r8's
     const int wide = gs <= 256 && has_avx512();
     for (size_t i = 0; i < (size_t)n; i++)
         for (size_t g = 0; g < ng; g++) {
@@ -416,8 +457,15 @@ void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
     else qi_rows_scalar(y, ldy, px, nb, w, r0, r1);
 }
 
-int ds_qirows_ch(const char *isa, const ds_weight *w) {
-    if ((w->type == DS_Q4_K || w->type == DS_Q5_K) && !strcmp(isa, "vnni")) return DS_QX_K4;
+static int g_r8_off; // tests: DS_QX_R8 not used (ds_ggq_allow_r8)
+void ds_ggq_allow_r8(int on) { g_r8_off = !on; }
+
+int ds_qirows_ch(const char *isa, const ds_weight *w, int n) {
+    const int vnni = !strcmp(isa, "vnni");
+    if (vnni && n >= 2 && !g_r8_off && (w->type == DS_Q4_K || w->type == DS_Q5_K || w->type == DS_Q6_K) &&
+        __builtin_cpu_supports("gfni"))
+        return DS_QX_R8;
+    if ((w->type == DS_Q4_K || w->type == DS_Q5_K) && vnni) return DS_QX_K4;
     if (ds_weight_bits(w) != 4) return 0; // 8 bits: natural order everywhere
     if (!strcmp(isa, "scalar")) return 0;
     if (!strcmp(isa, "vnni")) return w->group_size == 32 ? 32 : 64;

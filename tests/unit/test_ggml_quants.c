@@ -191,6 +191,48 @@ static void test_batch_invariance(void **state) {
     restore_isa();
 }
 
+// Several rows of Q4_K / Q5_K / Q6_K on VNNI + GFNI take the rows-interleaved layout (DS_QX_R8) and
+// its kernel: bitwise the one-row layouts' kernel (ds_ggq_allow_r8(0)) and the scalar one. 4352
+// columns (17 super-blocks) take its column tiles (16 + 1), 70 weight rows its row groups of 32 (and
+// a partial one), 13 input rows a full block of 8 and a padded one; the scratch is misaligned by 4
+// bytes (the packed input aligns itself inside it).
+static void test_rows_interleaved(void **state) {
+    (void)state;
+    const ds_dtype types[] = {DS_Q4_K, DS_Q5_K, DS_Q6_K};
+    const int rows = 70, cols = 4352, n = 13;
+    if (!ds_matmul_force_isa("avx512") || strcmp(ds_matmul_isa(), "avx512") || !__builtin_cpu_supports("avx512vnni") ||
+        !__builtin_cpu_supports("gfni")) {
+        print_message("skipped: DS_QX_R8 needs AVX512-VNNI and GFNI, which this CPU lacks\n");
+        restore_isa();
+        return;
+    }
+    float *x = malloc(sizeof(float) * n * cols), *y[3];
+    for (int v = 0; v < 3; v++) y[v] = malloc(sizeof(float) * n * rows);
+    fill_x(x, (size_t)n * cols);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        gmat m;
+        gmat_make(&m, types[t], rows, cols, -1, 0);
+        assert_int_equal(ds_qirows_ch("vnni", &m.w, n), DS_QX_R8);
+        float *scratch = malloc(sizeof(float) * (ds_matmul_scratch_floats(&m.w) + 1));
+        for (int v = 0; v < 3; v++) { // R8, the one-row layouts' kernel, scalar
+            ds_matmul_force_isa(v == 2 ? "scalar" : "avx512");
+            ds_ggq_allow_r8(v == 0);
+            ds_matmul_ex(y[v], x, &m.w, n, scratch + 1, INT_MAX);
+        }
+        ds_ggq_allow_r8(1);
+        for (int v = 1; v < 3; v++)
+            if (memcmp(y[0], y[v], sizeof(float) * n * rows)) {
+                print_error("%s: DS_QX_R8 differs from the %s kernel\n", ds_dtype_name(types[t]), v == 1 ? "kz_blk" : "scalar");
+                fail();
+            }
+        free(scratch);
+        gmat_free(&m);
+    }
+    for (int v = 0; v < 3; v++) free(y[v]);
+    free(x);
+    restore_isa();
+}
+
 // Adversarial blocks: every block's scale zero, -0.0, the largest f16, the smallest and the largest
 // subnormal, NaN; all-0xFF quant bytes (max nibbles / bits, max sub-block scales); inputs with an
 // all-zero block and with a NaN. NaN scales give NaN outputs (as ggml's dequantization: ggml_quants.h).
@@ -287,7 +329,7 @@ static void test_sizes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes), cmocka_unit_test(test_kernels), cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_sizes), cmocka_unit_test(test_kernels), cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_rows_interleaved),
         cmocka_unit_test(test_adversarial), cmocka_unit_test(test_gemm_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

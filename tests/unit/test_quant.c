@@ -345,7 +345,7 @@ static void test_qx_pack_rounding(void **state) {
     for (int j = 0; j < GS; j++) x[GS + j] = 0.0f;   // group 1: all zero
     x[3 * GS + 5] = NAN;                              // group 3: a NaN
     _Alignas(64) unsigned char buf[8192];
-    assert_true(ds_qx_bytes(1, COLS, GS) <= sizeof buf);
+    assert_true(ds_qx_bytes(1, COLS, GS, 0) <= sizeof buf);
     for (int ch = 0; ch <= 64; ch += 32) {
         const ds_qx p = ds_qx_pack(buf, x, 1, COLS, GS, ch);
         round_input_ref(x, 3 * GS, GS, xhat); // groups 0..2 (the reference knows no NaN)
