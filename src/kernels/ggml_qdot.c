@@ -460,6 +460,28 @@ VNNI_TARGET INLINE void scales_per32_k4(__m128i s8, __m512i sc[4]) {
 #define BITS2(a, b) _mm512_inserti64x4(_mm512_set1_epi8((char)(a)), _mm256_set1_epi8((char)(b)), 1)
 #define SHIFTS2(a, b) _mm512_inserti64x4(_mm512_set1_epi16(a), _mm256_set1_epi16(b), 1)
 
+// A Q4_K / Q5_K super-block's 256 values (0..15 / 0..31), 64 per vector in DS_QX_K4's order: w[2h]
+// the low nibbles of qs[64h..64h+63] (columns 128h + 0..31, then 128h + 64..95), w[2h + 1] the high
+// ones (128h + 32..63, 128h + 96..127).
+VNNI_TARGET INLINE void k45_unpack(const int T, const void *blk, __m512i w[4]) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    const uint8_t *qs = T == KT_Q4 ? ((const ds_block_q4_k *)blk)->qs : ((const ds_block_q5_k *)blk)->qs;
+    for (int h = 0; h < 2; h++) {
+        const __m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * h));
+        w[2 * h] = _mm512_and_si512(raw, lo4);
+        w[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+    }
+    if (T == KT_Q5) { // fifth bits: chunk c (64 elements) has bit 2c (low nibbles) and 2c + 1 (high)
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)blk)->qh));
+        const __m512i v16 = _mm512_set1_epi8(16);
+        for (int n = 0; n < 4; n++) { // w[n]: chunks 2(n / 2) and 2(n / 2) + 1, nibble n % 2
+            const int c0 = 2 * (n / 2), nib = n % 2;
+            const __mmask64 m = _mm512_test_epi8_mask(qh, BITS2(1 << (2 * c0 + nib), 1 << (2 * c0 + 2 + nib)));
+            w[n] = _mm512_mask_add_epi8(w[n], m, w[n], v16);
+        }
+    }
+}
+
 // A Q6_K super-block's 256 values (0..63) in natural order, 64 per vector.
 VNNI_TARGET INLINE void q6_unpack(const ds_block_q6_k *b, __m512i w[4]) {
     const __m512i lo4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
@@ -479,7 +501,6 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     s->dmin = 0.0f;
     if (T == KT_Q4 || T == KT_Q5) { // the input in DS_QX_K4 order: no shuffle of the nibbles
         const ds_block_q4_k *b = blk; // Q5_K: the same header; qs after qh
-        const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)blk)->qs;
         s->d = _cvtsh_ss(b->d), s->dmin = _cvtsh_ss(b->dmin);
         const __m128i smv = k4_scales_v(b->scales);
         scales_per32_k4(smv, s->sc);
@@ -487,20 +508,7 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
         s->mn = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(smv),
                                     _mm256_setr_epi8(8, -1, 8, -1, 10, -1, 10, -1, 9, -1, 9, -1, 11, -1, 11, -1, 12, -1,
                                                      12, -1, 14, -1, 14, -1, 13, -1, 13, -1, 15, -1, 15, -1));
-        for (int h = 0; h < 2; h++) { // 64 bytes: low nibbles sub-blocks 4h, 4h + 2; high 4h + 1, 4h + 3
-            const __m512i raw = _mm512_loadu_si512((const void *)(qs + 64 * h));
-            s->w[2 * h] = _mm512_and_si512(raw, lo4);
-            s->w[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
-        }
-        if (T == KT_Q5) { // fifth bits: chunk c (64 elements) has bit 2c (low nibbles) and 2c + 1 (high)
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)blk)->qh));
-            const __m512i v16 = _mm512_set1_epi8(16);
-            for (int n = 0; n < 4; n++) { // w[n]: chunks 2(n / 2) and 2(n / 2) + 1, nibble n % 2
-                const int c0 = 2 * (n / 2), nib = n % 2;
-                const __mmask64 m = _mm512_test_epi8_mask(qh, BITS2(1 << (2 * c0 + nib), 1 << (2 * c0 + 2 + nib)));
-                s->w[n] = _mm512_mask_add_epi8(s->w[n], m, s->w[n], v16);
-            }
-        }
+        k45_unpack(T, blk, s->w);
     } else if (T == KT_Q6) {
         const ds_block_q6_k *b = blk;
         s->d = _cvtsh_ss(b->d);
@@ -721,87 +729,74 @@ DEF_KZ(kz_q5k, KT_Q5, ds_block_q5_k)
 DEF_KZ(kz_q6k, KT_Q6, ds_block_q6_k)
 DEF_KZ(kz_iq4xs, KT_IQ4XS, ds_block_iq4_xs)
 
-// ---- Several input rows, Q4_K / Q5_K / Q6_K with VNNI and GFNI: the rows interleaved (DS_QX_R8) ------
+// ---- Several input rows, Q4_K / Q5_K with VNNI and GFNI: the rows interleaved (DS_QX_R8) -------------
 // kz_blk spends two multiplies per 64 weights and input row (VPMADDUBSW, then VPDPWSSD by the scales).
 // Here one VPDPBUSD does 64 useful products: 8 consecutive weights of the row, broadcast to every lane,
 // times the same 8 columns of 8 input rows (qmatmul.h, DS_QX_R8): lane 2k + h sums row k's columns
 // 4h..4h+3 of the 8. Per weight row and super-block that is 32 VPDPBUSD for all 8 rows (kz_blk: 64
-// multiplies), and the nibbles are split once for the 8 rows. A scale's lanes are multiplied by it in
-// int32 and added; the two halves of each row are summed at the end of the super-block. Bounds (|r| <=
-// 127): Q4_K, a sub-block's lane sums 16 products, |.| <= 16·15·127 = 30480 < 2^15, so VPDPWSSD by the
-// pair (sc, 0) multiplies it exactly (the lane's high half is its sign, times 0); Q5_K (16·31·127) and
-// Q6_K (per 16 columns, 8·63·127) take VPMULLD. The integers are exact, so isum and imin are kz_blk's and
-// kz_one's, and the float part is the same sequence: the same bits whatever the number of rows.
+// multiplies), and the weights are unpacked once for the 8 rows: Q4_K straight from 8 bytes of quants
+// broadcast (AND for the low nibbles, GF2P8AFFINEQB for the high ones), Q5_K unpacked whole
+// (k45_unpack) and broadcast by VPERMQ. A scale's lanes are multiplied by it with VPDPWSSD by the pair
+// (sc, 0) (exact while a lane stays below 2^15: its high half is then its sign, times 0); the two
+// halves of each row are summed at the end of the super-block. Bounds (|r| <= 127): a Q4_K lane sums 16
+// products of a sub-block, <= 16·15·127 = 30480; a Q5_K one 8 (two accumulators per sub-block),
+// <= 8·31·127 = 31496. The integers are exact, so isum and imin are kz_blk's and kz_one's, and the
+// float part is the same sequence: the same bits whatever the number of rows. (Q6_K was tried the same
+// way, its values unpacked whole: per 16 columns VPMULLD or VPMADDUBSW + VPDPWSSD, 16-20 ns per
+// super-block and weight row for 8 rows against kz_blk's 13; it stays on kz_blk.)
 #define R8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")))
 #define R8_HI_NIBBLE 0x1020408000000000LL // GF2P8AFFINEQB matrix: each byte shifted right by 4
 
 // One super-block of one weight row against 8 input rows (X: its 32 x 64 interleaved bytes, B: the 4 x
-// 64 bytes of per-16 sums): isum and, with mins, imin per row (lane k: row k).
+// 64 bytes of per-16 sums): isum and imin per row (lane k: row k).
 R8_TARGET INLINE void r8_sb(const int T, const uint8_t *blk, const int8_t *X, const int16_t *B, __m256i *isum,
                             __m256i *imin, float *d, float *dmin) {
     const __m512i zero = _mm512_setzero_si512();
-    __m512i is = zero, io = zero; // is: lanes 2k + h; io (offsets, mins): lanes k and 8 + k
+    __m512i is = zero, io = zero; // is: lanes 2k + h; io (mins): lanes k and 8 + k
 #define R8_X(g) _mm512_loadu_si512((const void *)(X + 64 * (g)))
 #define R8_BCAST(p) _mm512_set1_epi64(*(const long long *)(const void *)(p))
-    if (T == KT_Q4 || T == KT_Q5) {
+    {
         const ds_block_q4_k *b = (const void *)blk; // Q5_K: the same header; qs after qh
-        const uint8_t *qs = T == KT_Q4 ? b->qs : ((const ds_block_q5_k *)(const void *)blk)->qs;
-        const uint8_t *qh = ((const ds_block_q5_k *)(const void *)blk)->qh;
         *d = _cvtsh_ss(b->d), *dmin = _cvtsh_ss(b->dmin);
         const __m512i sv = _mm512_broadcast_i32x4(k4_scales_v(b->scales)); // bytes 0-7 scales, 8-15 mins
-        const __m512i lo4 = _mm512_set1_epi8(0x0F), v16 = _mm512_set1_epi8(16);
+        const __m512i lo4 = _mm512_set1_epi8(0x0F);
+        __m512i wv[4]; // Q5_K: the values unpacked whole (k45_unpack), each 8 broadcast by VPERMQ
+        if (T == KT_Q5) k45_unpack(T, blk, wv);
         for (int c = 0; c < 4; c++) { // columns 64c..64c+63: sub-blocks 2c (low nibbles), 2c + 1 (high)
-            __m512i aL = zero, aH = zero;
+            __m512i aL = zero, aH = zero, aL2 = zero, aH2 = zero;
             for (int t = 0; t < 4; t++) { // low: columns 64c + 8t.., high: 64c + 32 + 8t..
-                const __m512i w = R8_BCAST(qs + 32 * c + 8 * t);
-                __m512i lo = _mm512_and_si512(w, lo4);
-                __m512i hi = _mm512_gf2p8affine_epi64_epi8(w, _mm512_set1_epi64(R8_HI_NIBBLE), 0);
-                if (T == KT_Q5) { // the fifth bits: bit 2c (low) and 2c + 1 (high) of qh[8t..]
-                    const __m512i h = R8_BCAST(qh + 8 * t);
-                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))), lo, v16);
-                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))), hi, v16);
+                __m512i lo, hi;
+                if (T == KT_Q4) { // 8 bytes of quants broadcast, their nibbles split in every lane
+                    const __m512i w = R8_BCAST(b->qs + 32 * c + 8 * t);
+                    lo = _mm512_and_si512(w, lo4);
+                    hi = _mm512_gf2p8affine_epi64_epi8(w, _mm512_set1_epi64(R8_HI_NIBBLE), 0);
+                } else {
+                    const __m512i q = _mm512_set1_epi64(4 * (c % 2) + t);
+                    lo = _mm512_permutexvar_epi64(q, wv[2 * (c / 2)]), hi = _mm512_permutexvar_epi64(q, wv[2 * (c / 2) + 1]);
                 }
-                aL = _mm512_dpbusd_epi32(aL, lo, R8_X(8 * c + t));
-                aH = _mm512_dpbusd_epi32(aH, hi, R8_X(8 * c + 4 + t));
+                if (T == KT_Q5 && t >= 2) { // Q5_K: a lane sums at most 8 products per accumulator
+                    aL2 = _mm512_dpbusd_epi32(aL2, lo, R8_X(8 * c + t));
+                    aH2 = _mm512_dpbusd_epi32(aH2, hi, R8_X(8 * c + 4 + t));
+                } else {
+                    aL = _mm512_dpbusd_epi32(aL, lo, R8_X(8 * c + t));
+                    aH = _mm512_dpbusd_epi32(aH, hi, R8_X(8 * c + 4 + t));
+                }
             }
             const __m512i sL = _mm512_shuffle_epi8(sv, _mm512_set1_epi32(2 * c | (int)0x80808000));
             const __m512i sH = _mm512_shuffle_epi8(sv, _mm512_set1_epi32((2 * c + 1) | (int)0x80808000));
-            if (T == KT_Q4) is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, aL, sL), aH, sH);
-            else is = _mm512_add_epi32(is, _mm512_add_epi32(_mm512_mullo_epi32(aL, sL), _mm512_mullo_epi32(aH, sH)));
+            is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, aL, sL), aH, sH);
+            if (T == KT_Q5) is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, aL2, sL), aH2, sH);
         }
         for (int v = 0; v < 4; v++) { // imin: sub-block 2v (lanes 0-7), 2v + 1 (8-15), each min twice (int16)
             const int a = (8 + 2 * v) * 0x10001 | (int)0x80008000, e = (9 + 2 * v) * 0x10001 | (int)0x80008000;
             const __m512i mn = _mm512_shuffle_epi8(sv, _mm512_inserti64x4(_mm512_set1_epi32(a), _mm256_set1_epi32(e), 1));
             io = _mm512_dpwssd_epi32(io, _mm512_loadu_si512((const void *)(B + 32 * v)), mn);
         }
-    } else { // Q6_K: values 0..63 unpacked to the stack, the offset -32 through the per-16 sums
-        const ds_block_q6_k *b = (const void *)blk;
-        *d = _cvtsh_ss(b->d), *dmin = 0.0f;
-        __m512i w[4];
-        q6_unpack(b, w);
-        _Alignas(64) uint8_t u[256];
-        for (int n = 0; n < 4; n++) _mm512_store_si512((void *)(u + 64 * n), w[n]);
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)b->scales);
-        const __m512i sc = _mm512_cvtepi8_epi32(s8); // lane j: the scale of columns 16j..
-        for (int j = 0; j < 16; j++) {
-            const __m512i a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, R8_BCAST(u + 16 * j), R8_X(2 * j)),
-                                                  R8_BCAST(u + 16 * j + 8), R8_X(2 * j + 1));
-            is = _mm512_add_epi32(is, _mm512_mullo_epi32(a, _mm512_permutexvar_epi32(_mm512_set1_epi32(j), sc)));
-        }
-        // offsets: int32 lane p of off holds the pair (-32·sc_2p, -32·sc_2p+1)
-        const __m512i off = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5)));
-        for (int v = 0; v < 4; v++) {
-            const __m512i o = _mm512_permutexvar_epi32(_mm512_inserti64x4(_mm512_set1_epi32(2 * v), _mm256_set1_epi32(2 * v + 1), 1), off);
-            io = _mm512_dpwssd_epi32(io, _mm512_loadu_si512((const void *)(B + 32 * v)), o);
-        }
     }
 #undef R8_X
 #undef R8_BCAST
-    const __m256i io8 = _mm256_add_epi32(_mm512_castsi512_si256(io), _mm512_extracti64x4_epi64(io, 1));
-    __m256i i8 = _mm512_cvtepi64_epi32(_mm512_add_epi32(is, _mm512_srli_epi64(is, 32))); // row k: lanes 2k + 2k+1
-    if (T == KT_Q6) i8 = _mm256_add_epi32(i8, io8), *imin = _mm256_setzero_si256();
-    else *imin = io8;
-    *isum = i8;
+    *imin = _mm256_add_epi32(_mm512_castsi512_si256(io), _mm512_extracti64x4_epi64(io, 1));
+    *isum = _mm512_cvtepi64_epi32(_mm512_add_epi32(is, _mm512_srli_epi64(is, 32))); // row k: lanes 2k + 2k+1
 }
 
 // Rows [r0, r1) for nb input rows in DS_QX_R8 blocks of 8: per weight row, each super-block once per
@@ -814,7 +809,7 @@ R8_TARGET INLINE void r8_sb(const int T, const uint8_t *blk, const int8_t *X, co
 #define R8_TILE_ROWS 32
 R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w,
                               int r0, int r1) {
-    const int cols = w->cols, nsb = cols / 256, HASMIN = T != KT_Q6, tiled = nsb > R8_TILE_SB;
+    const int cols = w->cols, nsb = cols / 256, tiled = nsb > R8_TILE_SB;
     const size_t rb = (size_t)nsb * bb; // bytes per weight row
     __m256 acc[R8_TILE_ROWS][8];
     for (int i = 0; i < nb; i += 8) {
@@ -840,8 +835,7 @@ R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const d
                         const __m256 dx = _mm256_loadu_ps(D + 8 * sb);
                         __m256 *aj = &acc[r - rg][sb % 8];
                         *aj = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(isum), *aj);
-                        if (HASMIN)
-                            *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(imin), *aj);
+                        *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(imin), *aj);
                     }
                 }
                 if (!tiled) break;
@@ -860,7 +854,6 @@ R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const d
     }
 DEF_R8(r8_q4k, KT_Q4, ds_block_q4_k)
 DEF_R8(r8_q5k, KT_Q5, ds_block_q5_k)
-DEF_R8(r8_q6k, KT_Q6, ds_block_q6_k)
 
 static int kquant_rows(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) {
     switch (w->type) {
@@ -896,7 +889,7 @@ void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
     case DS_Q3_K: kz_q3k(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q4_K: (px->ch == DS_QX_R8 ? r8_q4k : kz_q4k)(y, ldy, px, nb, w, r0, r1); break;
     case DS_Q5_K: (px->ch == DS_QX_R8 ? r8_q5k : kz_q5k)(y, ldy, px, nb, w, r0, r1); break;
-    case DS_Q6_K: (px->ch == DS_QX_R8 ? r8_q6k : kz_q6k)(y, ldy, px, nb, w, r0, r1); break;
+    case DS_Q6_K: kz_q6k(y, ldy, px, nb, w, r0, r1); break;
     case DS_IQ4_XS: kz_iq4xs(y, ldy, px, nb, w, r0, r1); break;
     default: break;
     }

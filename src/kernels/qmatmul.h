@@ -34,7 +34,7 @@ void ds_qrows_scalar(float *y, int ldy, const float *x, int nb, const ds_weight 
 // ds_qx_pack's ch for Q4_K / Q5_K on VNNI, one input row: per 128 columns, the quarters 0, 2, 1, 3
 // (the order of the quants' low nibbles then high nibbles in 64 bytes, so the kernel needs no shuffle).
 #define DS_QX_K4 (-128)
-// ds_qx_pack's ch for Q4_K / Q5_K / Q6_K on VNNI, several input rows: the rows interleaved by 8 (the
+// ds_qx_pack's ch for Q4_K / Q5_K on VNNI + GFNI, several input rows: the rows interleaved by 8 (the
 // last block of 8 padded with zero rows), so one VPDPBUSD multiplies 8 weights broadcast to every
 // lane by 8 rows' same 8 columns (ggml_qdot.c). Per block of 8 rows and super-block of 256 columns:
 // q (32, 8, 8): per 8 columns in natural order, per row, its 8 bytes; d (8): per row; bs (8, 8, 2):
@@ -79,7 +79,7 @@ void ds_qirows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weigh
 void ds_ggq_rows_vnni(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_ggq_rows_avx2(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
 void ds_ggq_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1);
-// Tests: 0 keeps several rows of Q4_K / Q5_K / Q6_K on the one-row layouts' kernel (kz_blk) even where
+// Tests: 0 keeps several rows of Q4_K / Q5_K on the one-row layouts' kernel (kz_blk) even where
 // the CPU has the DS_QX_R8 one (AVX512-VNNI and GFNI), 1 (the default) allows it. Both give the same bits.
 void ds_ggq_allow_r8(int on);
 

@@ -462,7 +462,7 @@ void ds_ggq_allow_r8(int on) { g_r8_off = !on; }
 
 int ds_qirows_ch(const char *isa, const ds_weight *w, int n) {
     const int vnni = !strcmp(isa, "vnni");
-    if (vnni && n >= 2 && !g_r8_off && (w->type == DS_Q4_K || w->type == DS_Q5_K || w->type == DS_Q6_K) &&
+    if (vnni && n >= 2 && !g_r8_off && (w->type == DS_Q4_K || w->type == DS_Q5_K) &&
         __builtin_cpu_supports("gfni"))
         return DS_QX_R8;
     if ((w->type == DS_Q4_K || w->type == DS_Q5_K) && vnni) return DS_QX_K4;
