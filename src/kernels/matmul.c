@@ -425,17 +425,22 @@ static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, f
     if (per >= 8) per &= ~7;
     if (per == 0) {
         per = 1;
-        ch = ds_qirows_ch(qi, w, 1);
+        ch = ds_qirows_ch(qi, w, 1); // (never DS_QX_R8)
         buf = heap = malloc(ds_qx_bytes(1, cols, gs, ch));
         if (!buf) { // out of memory for one row's rounding: a NaN output says so rather than garbage
             for (size_t i = 0; i < (size_t)n * (size_t)w->rows; i++) y[i] = NAN;
             return;
         }
     }
-    for (int i = 0; i < n; i += per) {
-        const int m = n - i < per ? n - i : per;
-        const ds_qx qx = ds_qx_pack(buf, x + (size_t)i * cols, m, cols, gs, m == 1 ? ds_qirows_ch(qi, w, 1) : ch);
+    for (int i = 0; i < n;) {
+        int m = n - i < per ? n - i : per;
+        // DS_QX_R8 computes blocks of 8 rows: a remainder too short for it to pay goes to the one-row
+        // layout's kernel (ds_qirows_ch decides from the row count), in a pass of its own
+        const int tail = m % 8, split = ch == DS_QX_R8 && m > 8 && tail && ds_qirows_ch(qi, w, tail) != DS_QX_R8;
+        if (split) m -= tail;
+        const ds_qx qx = ds_qx_pack(buf, x + (size_t)i * cols, m, cols, gs, ch == DS_QX_R8 ? ds_qirows_ch(qi, w, m) : ch);
         matmul_run(y + (size_t)i * w->rows, x + (size_t)i * cols, w, m, NULL, 0, NULL, &qx);
+        i += m;
     }
     free(heap);
 }
