@@ -194,27 +194,31 @@ static void test_batch_invariance(void **state) {
 // Several rows of Q4_K / Q5_K on VNNI + GFNI take the rows-interleaved layout (DS_QX_R8) and
 // its kernel: bitwise the one-row layouts' kernel (ds_ggq_allow_r8(0)) and the scalar one. 4352
 // columns (17 super-blocks) take its column tiles (16 + 1), 70 weight rows its row groups of 32 (and
-// a partial one), 13 input rows a full block of 8 and a padded one; the scratch is misaligned by 4
-// bytes (the packed input aligns itself inside it).
+// a partial one), 13 input rows a full block of 8 and a padded one (Q4_K) or the one-row layout's
+// kernel for the 5 left (Q5_K), 9 input rows 8 + 1; the scratch is misaligned by 4 bytes (the packed
+// input aligns itself inside it).
 static void test_rows_interleaved(void **state) {
     (void)state;
     const ds_dtype types[] = {DS_Q4_K, DS_Q5_K};
-    const int rows = 70, cols = 4352, n = 13;
+    const int rows = 70, cols = 4352, nmax = 13;
     if (!ds_matmul_force_isa("avx512") || strcmp(ds_matmul_isa(), "avx512") || !__builtin_cpu_supports("avx512vnni") ||
         !__builtin_cpu_supports("gfni")) {
         print_message("skipped: DS_QX_R8 needs AVX512-VNNI and GFNI, which this CPU lacks\n");
         restore_isa();
         return;
     }
-    float *x = malloc(sizeof(float) * n * cols), *y[3];
-    for (int v = 0; v < 3; v++) y[v] = malloc(sizeof(float) * n * rows);
-    fill_x(x, (size_t)n * cols);
-    for (size_t tc = 0; tc < 2 * sizeof types / sizeof *types; tc++) {
+    float *x = malloc(sizeof(float) * nmax * cols), *y[3];
+    for (int v = 0; v < 3; v++) y[v] = malloc(sizeof(float) * nmax * rows);
+    fill_x(x, (size_t)nmax * cols);
+    for (size_t tc = 0; tc < 3 * sizeof types / sizeof *types; tc++) {
         // the second pass: every quant bit set (the largest values, 15 / 31) against input rows of
-        // one value (every r = 127): the largest lane sums, 30480 / 31496, just below 2^15
-        const size_t t = tc % 2, ff = tc / 2;
+        // one value (every r = 127): the largest lane sums, 30480 / 31496, just below 2^15; the
+        // third: 9 rows of random input
+        const int n = tc < 4 ? nmax : 9;
+        const size_t t = tc % 2, ff = tc / 2 == 1;
         if (ff)
             for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = 1.0f;
+        if (tc == 4) fill_x(x, (size_t)nmax * cols);
         gmat m;
         gmat_make(&m, types[t], rows, cols, -1, (int)ff);
         assert_int_equal(ds_qirows_ch("vnni", &m.w, n), DS_QX_R8);
