@@ -616,13 +616,13 @@ VNNI_TARGET INLINE void ksb_dot(const int T, const ksb *s, const int8_t *x, cons
 // summed to one int32 each (lane k: row k), and the float part into acc (KQ_SUM8's accumulators,
 // lane k: row k), which the caller combines after the last super-block.
 VNNI_TARGET INLINE void kz_blk(const int T, __m256 acc[8], const int8_t *xq, const float *xd, const int16_t *xb,
-                               int cols, const uint8_t *row, const size_t bb, const int M, int sb0, int sb1) {
+                               int cols, const uint8_t *row, const size_t bb, const int M, int sb0, int sb1, size_t pf) {
     const int nsb = cols / 256, HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5;
     const __m256i vidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nsb));
     const __mmask8 live = (__mmask8)((1u << M) - 1);
     for (int sb = sb0; sb < sb1; sb++) {
         const uint8_t *b = row + (size_t)sb * bb;
-        PF_SB(b);
+        __builtin_prefetch(b + pf), __builtin_prefetch(b + pf + 64), __builtin_prefetch(b + pf + 128);
         ksb s;
         ksb_prep(T, b, &s);
         __m512i a[8], mp[4];
@@ -686,35 +686,107 @@ VNNI_TARGET INLINE void kz_one(const int T, float *y, const int8_t *xq, const fl
     y[0] = ds_hsum256(acc);
 }
 
-// Rows [r0, r1) for nb rounded input rows, 8 at a time per weight row. (Tiles of 16 weight rows
-// walked 8 super-blocks at a time, to keep 8 long input rows in L1, were slower from DRAM: 16
-// interleaved weight streams defeat the prefetchers.)
+// Two input rows (a verification of one draft): kz_one's pass for each row, the super-block unpacked
+// once for both; row k's lanes and float part exactly kz_one's (the same bits). ns per super-block
+// and weight row, 512 x 4096 in L2, AMD EPYC: Q4_K 6.8 against kz_blk's 10.3-10.6, Q6_K 6.2-7.5
+// against 7.2-9.8; with 3 rows (M = 3, registers spill) 9.8 against 9.3-9.7, so 3 rows stay on kz_blk.
+VNNI_TARGET INLINE void kz_few(const int T, const int M, float *y, int ldy, const int8_t *xq, const float *xd,
+                               const int16_t *xb, int cols, const uint8_t *row, const size_t bb) {
+    const int nsb = cols / 256, HASMIN = T == KT_Q2 || T == KT_Q4 || T == KT_Q5;
+    __m256 acc[2];
+    for (int k = 0; k < M; k++) acc[k] = _mm256_setzero_ps();
+    for (int s0 = 0; s0 < nsb; s0 += 8) {
+        const int g = nsb - s0 < 8 ? nsb - s0 : 8;
+        __m512i a[2][8], mp[2][4];
+        float d[8] = {0}, dmin[8] = {0};
+        for (int k = 0; k < M; k++) {
+            for (int j = 0; j < 8; j++) a[k][j] = _mm512_setzero_si512();
+            for (int j = 0; j < 4; j++) mp[k][j] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < g; j++) {
+            const uint8_t *b = row + (size_t)(s0 + j) * bb;
+            PF_SB(b);
+            ksb s;
+            ksb_prep(T, b, &s);
+            d[j] = s.d, dmin[j] = s.dmin;
+            for (int k = 0; k < M; k++) {
+                __m256i im = _mm256_setzero_si256();
+                ksb_dot(T, &s, xq + (size_t)k * cols + (size_t)(s0 + j) * 256, xb + (size_t)k * (cols / 16) + (size_t)(s0 + j) * 16,
+                        &a[k][j], &im);
+                mp[k][j / 2] = j % 2 ? _mm512_inserti64x4(mp[k][j / 2], im, 1) : _mm512_zextsi256_si512(im);
+            }
+        }
+        const __mmask8 live = (__mmask8)((1u << g) - 1);
+        for (int k = 0; k < M; k++) {
+            const __m256 dx = _mm256_maskz_loadu_ps(live, xd + (size_t)k * nsb + s0);
+            acc[k] = _mm256_mask3_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(d), dx), _mm256_cvtepi32_ps(hsum_8x16(a[k])), acc[k], live);
+            if (HASMIN)
+                acc[k] = _mm256_mask3_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dmin), dx), _mm256_cvtepi32_ps(hsum_8x8(mp[k])),
+                                                acc[k], live);
+        }
+    }
+    for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);
+}
+
+// Several input rows are walked in tiles (kz_blk and the DS_QX_R8 kernel): a block of 8 input rows is
+// 2 KB per super-block, so a long row's (12288 columns: 96 KB) would not stay in L1 while the weight
+// rows pass by. Where the XR input rows read per super-block exceed 32 KB, they are walked in column
+// tiles of KZ_TILE_SB super-blocks (8 rows: 32 KB of input), up to KZ_TILE_ROWS weight rows at a time, their accumulators kept between tiles (the
+// same operations in the same order per row, so the same bits), each row prefetching the one two
+// rows on in its tile (else, untiled, 12 KB ahead as everywhere). Measured (2048 x 5632 Q6_K, 8 rows,
+// from DRAM): untiled 3.8 one-row products.
+#define KZ_TILE_SB 16
+#define KZ_TILE_ROWS 32
+#define KZ_TILES(RB, XR, ...)                                                                                \
+    for (int rg = r0; rg < r1; rg += KZ_TILE_ROWS) {                                                         \
+        const int re = r1 - rg < KZ_TILE_ROWS ? r1 : rg + KZ_TILE_ROWS, tiled = (XR) * nsb > 8 * KZ_TILE_SB; \
+        for (int r = 0; r < re - rg; r++)                                                                    \
+            for (int j = 0; j < 8; j++) tacc[r][j] = _mm256_setzero_ps();                                    \
+        for (int s0 = 0; s0 < nsb; s0 += KZ_TILE_SB) {                                                       \
+            const int s1 = tiled ? (nsb - s0 < KZ_TILE_SB ? nsb : s0 + KZ_TILE_SB) : nsb;                   \
+            for (int r = rg; r < re; r++) {                                                                  \
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (RB);                            \
+                const size_t pf = tiled && r + 2 < re ? 2 * (RB) : PF_AHEAD;                                 \
+                __m256 *acc = tacc[r - rg];                                                                  \
+                __VA_ARGS__;                                                                                 \
+            }                                                                                                \
+            if (!tiled) break;                                                                               \
+        }                                                                                                    \
+        for (int r = rg; r < re; r++) {                                                                      \
+            float o[8];                                                                                      \
+            _mm256_storeu_ps(o, KQ_SUM8_V(tacc[r - rg]));                                                    \
+            for (int k = 0; k < m; k++) y[(size_t)(i + k) * ldy + r] = o[k];                                 \
+        }                                                                                                    \
+    }
+
+// Rows [r0, r1) for nb rounded input rows, 8 at a time per weight row: one row kz_one, two kz_few,
+// more kz_blk in tiles.
 VNNI_TARGET INLINE void kz_rows(const int T, size_t bb, float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w,
                                 int r0, int r1) {
     const int cols = w->cols, nsb = cols / 256;
+    __m256 tacc[KZ_TILE_ROWS][8];
     for (int i = 0; i < nb; i += 8) {
         const int m = nb - i < 8 ? nb - i : 8;
         const int8_t *xq = px->q + (size_t)i * cols;
         const float *xd = px->d + (size_t)i * nsb;
         const int16_t *xb = px->bs + (size_t)i * (cols / 16);
-        for (int r = r0; r < r1; r++) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * nsb * bb;
-            float *yi = y + (size_t)i * ldy + r;
-            __m256 acc[8];
-            for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
-            switch (m) {
-            case 1: kz_one(T, yi, xq, xd, xb, cols, row, bb); continue;
-            case 2: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 2, 0, nsb); break;
-            case 3: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 3, 0, nsb); break;
-            case 4: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 4, 0, nsb); break;
-            case 5: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 5, 0, nsb); break;
-            case 6: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 6, 0, nsb); break;
-            case 7: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 7, 0, nsb); break;
-            default: kz_blk(T, acc, xq, xd, xb, cols, row, bb, 8, 0, nsb); break;
+        if (m <= 2) {
+            for (int r = r0; r < r1; r++) {
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)r * nsb * bb;
+                if (m == 1) kz_one(T, y + (size_t)i * ldy + r, xq, xd, xb, cols, row, bb);
+                else kz_few(T, 2, y + (size_t)i * ldy + r, ldy, xq, xd, xb, cols, row, bb);
             }
-            float o[8];
-            _mm256_storeu_ps(o, KQ_SUM8_V(acc));
-            for (int k = 0; k < m; k++) yi[(size_t)k * ldy] = o[k];
+            continue;
+        }
+        switch (m) {
+#define KZ_CASE(M) KZ_TILES((size_t)nsb * bb, M, kz_blk(T, acc, xq, xd, xb, cols, row, bb, M, s0, s1, pf))
+        case 3: KZ_CASE(3); break;
+        case 4: KZ_CASE(4); break;
+        case 5: KZ_CASE(5); break;
+        case 6: KZ_CASE(6); break;
+        case 7: KZ_CASE(7); break;
+        default: KZ_CASE(8); break;
+#undef KZ_CASE
         }
     }
 }
@@ -800,52 +872,27 @@ R8_TARGET INLINE void r8_sb(const int T, const uint8_t *blk, const int8_t *X, co
 }
 
 // Rows [r0, r1) for nb input rows in DS_QX_R8 blocks of 8: per weight row, each super-block once per
-// block of 8 input rows, the float part as kz_blk's. A block of 8 input rows is 2 KB per super-block,
-// so a long row's (12288 columns: 96 KB) would not stay in L1 while the weight rows pass by: rows
-// longer than R8_TILE_SB super-blocks are walked in column tiles of that many (32 KB of input), up to
-// R8_TILE_ROWS weight rows at a time, their accumulators kept between tiles (the same operations in
-// the same order per row, so the same bits), each row prefetching the one two rows on in its tile.
-#define R8_TILE_SB 16
-#define R8_TILE_ROWS 32
+// block of 8 input rows, the float part as kz_blk's, in kz_rows' tiles (KZ_TILES).
 R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w,
                               int r0, int r1) {
-    const int cols = w->cols, nsb = cols / 256, tiled = nsb > R8_TILE_SB;
-    const size_t rb = (size_t)nsb * bb; // bytes per weight row
-    __m256 acc[R8_TILE_ROWS][8];
+    const int cols = w->cols, nsb = cols / 256;
+    __m256 tacc[KZ_TILE_ROWS][8];
     for (int i = 0; i < nb; i += 8) {
         const int m = nb - i < 8 ? nb - i : 8;
         const int8_t *X = px->q + (size_t)i * cols;           // (nsb, 32, 8, 8)
         const float *D = px->d + (size_t)i * nsb;             // (nsb, 8)
         const int16_t *B = px->bs + (size_t)i * (cols / 16); // (nsb, 8, 8, 2)
-        for (int rg = r0; rg < r1; rg += R8_TILE_ROWS) {
-            const int re = r1 - rg < R8_TILE_ROWS ? r1 : rg + R8_TILE_ROWS;
-            for (int r = 0; r < re - rg; r++)
-                for (int j = 0; j < 8; j++) acc[r][j] = _mm256_setzero_ps();
-            for (int s0 = 0; s0 < nsb; s0 += R8_TILE_SB) {
-                const int s1 = tiled ? (nsb - s0 < R8_TILE_SB ? nsb : s0 + R8_TILE_SB) : nsb;
-                for (int r = rg; r < re; r++) {
-                    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-                    const size_t pf = tiled && r + 2 < re ? 2 * rb : PF_AHEAD; // how far ahead to prefetch
-                    for (int sb = s0; sb < s1; sb++) {
-                        const uint8_t *blk = row + (size_t)sb * bb;
-                        __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);
-                        __m256i isum, imin;
-                        float d, dmin;
-                        r8_sb(T, blk, X + (size_t)sb * 2048, B + (size_t)sb * 128, &isum, &imin, &d, &dmin);
-                        const __m256 dx = _mm256_loadu_ps(D + 8 * sb);
-                        __m256 *aj = &acc[r - rg][sb % 8];
-                        *aj = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(isum), *aj);
-                        *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(imin), *aj);
-                    }
-                }
-                if (!tiled) break;
-            }
-            for (int r = rg; r < re; r++) {
-                float o[8];
-                _mm256_storeu_ps(o, KQ_SUM8_V(acc[r - rg]));
-                for (int k = 0; k < m; k++) y[(size_t)(i + k) * ldy + r] = o[k];
-            }
-        }
+        KZ_TILES((size_t)nsb * bb, 8, for (int sb = s0; sb < s1; sb++) {
+            const uint8_t *blk = row + (size_t)sb * bb;
+            __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);
+            __m256i isum, imin;
+            float d, dmin;
+            r8_sb(T, blk, X + (size_t)sb * 2048, B + (size_t)sb * 128, &isum, &imin, &d, &dmin);
+            const __m256 dx = _mm256_loadu_ps(D + 8 * sb);
+            __m256 *aj = &acc[sb % 8];
+            *aj = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx), _mm256_cvtepi32_ps(isum), *aj);
+            *aj = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx), _mm256_cvtepi32_ps(imin), *aj);
+        })
     }
 }
 #define DEF_R8(NAME, T, BT)                                                                                 \
