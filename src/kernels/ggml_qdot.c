@@ -11,9 +11,10 @@
 // block and input row is one FMA per int32 lane (two with mins), the lanes summed at the end of the
 // row, so the VNNI and AVX2 kernels give the same bits. K-quants: the AVX2 kernel does the same per
 // super-block (4 input rows per pass over a weight row, whose per-row integer accumulators take the
-// registers); the VNNI one (512-bit, 8 rows per pass) sums each super-block's integers exactly to one
-// int32 per row and then does the scalar kernel's float operations in its order, so it gives the
-// scalar kernel's bits. No result depends on the number of input rows in the call (each row's
+// registers); the VNNI ones (512-bit: kz_one for one row, kz_few for two, kz_blk for up to 8 per pass,
+// and for Q4_K / Q5_K with GFNI the rows-interleaved DS_QX_R8 kernel) sum each super-block's integers
+// exactly to one int32 per row and then do the scalar kernel's float operations in its order, so they
+// give the scalar kernel's bits. No result depends on the number of input rows in the call (each row's
 // arithmetic is the same whatever the others) or on threads (rows of W are independent).
 #include <immintrin.h>
 #include <math.h>
