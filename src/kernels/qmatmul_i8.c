@@ -112,12 +112,12 @@ static int has_avx512(void) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
-// One group of gs (<= 256) rounded, natural order, with the fastest routine the CPU has.
-static float round_group(const float *x, int gs, int8_t *q, int *sum, int wide) {
+// One group rounded into layout ch, by the 512-bit routine where `wide` (gs <= 256 and the CPU has it).
+static float round_group(const float *x, int gs, int8_t *q, int ch, int *sum, int wide) {
 #if defined(__GNUC__)
-    if (wide) return quantize_group_avx512(x, gs, q, 0, sum);
+    if (wide) return quantize_group_avx512(x, gs, q, ch, sum);
 #endif
-    return quantize_group(x, gs, q, 0, sum);
+    return quantize_group(x, gs, q, ch, sum);
 }
 
 // DS_QX_R8 (qmatmul.h): the same rounding as the other layouts, the rows interleaved by 8.
@@ -134,7 +134,7 @@ static ds_qx qx_pack_r8(void *buf, const float *x, int n, int cols) {
             int8_t t[256];
             int sum = 0;
             float dg = 0.0f;
-            if (i < n) dg = round_group(x + (size_t)i * cols + (size_t)sb * 256, 256, t, &sum, wide);
+            if (i < n) dg = round_group(x + (size_t)i * cols + (size_t)sb * 256, 256, t, 0, &sum, wide);
             else memset(t, 0, sizeof t);
             const size_t o = (size_t)(i / 8) * (size_t)nsb + (size_t)sb; // (block, super-block)
             const int k = i % 8;
@@ -162,11 +162,7 @@ ds_qx ds_qx_pack(void *buf, const float *x, int n, int cols, int gs, int ch) {
             const float *xg = x + i * (size_t)cols + g * (size_t)gs;
             int8_t *qg = q + i * (size_t)cols + g * (size_t)gs;
             int sum;
-#if defined(__GNUC__)
-            const float dg = wide ? quantize_group_avx512(xg, gs, qg, ch, &sum) : quantize_group(xg, gs, qg, ch, &sum);
-#else
-            const float dg = quantize_group(xg, gs, qg, ch, &sum);
-#endif
+            const float dg = round_group(xg, gs, qg, ch, &sum, wide);
             d[i * ng + g] = dg;
             s[i * ng + g] = dg * (float)sum;
         }
