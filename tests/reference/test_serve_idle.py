@@ -272,7 +272,11 @@ def held_and_after(srv, port, chk):
     finally:
         for s in held:
             s.close()
-    wait_for(lambda: n_held_by_server(srv.pid, port) == 0, 30)
+    # (120 s: once, in CI with the other tests beside it, 1280 of the 2200 were still held after 30 s;
+    # alone the release takes well under a second. The time is printed so a slow release shows.)
+    t0 = time.time()
+    wait_for(lambda: n_held_by_server(srv.pid, port) == 0, 120)
+    print("closed connections released by the server in %.1f s" % (time.time() - t0))
     chk.equal("connections the server still holds after they were closed", n_held_by_server(srv.pid, port), 0)
     st, _ = get(port, "/health")
     chk.equal("/health afterwards", st, 200)
