@@ -122,6 +122,14 @@ int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap) {
     return k;
 }
 
+int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int cap) {
+    const double none = R * ds_cost_sps(t, R);
+    int best = 0;
+    for (int k = 1; k <= cap; k++)
+        if ((R + k) * ds_cost_sps(t, R + k) > none) best = k;
+    return best;
+}
+
 void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior) {
     memset(g, 0, sizeof *g);
     g->explore_every = 64;

@@ -50,6 +50,10 @@ size_t ds_schedule_scratch_size(int n_candidates);
 // output — exactly as if the full block had been drafted, while saving the drafting Algorithm 1
 // would throw away (on a compute-bound target it is often 0: no drafting at all).
 int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
+// The same bound for ds_schedule_retrospective: a prefix of k admissions can be its argmax only if
+// (R + k)·SPS(R + k), its Θ with every slot accepted, beats R·SPS(R), the Θ of admitting nothing;
+// the largest such k up to cap.
+int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int cap);
 
 // The drafting gate of DS_SCHEDULE_AUTO. Algorithm 1's Θ = τ·SPS(B) prices verification only; when
 // drafting itself costs about a decode step (small targets, CPUs), a round that drafts can lose to
@@ -89,8 +93,14 @@ void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds);
 // One verified round: ell slots verified, `accepted` of them accepted.
 void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted);
 
-// The retrospective variant that searches past drops (the argmax of Θ over every admission
-// prefix). NOT lossless: only for the statistical test that shows why the early stop is needed.
+// The retrospective variant that searches past drops: the argmax of Θ over every admission prefix
+// (ties keep the shorter). Under the residual rule it is NOT lossless (the statistical test shows
+// why the early stop is needed there). Where the committed tokens are the target's own choices
+// whatever was verified (greedy decoding; the coupled rule, which commits the target's own draws),
+// no admission can change the output, and the engine uses this search for rounds whose every
+// sequence decodes so: it never ends below the early stop's Θ, and it does not give up on a block
+// whose first slot is doubtful but whose later slots would pay for it (a cost curve that rises
+// steeply from B = 1 and then flattens, as quantized targets' do).
 void ds_schedule_retrospective(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
                                void *scratch);
 

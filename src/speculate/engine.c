@@ -702,7 +702,22 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     return DS_OK;
 }
 
-// Algorithm 1 over every sequence that drafted with confidences this round.
+static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
+
+// Whether every decoding sequence commits the target's own tokens whatever is verified (greedy, or
+// sampled under the coupled rule): then no schedule can change the output, and the search may look
+// past a drop (ds_schedule_retrospective); under the residual rule it must stop at the first one.
+static int schedule_free(const ds_engine *e) {
+    for (int i = 0; i < e->n_seqs; i++) {
+        const seq *s = &e->seqs[i];
+        if (s->used && !s->finished && !prefilling(s) && s->sp.temperature > 0 && s->sp.verify != DS_VERIFY_COUPLED)
+            return 0;
+    }
+    return 1;
+}
+
+// Algorithm 1 over every sequence that drafted with confidences this round: the best admission
+// prefix where the output cannot depend on it (schedule_free), else the early stop.
 static void schedule_auto(ds_engine *e) {
     int R = 0;
     for (int i = 0; i < e->n_seqs; i++) {
@@ -713,11 +728,10 @@ static void schedule_auto(ds_engine *e) {
         e->sched_owner[R++] = i;
     }
     if (!R) return;
-    ds_schedule_auto(e->sched_conf, e->sched_k, R, &e->costs, e->sched_ell, e->sched_scratch);
+    (schedule_free(e) ? ds_schedule_retrospective : ds_schedule_auto)(e->sched_conf, e->sched_k, R, &e->costs,
+                                                                     e->sched_ell, e->sched_scratch);
     for (int j = 0; j < R; j++) e->seqs[e->sched_owner[j]].ell = e->sched_ell[j];
 }
-
-static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 
 // ---- token trees ---------------------------------------------------------------------------------
 // A round may verify a tree instead of a chain: the chain as drafted and scheduled, plus side branches
@@ -959,8 +973,10 @@ ds_status ds_engine_step(ds_engine *e) {
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
     // MoE targets: the routing of every row fed so far prices verification (ds_cost_sps; past rows only).
     if (auto_sched) ds_workspace_expert_windows(e->ws, e->costs.obs_experts + 1, DS_COST_WINDOWS);
-    const int K_cap =
-        auto_sched ? ds_gate_depth(&e->gate, &e->costs, R, ds_schedule_max_admissions(&e->costs, R, e->K)) : e->K;
+    const int K_cap = auto_sched ? ds_gate_depth(&e->gate, &e->costs, R,
+                                                 (schedule_free(e) ? ds_schedule_max_admissions_retrospective
+                                                                   : ds_schedule_max_admissions)(&e->costs, R, e->K))
+                                 : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
         if (!s->used || s->finished || prefilling(s)) continue;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Seeded sampling under the coupled rule (the default, include/dspark.h ds_verify_rule) is a function
 # of (seed, target, prompt, sampling parameters) alone: `generate --seed S` gives the same tokens with
-# --spec none, with a trained drafter at every schedule (fixed 1..7, threshold, auto, token trees) and with ngram,
+# --spec none, with a trained drafter at every schedule (fixed 1..7, threshold, auto, auto on a flat cost
+# table, token trees) and with ngram,
 # on 1 and 2 threads; `eval --concurrency 4` checks every prompt against plain decoding at T = 1; and
 # a server with the drafter and --schedule auto answers 4 identical seeded requests sent at once
 # (next to other requests) with the text of `generate --seed S --spec none`. Logit bias and penalties
@@ -28,6 +29,12 @@ py() { /usr/bin/python3 -c "$@"; }
 "$BIN" train -m "$MODEL" --data "$TMP/data.bin" -o "$TMP/d" --layers 1 --steps 30 --batch 4 --anchors 16 --lr 3e-3 \
   -t 2 >/dev/null 2>&1 || fail "train"
 
+# A flat cost table (verification free at every B): under it auto admits drafts whatever the
+# confidences, and under the coupled rule it searches past drops (the best prefix, schedule.h), which
+# the engine may only do because the committed tokens are the target's own draws.
+py 'import json,sys; json.dump({"model": "flat", "threads": 1, "sps": [100.0] * 64}, open(sys.argv[1], "w"))' \
+  "$TMP/flat.json"
+
 PROMPT="Once upon a time, a little dog"
 # gen NAME ARGS...: the generated tokens of a seeded T = 1 run (one line), stats in $TMP/NAME.json.
 gen() {
@@ -42,7 +49,8 @@ ref=$(gen ref --spec none -t 1)
 accepted=0
 n_runs=0
 for t in 1 2; do
-  runs=("none:--spec none" "ngram:--spec ngram" "threshold:-d $TMP/d --conf-threshold 0.5" "auto:-d $TMP/d --schedule auto")
+  runs=("none:--spec none" "ngram:--spec ngram" "threshold:-d $TMP/d --conf-threshold 0.5" "auto:-d $TMP/d --schedule auto"
+    "auto-flat:-d $TMP/d --schedule auto --costs $TMP/flat.json")
   for k in 1 2 3 4 5 6 7; do runs+=("fixed$k:-d $TMP/d --schedule fixed --draft-max $k"); done
   # token trees: side branches verified with the chain (the coupled rule commits the target's draws)
   runs+=("tree:-d $TMP/d --tree 3" "tree-auto:-d $TMP/d --schedule auto --tree 4 --tree-depth 3")

@@ -291,7 +291,33 @@ static void test_matches_reference_and_prefixes(void **state) {
             assert_true(ret[r] >= ell[r]);
         }
         assert_true(tr * ds_cost_sps(&t, br) >= ta * ds_cost_sps(&t, ba) * (1 - 1e-12));
+        // Drafting no deeper than the retrospective search's bound (what the engine drafts under
+        // greedy and coupled decoding) leaves its answer unchanged.
+        const int cap = ds_schedule_max_admissions_retrospective(&t, R, 7);
+        int Kc[16], retc[16];
+        for (int r = 0; r < R; r++) Kc[r] = K[r] < cap ? K[r] : cap;
+        ds_schedule_retrospective(cp, Kc, R, &t, retc, NULL);
+        for (int r = 0; r < R; r++) assert_int_equal(retc[r], ret[r]);
     }
+}
+
+// The retrospective search's depth bound: the largest k with (R + k)·SPS(R + k) > R·SPS(R).
+// Step times 1, 2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 5.0 (B = 1..8; past 8 the table keeps B·SPS(B) = 1.6).
+// R = 1: (1 + k)/t(1 + k) = 1 (not above 1), 1.43, 1.82, 2.17, 2.5, 2.8, 1.6, then 1.6 for k = 1..: up
+// to the cap. The early stop's bound (ds_schedule_max_admissions) is 0 there: t(2) = 2·t(1), so no
+// first admission can improve Θ. R = 4 (4/2.2 = 1.82): 5/2.3, 6/2.4, 7/2.5 = 2.17, 2.5, 2.8, then
+// 1.6: 3, as the early stop's.
+static void test_max_admissions_retrospective(void **state) {
+    (void)state;
+    const double steps[8] = {1.0, 2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 5.0};
+    const ds_cost_table t = table_from_steps(steps, 8);
+    assert_int_equal(ds_schedule_max_admissions_retrospective(&t, 1, 7), 7);
+    assert_int_equal(ds_schedule_max_admissions_retrospective(&t, 1, 3), 3);
+    assert_int_equal(ds_schedule_max_admissions(&t, 1, 7), 0);
+    assert_int_equal(ds_schedule_max_admissions_retrospective(&t, 4, 7), 3);
+    assert_int_equal(ds_schedule_max_admissions(&t, 4, 7), 3);
+    const ds_cost_table st = steep_table(16);
+    assert_int_equal(ds_schedule_max_admissions_retrospective(&st, 1, 7), 0); // (1 + k)·1/(1 + k) = 1: never above
 }
 
 // ---- the counterexample as a statistical test --------------------------------------------------------
@@ -381,6 +407,54 @@ static void test_counterexample_retrospective_is_biased(void **state) {
     print_message("retrospective: P(first = 0) = %.5f (biased: 0.85)\n", p);
     if (!(fabs(p - 0.85) < 0.01)) fail_msg("retrospective: P(first = 0) = %.5f, expected about 0.85", p);
     if (!(fabs(p - 0.7) > 0.1)) fail_msg("retrospective: P(first = 0) = %.5f is not biased away from 0.7", p);
+}
+
+// Under the coupled rule the committed tokens are the target's own draws (ds_sample_coupled at each
+// position), whatever was verified: the engine may then search past drops (schedule.h). On the
+// counterexample, drafts drawn with the same noise on q, rounds until three tokens are out: with the
+// retrospective search, the tokens equal the ones plain decoding draws (ℓ = 0 every round) for every
+// seed, while drafts are really verified and accepted. Under the residual rule the same search is
+// biased (above): this is what the engine's choice between the two rests on.
+static void test_counterexample_coupled_retrospective_is_exact(void **state) {
+    (void)state;
+    cx_ctx c;
+    cx_init(&c);
+    c.sp.verify = DS_VERIFY_COUPLED;
+    const ds_cost_table t = table_from_steps(cx_steps, 3);
+    const float pd[2] = {0.7f, 0.3f}, qd[2] = {0.5f, 0.5f};
+    long verified = 0, accepted = 0, differ_from_draft = 0;
+    for (uint64_t seed = 0; seed < 20000; seed++) {
+        const ds_rng rng = ds_rng_init(seed, 0);
+        int32_t plain[3], out[5];
+        for (int k = 0; k < 3; k++) plain[k] = ds_sample_coupled(pd, 2, &rng, k);
+        int have = 0;
+        while (have < 3) {
+            int32_t d[2];
+            for (int k = 0; k < 2; k++) d[k] = ds_sample_coupled(qd, 2, &rng, have + k);
+            const float conf[2] = {0.8f, d[0] == 0 ? 0.9f : 0.0f};
+            const float *cp[1] = {conf};
+            const int K[1] = {2};
+            int ell[1], a;
+            int32_t next;
+            ds_schedule_retrospective(cp, K, 1, &t, ell, NULL);
+            ds_rng r = rng;
+            assert_int_equal(ds_verify(&c.sp, 2, ell[0], d, c.p_logits, c.q_logits, NULL, 0, &r, have, &c.vs, &a, &next),
+                             DS_OK);
+            verified += ell[0], accepted += a;
+            for (int k = 0; k < a; k++) out[have++] = d[k];
+            out[have++] = next;
+        }
+        for (int k = 0; k < 3; k++) {
+            differ_from_draft += out[k] != plain[k];
+            if (out[k] != plain[k])
+                fail_msg("seed %llu: token %d is %d, plain decoding draws %d", (unsigned long long)seed, k, out[k], plain[k]);
+        }
+    }
+    print_message("coupled + retrospective: %ld slots verified, %ld accepted, all tokens as plain decoding\n", verified,
+                  accepted);
+    assert_int_equal(differ_from_draft, 0);
+    assert_true(verified > 10000 && accepted > 5000); // the search really verified drafts, past drops too
+    free(c.sscratch);
 }
 
 // The joint of the first two emitted tokens (rounds continue until two are out) against the exact
@@ -526,6 +600,8 @@ int main(void) {
         cmocka_unit_test(test_matches_reference_and_prefixes),
         cmocka_unit_test(test_counterexample_auto_is_exact),
         cmocka_unit_test(test_counterexample_retrospective_is_biased),
+        cmocka_unit_test(test_counterexample_coupled_retrospective_is_exact),
+        cmocka_unit_test(test_max_admissions_retrospective),
         cmocka_unit_test(test_counterexample_joint_chi_square),
         cmocka_unit_test(test_moe_expected_experts),
         cmocka_unit_test(test_moe_sps_correction),
