@@ -3,7 +3,7 @@
 // `dspark eval --concurrency R` and `dspark serve` drive it, timed by the wall clock.
 //
 //   bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]
-//             [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N]
+//             [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N] [--bf16-inputs 0|1]
 //
 // Policies: none (plain decoding, the baseline), fixed1..7 (draft L slots, verify all), threshold
 // (DeepSpec's static rule at --threshold, default 0.5), auto (Algorithm 1 over a cost table
@@ -19,6 +19,8 @@
 // checked against none's ("lossless"). A setup line reports the target's weight bytes per token,
 // the measured read bandwidth, the bound (bandwidth / weight bytes) and plain single-sequence decode
 // against it, and verify(8) / decode(1) from the cost table. JSON lines on stdout.
+// --bf16-inputs 1 loads the target with ds_model_params.bf16_inputs (what DSPARK_BF16_INPUTS=1 does
+// for the CLI: a BF16 target's few-row products on VDPBF16PS, inputs rounded to bf16).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,12 +110,13 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     if (argc < 3) {
         fprintf(stderr, "usage: bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]\n"
-                        "                 [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N]\n");
+                        "                 [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N]\n"
+                        "                 [--bf16-inputs 0|1]\n");
         return 2;
     }
     const char *prompts_path = "docs/prompts/stories-heldout.txt";
     int conc[16] = {1, 4, 16}, n_conc = 3, temps[4] = {0, 1}, n_temps = 2, n = 32, reps = 3, threads = 1, n_req0 = 4;
-    int tree = 0;
+    int tree = 0, bf16_inputs = 0;
     float threshold = 0.5f;
     for (int i = 3; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
@@ -126,6 +129,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--threshold")) threshold = (float)atof(v);
         else if (!strcmp(o, "--requests")) n_req0 = atoi(v);
         else if (!strcmp(o, "--tree")) tree = atoi(v);
+        else if (!strcmp(o, "--bf16-inputs")) bf16_inputs = atoi(v);
         else {
             fprintf(stderr, "bench_e2e: unknown option %s\n", o);
             return 2;
@@ -148,7 +152,7 @@ int main(int argc, char **argv) {
     ds_set_threads(threads);
     ds_model *m;
     ds_drafter *d;
-    const ds_model_params mp = {.n_threads = threads};
+    const ds_model_params mp = {.n_threads = threads, .bf16_inputs = bf16_inputs};
     if (ds_model_load(argv[1], &mp, &m)) die(argv[1]);
     if (ds_drafter_load(argv[2], m, &d)) die(argv[2]);
     const ds_model_info *in = ds_model_get_info(m);
@@ -175,10 +179,10 @@ int main(int argc, char **argv) {
     printf("{\"bench\": \"e2e_setup\", \"target\": \"%s\", \"dim\": %d, \"layers\": %d, \"ffn\": %d, \"weight_type\": \"%s\", "
            "\"weight_bytes\": %zu, \"drafter_layers\": %d, \"threads\": %d, \"read_gb_per_s\": %.2f, "
            "\"bound_tok_per_s\": %.2f, \"decode_tok_per_s\": %.2f, \"decode_over_bound\": %.3f, "
-           "\"verify8_over_decode1\": %.3f, \"verify16_over_decode1\": %.3f}\n",
+           "\"verify8_over_decode1\": %.3f, \"verify16_over_decode1\": %.3f, \"bf16_inputs\": %d}\n",
            argv[1], in->dim, in->n_layers, in->ffn_dim, ds_dtype_name(in->weight_type), in->weight_bytes,
            ds_drafter_get_info(d)->n_layers, threads, bw / 1e9, bound, dec, dec / bound,
-           costs.bmax >= 8 ? costs.sps[1] / costs.sps[8] : 0, costs.bmax >= 16 ? costs.sps[1] / costs.sps[16] : 0);
+           costs.bmax >= 8 ? costs.sps[1] / costs.sps[8] : 0, costs.bmax >= 16 ? costs.sps[1] / costs.sps[16] : 0, bf16_inputs);
     fflush(stdout);
 
     const int max_req = rmax > n_req0 ? rmax : n_req0;

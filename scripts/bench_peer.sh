@@ -17,6 +17,10 @@
 #     --model FILE --prefill PP (the same product path `dspark generate` takes for a prompt);
 #   - decode: TG tokens (default 128) one at a time: llama-bench -p 0 -n TG; dspark: bench_decode --model
 #     FILE --tokens TG.
+#   - verify: one forward over VERIFY tokens (default 8: a verification of 7 drafted tokens), measured
+#     as prefill is (llama-bench -p VERIFY; bench_decode --prefill VERIFY). With decode in the same run,
+#     the summary also gives each engine's cost of that forward in decode steps (VERIFY x decode tok/s
+#     / verify tok/s): what a speculative round costs each engine before any drafting.
 #   - spec: speculative decoding with the same drafter on both, through each engine's own server
 #     (bench/peer_serve.py: the same client, PROMPTS (default docs/prompts/stories-heldout.txt), SPEC_TG
 #     new tokens each (default 64), CONC requests at a time (default "1 4"), temperatures TEMPS (default
@@ -42,8 +46,9 @@ FILES=("$@")
 THREADS=${THREADS:-"1 2"}
 REPEATS=${REPEATS:-5}
 PP=${PP:-512}
+VERIFY=${VERIFY:-8}
 TG=${TG:-128}
-PHASES=${PHASES:-"prefill decode${DRAFTER:+ spec}"}
+PHASES=${PHASES:-"prefill verify decode${DRAFTER:+ spec}"}
 PROMPTS=${PROMPTS:-docs/prompts/stories-heldout.txt}
 SPEC_TG=${SPEC_TG:-64}
 CONC=${CONC:-"1 4"}
@@ -102,7 +107,12 @@ for f in "${FILES[@]}"; do
   for t in $THREADS; do
     for phase in $PHASES; do
       [ "$phase" = spec ] && continue
-      if [ $phase = prefill ]; then pp=$PP tg=0; else pp=0 tg=$TG; fi
+      case $phase in
+        prefill) pp=$PP tg=0 ;;
+        verify) pp=$VERIFY tg=0 ;;
+        decode) pp=0 tg=$TG ;;
+        *) die "unknown phase $phase (prefill, verify, decode, spec)" ;;
+      esac
       for r in $(seq "$REPEATS"); do
         echo "bench_peer: $(basename "$(dirname "$f")")/$(basename "$f") t=$t $phase repeat $r/$REPEATS" >&2
         a=$(lcpp "$f" "$t" "$pp" "$tg") || die "llama-bench failed on $f"
@@ -171,6 +181,20 @@ for k in keys:
     print(json.dumps({"bench": "peer_summary", "file": k[0], "threads": k[1], "phase": k[2],
                       "llama_cpp_median": statistics.median(v["llama.cpp"]), "dspark_median": statistics.median(v["dspark"]),
                       "ratio_median": statistics.median(ratios), "ratio_min": ratios[0], "ratio_max": ratios[-1]}))
+# A verification's cost in decode steps, per engine, from the same run's medians.
+for f, t in sorted({(r["file"], r["threads"]) for r in rows}):
+    med = {}
+    for r in rows:
+        if (r["file"], r["threads"]) == (f, t) and r["phase"] in ("verify", "decode"):
+            med.setdefault((r["engine"], r["phase"]), []).append(r)
+    if not all((e, ph) in med for e in ("llama.cpp", "dspark") for ph in ("verify", "decode")):
+        continue
+    out = {"bench": "peer_verify_cost", "file": f, "threads": t, "rows": med[("dspark", "verify")][0]["tokens"]}
+    for e in ("llama.cpp", "dspark"):
+        ver = statistics.median(r["tok_per_s"] for r in med[(e, "verify")])
+        dec = statistics.median(r["tok_per_s"] for r in med[(e, "decode")])
+        out[e + "_decode_steps"] = round(out["rows"] * dec / ver, 3)
+    print(json.dumps(out))
 # The speculative phase: per (file, threads, conc, temp), each configuration's median tokens per
 # second, its speedup over its own engine's plain run (per repeat, median), dspark auto against
 # llama.cpp's best draft length, and whether greedy texts agree.

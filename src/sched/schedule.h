@@ -97,10 +97,10 @@ void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted);
 // (ties keep the shorter). Under the residual rule it is NOT lossless (the statistical test shows
 // why the early stop is needed there). Where the committed tokens are the target's own choices
 // whatever was verified (greedy decoding; the coupled rule, which commits the target's own draws),
-// no admission can change the output, and the engine uses this search for rounds whose every
-// sequence decodes so: it never ends below the early stop's Θ, and it does not give up on a block
-// whose first slot is doubtful but whose later slots would pay for it (a cost curve that rises
-// steeply from B = 1 and then flattens, as quantized targets' do).
+// no admission can change the output. The engine uses this search for rounds whose every sequence
+// decodes greedily: it never ends below the early stop's Θ, and it does not give up on a block whose
+// first slot is doubtful but whose later slots would pay for it (a cost curve that rises steeply from
+// B = 1 and then flattens, as quantized targets' do). Sampled rounds keep the early stop (engine.c).
 void ds_schedule_retrospective(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
                                void *scratch);
 

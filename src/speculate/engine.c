@@ -704,20 +704,23 @@ static ds_status finish_round(ds_engine *e, seq *s) {
 
 static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 
-// Whether every decoding sequence commits the target's own tokens whatever is verified (greedy, or
-// sampled under the coupled rule): then no schedule can change the output, and the search may look
-// past a drop (ds_schedule_retrospective); under the residual rule it must stop at the first one.
+// Whether every decoding sequence decodes greedily: its committed tokens are then the target's own
+// whatever is verified, so no schedule can change the output and the search may look past a drop
+// (ds_schedule_retrospective). The coupled rule has the same property (test_schedule shows it), but
+// sampled rounds keep Algorithm 1's early stop: confidences are usually calibrated at temperature 0
+// (dspark calibrate's default) and are overconfident at T = 1, where the early stop limits what
+// they overspend, and the best prefix was measured at T = 0 only (docs/results.md). Under the residual
+// rule the early stop is required for losslessness.
 static int schedule_free(const ds_engine *e) {
     for (int i = 0; i < e->n_seqs; i++) {
         const seq *s = &e->seqs[i];
-        if (s->used && !s->finished && !prefilling(s) && s->sp.temperature > 0 && s->sp.verify != DS_VERIFY_COUPLED)
-            return 0;
+        if (s->used && !s->finished && !prefilling(s) && s->sp.temperature > 0) return 0;
     }
     return 1;
 }
 
 // Algorithm 1 over every sequence that drafted with confidences this round: the best admission
-// prefix where the output cannot depend on it (schedule_free), else the early stop.
+// prefix in greedy rounds (schedule_free), else the early stop.
 static void schedule_auto(ds_engine *e) {
     int R = 0;
     for (int i = 0; i < e->n_seqs; i++) {

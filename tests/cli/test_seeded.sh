@@ -30,8 +30,8 @@ py() { /usr/bin/python3 -c "$@"; }
   -t 2 >/dev/null 2>&1 || fail "train"
 
 # A flat cost table (verification free at every B): under it auto admits drafts whatever the
-# confidences, and under the coupled rule it searches past drops (the best prefix, schedule.h), which
-# the engine may only do because the committed tokens are the target's own draws.
+# confidences (at T = 1 with the early stop; greedy auto on a flat table, where the engine takes the
+# best prefix, is test_eval_concurrency.sh's "auto-flat", checked lossless there).
 py 'import json,sys; json.dump({"model": "flat", "threads": 1, "sps": [100.0] * 64}, open(sys.argv[1], "w"))' \
   "$TMP/flat.json"
 
