@@ -711,7 +711,7 @@ static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
 // (dspark calibrate's default) and are overconfident at T = 1, where the early stop limits what
 // they overspend, and the best prefix was measured at T = 0 only (docs/results.md). Under the residual
 // rule the early stop is required for losslessness.
-static int schedule_free(const ds_engine *e) {
+static int all_greedy(const ds_engine *e) {
     for (int i = 0; i < e->n_seqs; i++) {
         const seq *s = &e->seqs[i];
         if (s->used && !s->finished && !prefilling(s) && s->sp.temperature > 0) return 0;
@@ -720,8 +720,8 @@ static int schedule_free(const ds_engine *e) {
 }
 
 // Algorithm 1 over every sequence that drafted with confidences this round: the best admission
-// prefix in greedy rounds (schedule_free), else the early stop.
-static void schedule_auto(ds_engine *e) {
+// prefix in greedy rounds (all_greedy, computed once per round by the caller), else the early stop.
+static void schedule_auto(ds_engine *e, int greedy) {
     int R = 0;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
@@ -731,8 +731,8 @@ static void schedule_auto(ds_engine *e) {
         e->sched_owner[R++] = i;
     }
     if (!R) return;
-    (schedule_free(e) ? ds_schedule_retrospective : ds_schedule_auto)(e->sched_conf, e->sched_k, R, &e->costs,
-                                                                     e->sched_ell, e->sched_scratch);
+    (greedy ? ds_schedule_retrospective : ds_schedule_auto)(e->sched_conf, e->sched_k, R, &e->costs, e->sched_ell,
+                                                            e->sched_scratch);
     for (int j = 0; j < R; j++) e->seqs[e->sched_owner[j]].ell = e->sched_ell[j];
 }
 
@@ -976,9 +976,10 @@ ds_status ds_engine_step(ds_engine *e) {
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
     // MoE targets: the routing of every row fed so far prices verification (ds_cost_sps; past rows only).
     if (auto_sched) ds_workspace_expert_windows(e->ws, e->costs.obs_experts + 1, DS_COST_WINDOWS);
+    const int greedy = auto_sched && all_greedy(e);
     const int K_cap = auto_sched ? ds_gate_depth(&e->gate, &e->costs, R,
-                                                 (schedule_free(e) ? ds_schedule_max_admissions_retrospective
-                                                                   : ds_schedule_max_admissions)(&e->costs, R, e->K))
+                                                 (greedy ? ds_schedule_max_admissions_retrospective
+                                                         : ds_schedule_max_admissions)(&e->costs, R, e->K))
                                  : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
@@ -986,7 +987,7 @@ ds_status ds_engine_step(ds_engine *e) {
         if ((st = draft_prepare(e, s, K_cap))) return st;
     }
     if ((st = draft_batch(e))) return st;
-    if (auto_sched) schedule_auto(e);
+    if (auto_sched) schedule_auto(e, greedy);
     if (e->sp.tree_branches && e->bt_n && (st = trees_build(e, auto_sched))) return st;
     e->bt_n = 0;
     e->bt_append_s = 0;
