@@ -5,8 +5,10 @@
 // (32 columns per VCVTNE2PS2BF16). The last block of a row is loaded under a mask (the input's
 // padding is zero, so the masked lanes add +0).
 // Loop order as matmul_isa.inc's: up to 8 input rows at a time, columns in pieces whose bf16 input
-// block fits in L1, RB weight rows sharing every input load, each weight row's piece streaming once
-// for all input rows, weights prefetched ahead.
+// block takes a third of L1 at most (the streaming weights must not evict it: 8 rows read from L2
+// ran at 13-15 GB/s of weights against 19-22 for 1 row on Zen 5), RB weight rows sharing every
+// input load (4 for 1-4 input rows, 3 for 5-8: 24 accumulators), each weight row's piece streaming
+// once for all input rows, weights prefetched two row blocks ahead at the same columns.
 #include "kernels/matmul_bf16dp.h"
 
 #include <cpuid.h>
@@ -16,10 +18,8 @@
 
 #define TARGET __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 #define BLK 32
-// Input bytes read from L1 whole while the weights stream (as matmul.c's DS_X_L1_BYTES).
-#define X_L1_BYTES 32768
-// Software prefetch distance in elements when whole rows stream (as matmul.c's DS_PREFETCH_ELEMS).
-#define PREFETCH_ELEMS 2048
+// Input bytes kept in L1 while the weights stream (a third of a 48 KiB L1).
+#define X_L1_BYTES 16384
 
 int ds_bf16dp_supported(void) {
     __builtin_cpu_init();
@@ -77,34 +77,68 @@ TARGET static inline float hsum16(__m512 v) {
 
 // One segment (nblk whole blocks, then the block under `tail` if nonzero) of RB weight rows
 // (stride ws) against M bf16 input rows (stride xs): y[k*ldy + rr] = (add ? y : 0) + its sum.
+// sh > 0: the rows start 4·sh bytes past a 64-byte boundary (then tail is 0). A block's 32
+// weights then straddle two cache lines, and loading them as one (a split load) cost the 8-row
+// product a quarter of its speed on Zen 5; instead the block is its two lines, loaded aligned,
+// joined by one VPERMT2D. The line before the first block and the line after the last are loaded
+// under a mask of the lanes inside the segment (no byte outside it is read).
 TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, const uint16_t *x, size_t xs,
                                                              const uint16_t *w, size_t ws, int nblk, __mmask32 tail,
-                                                             const int M, const int RB, int add, size_t pf) {
+                                                             int sh, const int M, const int RB, int add, size_t pf) {
     __m512 a[4][8];
     for (int rr = 0; rr < RB; rr++)
         for (int k = 0; k < M; k++) a[rr][k] = _mm512_setzero_ps();
-    for (int b = 0; b < nblk; b++) {
-        const int j = b * BLK;
-        __m512i wv[4];
-        for (int rr = 0; rr < RB; rr++) {
-            const uint16_t *p = w + (size_t)rr * ws + j;
-            __builtin_prefetch(p + pf);
-            wv[rr] = _mm512_loadu_si512((const void *)p);
+// a[rr][k] += the block at column j of input row k times wv[rr] (a macro: GCC keeps the
+// accumulators in registers only when the loop bodies stay this plain).
+#define BLOCK_DP(j)                                                                                    \
+    for (int k = 0; k < M; k++) {                                                                      \
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)k * xs + (j)));   \
+        for (int rr = 0; rr < RB; rr++) a[rr][k] = _mm512_dpbf16_ps(a[rr][k], xv, (__m512bh)wv[rr]);  \
+    }
+    __m512i wv[4];
+    if (sh) {
+        const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(sh));
+        // wv = block b's lines joined, the first line under mask mlo, the second under mhi.
+#define LOAD_SHIFTED(b, mlo, mhi)                                                                      \
+    for (int rr = 0; rr < RB; rr++) {                                                                  \
+        const char *line = (const char *)(w + (size_t)rr * ws + (b) * BLK) - 4 * sh;                   \
+        __builtin_prefetch(line + 2 * pf);                                                             \
+        wv[rr] = _mm512_permutex2var_epi32(_mm512_maskz_load_epi32(mlo, line), idx,                    \
+                                           _mm512_maskz_load_epi32(mhi, line + 64));                   \
+    }
+        const __mmask16 all = 0xffff, first = (__mmask16)(0xffffu << sh), last = (__mmask16)((1u << sh) - 1u);
+        LOAD_SHIFTED(0, first, nblk > 1 ? all : last)
+        BLOCK_DP(0)
+        for (int b = 1; b + 1 < nblk; b++) {
+            for (int rr = 0; rr < RB; rr++) {
+                const char *line = (const char *)(w + (size_t)rr * ws + b * BLK) - 4 * sh;
+                __builtin_prefetch(line + 2 * pf);
+                wv[rr] = _mm512_permutex2var_epi32(_mm512_load_si512(line), idx, _mm512_load_si512(line + 64));
+            }
+            BLOCK_DP(b * BLK)
         }
-        for (int k = 0; k < M; k++) {
-            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)k * xs + j));
-            for (int rr = 0; rr < RB; rr++) a[rr][k] = _mm512_dpbf16_ps(a[rr][k], xv, (__m512bh)wv[rr]);
+        if (nblk > 1) {
+            LOAD_SHIFTED(nblk - 1, all, last)
+            BLOCK_DP((nblk - 1) * BLK)
+        }
+#undef LOAD_SHIFTED
+    } else {
+        for (int b = 0; b < nblk; b++) {
+            const int j = b * BLK;
+            for (int rr = 0; rr < RB; rr++) {
+                const uint16_t *p = w + (size_t)rr * ws + j;
+                __builtin_prefetch(p + pf);
+                wv[rr] = _mm512_loadu_si512((const void *)p);
+            }
+            BLOCK_DP(j)
+        }
+        if (tail) {
+            for (int rr = 0; rr < RB; rr++) wv[rr] = _mm512_maskz_loadu_epi16(tail, w + (size_t)rr * ws + nblk * BLK);
+            BLOCK_DP(nblk * BLK)
         }
     }
-    if (tail) {
-        const int j = nblk * BLK;
-        __m512i wv[4];
-        for (int rr = 0; rr < RB; rr++) wv[rr] = _mm512_maskz_loadu_epi16(tail, w + (size_t)rr * ws + j);
-        for (int k = 0; k < M; k++) {
-            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x + (size_t)k * xs + j));
-            for (int rr = 0; rr < RB; rr++) a[rr][k] = _mm512_dpbf16_ps(a[rr][k], xv, (__m512bh)wv[rr]);
-        }
-    }
+#undef BLOCK_DP
     for (int k = 0; k < M; k++)
         for (int rr = 0; rr < RB; rr++) {
             const float s = hsum16(a[rr][k]);
@@ -117,19 +151,19 @@ TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, 
 // input rows x (bf16, stride xs, seen at column 0): blocks of RB weight rows, segment after segment.
 TARGET __attribute__((always_inline)) static inline void rowblk(float *y, int ldy, const uint16_t *x, size_t xs,
                                                                 const uint16_t *W, int cols, int c0, int c1, int r0,
-                                                                int r1, size_t pf, const int M, const int RB) {
+                                                                int r1, int sh, size_t pf, const int M, const int RB) {
     int r = r0;
     for (; r + RB <= r1; r += RB)
         for (int c = c0; c < c1; c += DS_BF16DP_SEG) {
             const int len = c1 - c < DS_BF16DP_SEG ? c1 - c : DS_BF16DP_SEG;
             seg(y + r, ldy, x + c, xs, W + (size_t)r * cols + c, (size_t)cols, len / BLK,
-                len % BLK ? block_mask(len / BLK * BLK, len) : 0, M, RB, c > 0, pf);
+                len % BLK ? block_mask(len / BLK * BLK, len) : 0, sh, M, RB, c > 0, pf);
         }
     for (; r < r1; r++)
         for (int c = c0; c < c1; c += DS_BF16DP_SEG) {
             const int len = c1 - c < DS_BF16DP_SEG ? c1 - c : DS_BF16DP_SEG;
             seg(y + r, ldy, x + c, xs, W + (size_t)r * cols + c, (size_t)cols, len / BLK,
-                len % BLK ? block_mask(len / BLK * BLK, len) : 0, M, 1, c > 0, pf);
+                len % BLK ? block_mask(len / BLK * BLK, len) : 0, sh, M, 1, c > 0, pf);
         }
 }
 
@@ -137,20 +171,20 @@ TARGET __attribute__((always_inline)) static inline void rowblk(float *y, int ld
 // them, segments outer with each segment of x rounded into `tmp` (M x DS_BF16DP_SEG bf16).
 TARGET __attribute__((always_inline)) static inline void blk(float *y, int ldy, const float *x, const uint16_t *xk,
                                                              size_t xs, uint16_t *tmp, const uint16_t *W, int cols,
-                                                             int r0, int r1, const int M, const int RB) {
+                                                             int r0, int r1, int sh, const int M, const int RB) {
     if (!xk) {
         for (int c0 = 0; c0 < cols; c0 += DS_BF16DP_SEG) {
             const int len = cols - c0 < DS_BF16DP_SEG ? cols - c0 : DS_BF16DP_SEG;
             round_rows(tmp, DS_BF16DP_SEG, x + c0, (size_t)cols, M, len);
-            rowblk(y, ldy, tmp - c0, DS_BF16DP_SEG, W, cols, c0, c0 + len, r0, r1, (size_t)cols * RB * 2, M, RB);
+            rowblk(y, ldy, tmp - c0, DS_BF16DP_SEG, W, cols, c0, c0 + len, r0, r1, sh, (size_t)cols * RB * 2, M, RB);
         }
         return;
     }
     int S = (int)(X_L1_BYTES / ((size_t)M * sizeof(uint16_t))) / DS_BF16DP_SEG * DS_BF16DP_SEG;
     if (S < DS_BF16DP_SEG) S = DS_BF16DP_SEG;
-    const size_t pf = S >= cols ? (size_t)PREFETCH_ELEMS : (size_t)cols * RB;
+    const size_t pf = (size_t)cols * RB * 2;
     for (int c0 = 0; c0 < cols; c0 += S)
-        rowblk(y, ldy, xk, xs, W, cols, c0, cols - c0 < S ? cols : c0 + S, r0, r1, pf, M, RB);
+        rowblk(y, ldy, xk, xs, W, cols, c0, cols - c0 < S ? cols : c0 + S, r0, r1, sh, pf, M, RB);
 }
 
 TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void *Wv, int cols, int r0, int r1,
@@ -163,20 +197,22 @@ TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void
         return;
     }
     _Alignas(64) uint16_t tmp[xb ? 1 : 8 * DS_BF16DP_SEG];
+    // Rows of whole 64-byte lines that all start 4·sh bytes past a line boundary (see seg).
+    const int sh = cols % BLK == 0 && (uintptr_t)W % 4 == 0 ? (int)((uintptr_t)W % 64 / 4) : 0;
     for (int i = 0; i < nb; i += 8) {
         const int m = nb - i < 8 ? nb - i : 8;
         const float *xi = x + (size_t)i * cols;
         float *yi = y + (size_t)i * ldy;
         const uint16_t *xk = xb ? xb + (size_t)i * ps : NULL;
         switch (m) {
-        case 1: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 1, 4); break;
-        case 2: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 2, 4); break;
-        case 3: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 3, 4); break;
-        case 4: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 4, 4); break;
-        case 5: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 5, 2); break;
-        case 6: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 6, 2); break;
-        case 7: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 7, 2); break;
-        default: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, 8, 2); break;
+        case 1: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 1, 4); break;
+        case 2: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 2, 4); break;
+        case 3: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 3, 4); break;
+        case 4: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 4, 4); break;
+        case 5: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 5, 3); break;
+        case 6: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 6, 3); break;
+        case 7: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 7, 3); break;
+        default: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 8, 3); break;
         }
     }
 }

@@ -334,6 +334,52 @@ static void test_kernel_exact(void **state) {
     assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
 }
 
+// Weights at every 2-byte offset from a 64-byte line: rows that start 4·sh bytes past a line take
+// the aligned-lines path (two lines joined by VPERMT2D, matmul_bf16dp.c's seg), other offsets the
+// unaligned loads; each must give exactly the scalar reimplementation, for 1-8 and 13 input rows.
+// The bytes around the weights hold NaN, which no output may see.
+static void test_kernel_misaligned(void **state) {
+    if (!have_bf16()) skip();
+    assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
+    const int cols_list[] = {32, 64, 1056, 3072, 100};
+    const int rows_list[] = {1, 4, 35};
+    const int ns[] = {1, 2, 3, 5, 8, 13};
+    for (int ci = 0; ci < 5; ci++)
+        for (int ri = 0; ri < 3; ri++) {
+            const int cols = cols_list[ci], rows = rows_list[ri];
+            const size_t nw = (size_t)rows * cols;
+            uint16_t *wd = make_w(rows, cols);
+            uint16_t *buf = aligned_alloc(64, (nw + 128) * 2);
+            assert_non_null(buf);
+            float *x = make_x(13, cols), *ref = xmalloc((size_t)13 * rows * 4), *y = xmalloc((size_t)13 * rows * 4);
+            for (int k = 0; k < 13; k++)
+                for (int r = 0; r < rows; r++)
+                    ref[(size_t)k * rows + r] = ref_dot(x + (size_t)k * cols, wd + (size_t)r * cols, cols);
+            for (int off = 0; off < 32; off++) { // offset in bf16 elements: 0-62 bytes
+                for (size_t k = 0; k < nw + 128; k++) buf[k] = 0x7fc0; // NaN
+                memcpy(buf + off, wd, nw * 2);
+                ds_weight w = {DS_BF16, rows, cols, buf + off};
+                w.round_inputs = 1;
+                for (int t = 0; t < 6; t++) {
+                    ds_set_threads(1);
+                    product(y, x, &w, ns[t], 1);
+                    for (size_t k = 0; k < (size_t)ns[t] * rows; k++)
+                        if (f32_bits(y[k]) != f32_bits(ref[k])) {
+                            print_error("cols %d rows %d offset %d bytes n %d: y[%zu] = %.9g, want %.9g\n", cols, rows,
+                                        2 * off, ns[t], k, (double)y[k], (double)ref[k]);
+                            fail();
+                        }
+                }
+            }
+            free(wd);
+            free(buf);
+            free(x);
+            free(ref);
+            free(y);
+        }
+    ds_set_threads(0);
+}
+
 // NaN and inf inputs still say so: a NaN in x row k makes row k's outputs NaN (the rounding keeps
 // NaN), an inf gives ±inf or NaN, the other rows are untouched.
 static void test_kernel_specials(void **state) {
@@ -431,6 +477,7 @@ int main(void) {
         cmocka_unit_test(test_pack),
         cmocka_unit_test(test_dp_emulation),
         cmocka_unit_test(test_kernel_exact),
+        cmocka_unit_test(test_kernel_misaligned),
         cmocka_unit_test(test_kernel_specials),
         cmocka_unit_test(test_close_to_f32_path),
     };
