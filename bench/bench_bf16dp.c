@@ -4,7 +4,11 @@
 // memory. Times are thread CPU time (the machine is shared: preemption by other processes does not
 // count; their use of memory bandwidth still does), medians of the rounds with min and max.
 //
-//   bench_bf16dp [--rounds R] [--isas avx512,avx512bf16]
+//   bench_bf16dp [--rounds R] [--offset BYTES]
+//
+// --offset places every copy of the weights BYTES (even, 0-62) past a 64-byte boundary, as a
+// tensor sits in a mapped file (safetensors: wherever the header ends; default 24, what
+// safetensors files written with 8-byte header padding commonly give).
 //
 // Prints per (shape, isa): 1-row time, 8-row time, their ratio, and the 1-row weight stream rate
 // (GB/s) next to the read bandwidth measured in the same run (bench_read_bandwidth, wall clock).
@@ -31,10 +35,21 @@ static void stats(double *v, int n, double out[3]) {
 
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
-    int rounds = 9;
+    int rounds = 9, offset = 24;
     const char *isas[2] = {"avx512", "avx512bf16"};
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_bf16dp: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--offset")) {
+            offset = atoi(argv[i + 1]);
+            if (offset < 0 || offset > 62 || offset % 2) {
+                fprintf(stderr, "bench_bf16dp: --offset must be even, 0-62\n");
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "bench_bf16dp: unknown option %s\n", argv[i]);
             return 2;
@@ -56,7 +71,8 @@ int main(int argc, char **argv) {
         const int rows = shapes[s][0], cols = shapes[s][1];
         const size_t elems = (size_t)rows * cols;
         const int copies = (int)(((size_t)1 << 30) / (elems * 2)) + 1;
-        uint16_t *d = malloc(elems * 2 * (size_t)copies);
+        // (elems·2 is a multiple of 64 for every shape: each copy sits at the same offset)
+        uint16_t *base = aligned_alloc(64, (elems * 2 * (size_t)copies + 127) / 64 * 64), *d = base + offset / 2;
         for (size_t i = 0; i < elems * (size_t)copies; i++)
             d[i] = ds_f32_to_bf16((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
         float *x = malloc(sizeof(float) * 8 * cols), *y = malloc(sizeof(float) * 8 * rows);
@@ -87,12 +103,12 @@ int main(int argc, char **argv) {
             stats(t8 + k * rounds, rounds, b);
             printf("{\"bench\": \"bf16dp\", \"shape\": \"%s\", \"isa\": \"%s\", \"rounds\": %d, \"ms_1\": [%.3f, %.3f, %.3f], "
                    "\"ms_8\": [%.3f, %.3f, %.3f], \"ratio_8_over_1\": [%.3f, %.3f, %.3f], \"gb_per_s_1\": %.2f, "
-                   "\"read_gb_per_s\": %.2f}\n",
+                   "\"read_gb_per_s\": %.2f, \"offset\": %d}\n",
                    names[s], isas[k], rounds, a[0] * 1e3, a[1] * 1e3, a[2] * 1e3, b[0] * 1e3, b[1] * 1e3, b[2] * 1e3, q[0],
-                   q[1], q[2], (double)elems * 2 / a[0] / 1e9, bw / 1e9);
+                   q[1], q[2], (double)elems * 2 / a[0] / 1e9, bw / 1e9, offset);
         }
         fflush(stdout);
-        free(d);
+        free(base);
         free(x);
         free(y);
         free(scratch);

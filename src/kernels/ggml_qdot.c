@@ -802,23 +802,25 @@ DEF_KZ(kz_q5k, KT_Q5, ds_block_q5_k)
 DEF_KZ(kz_q6k, KT_Q6, ds_block_q6_k)
 DEF_KZ(kz_iq4xs, KT_IQ4XS, ds_block_iq4_xs)
 
-// ---- Several input rows, Q4_K / Q5_K with VNNI and GFNI: the rows interleaved (DS_QX_R8) -------------
+// ---- Several input rows, Q4_K / Q5_K with VNNI: the rows interleaved (DS_QX_R8) ----------------------
 // kz_blk spends two multiplies per 64 weights and input row (VPMADDUBSW, then VPDPWSSD by the scales).
 // Here one VPDPBUSD does 64 useful products: 8 consecutive weights of the row, broadcast to every lane,
 // times the same 8 columns of 8 input rows (qmatmul.h, DS_QX_R8): lane 2k + h sums row k's columns
 // 4h..4h+3 of the 8. Per weight row and super-block that is 32 VPDPBUSD for all 8 rows (kz_blk: 64
 // multiplies), and the weights are unpacked once for the 8 rows: Q4_K straight from 8 bytes of quants
-// broadcast (AND for the low nibbles, GF2P8AFFINEQB for the high ones), Q5_K unpacked whole
+// broadcast (AND for the low nibbles, AND-NOT for 16 times the high ones: the sums of those are
+// shifted right by 4 before the scales, exactly, since every product is a multiple of 16; on Zen 5
+// VPDPBUSD and GF2P8AFFINEQB, which did the shift before, compete for the same two pipes), Q5_K unpacked whole
 // (k45_unpack) and broadcast by VPERMQ. A scale's lanes are multiplied by it with VPDPWSSD by the pair
 // (sc, 0) (exact while a lane stays below 2^15: its high half is then its sign, times 0); the two
 // halves of each row are summed at the end of the super-block. Bounds (|r| <= 127): a Q4_K lane sums 16
-// products of a sub-block, <= 16·15·127 = 30480; a Q5_K one 8 (two accumulators per sub-block),
+// products of a sub-block, <= 16·15·127 = 30480 (the high nibbles' 16 times that, 487680, before
+// the shift); a Q5_K one 8 (two accumulators per sub-block),
 // <= 8·31·127 = 31496. The integers are exact, so isum and imin are kz_blk's and kz_one's, and the
 // float part is the same sequence: the same bits whatever the number of rows. (Q6_K was tried the same
 // way, its values unpacked whole: per 16 columns VPMULLD or VPMADDUBSW + VPDPWSSD, 16-20 ns per
 // super-block and weight row for 8 rows against kz_blk's 13; it stays on kz_blk.)
-#define R8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")))
-#define R8_HI_NIBBLE 0x1020408000000000LL // GF2P8AFFINEQB matrix: each byte shifted right by 4
+#define R8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 // One super-block of one weight row against 8 input rows (X: its 32 x 64 interleaved bytes, B: the 4 x
 // 64 bytes of per-16 sums): isum and imin per row (lane k: row k).
@@ -842,7 +844,7 @@ R8_TARGET INLINE void r8_sb(const int T, const uint8_t *blk, const int8_t *X, co
                 if (T == KT_Q4) { // 8 bytes of quants broadcast, their nibbles split in every lane
                     const __m512i w = R8_BCAST(b->qs + 32 * c + 8 * t);
                     lo = _mm512_and_si512(w, lo4);
-                    hi = _mm512_gf2p8affine_epi64_epi8(w, _mm512_set1_epi64(R8_HI_NIBBLE), 0);
+                    hi = _mm512_andnot_si512(lo4, w); // 16 x the high nibble: aH is divided by 16 below
                 } else {
                     const __m512i q = _mm512_set1_epi64(4 * (c % 2) + t);
                     lo = _mm512_permutexvar_epi64(q, wv[2 * (c / 2)]), hi = _mm512_permutexvar_epi64(q, wv[2 * (c / 2) + 1]);
@@ -855,6 +857,7 @@ R8_TARGET INLINE void r8_sb(const int T, const uint8_t *blk, const int8_t *X, co
                     aH = _mm512_dpbusd_epi32(aH, hi, R8_X(8 * c + 4 + t));
                 }
             }
+            if (T == KT_Q4) aH = _mm512_srai_epi32(aH, 4); // exact: every product was a multiple of 16
             const __m512i sL = _mm512_shuffle_epi8(sv, _mm512_set1_epi32(2 * c | (int)0x80808000));
             const __m512i sH = _mm512_shuffle_epi8(sv, _mm512_set1_epi32((2 * c + 1) | (int)0x80808000));
             is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(is, aL, sL), aH, sH);

@@ -462,7 +462,7 @@ int ds_qirows_ch(const char *isa, const ds_weight *w, int n) {
     // in L2, AMD EPYC: Q4_K 1-3 rows 9.0-9.6 vs 10.0-10.4, 4 rows 10.7 vs 10.2; Q5_K 5 rows 13.3 vs
     // 15.1, 8 rows 17.1 vs 15.5): it costs the same for 1..8 rows
     const int r8_rows = w->type == DS_Q4_K ? 4 : 7;
-    if (vnni && n >= r8_rows && !g_r8_off && (w->type == DS_Q4_K || w->type == DS_Q5_K) && __builtin_cpu_supports("gfni"))
+    if (vnni && n >= r8_rows && !g_r8_off && (w->type == DS_Q4_K || w->type == DS_Q5_K))
         return DS_QX_R8;
     if ((w->type == DS_Q4_K || w->type == DS_Q5_K) && vnni) return DS_QX_K4;
     if (ds_weight_bits(w) != 4) return 0; // 8 bits: natural order everywhere
