@@ -191,16 +191,16 @@ static void test_batch_invariance(void **state) {
     restore_isa();
 }
 
-// Several rows of Q4_K / Q5_K on VNNI + GFNI take the rows-interleaved layout (DS_QX_R8) and
+// Several rows of Q4_K / Q5_K on VNNI take the rows-interleaved layout (DS_QX_R8) and
 // its kernel: bitwise the one-row layouts' kernel (ds_ggq_allow_r8(0)) and the scalar one. 4352
-// columns (17 super-blocks) take its column tiles (16 + 1), 70 weight rows its row groups of 32 (and
+// columns (17 super-blocks) take its column tiles (16 + 1), 71 weight rows its row groups of 32 (and
 // a partial one), 13 input rows a full block of 8 and a padded one (Q4_K) or the one-row layout's
 // kernel for the 5 left (Q5_K), 9 input rows 8 + 1; the scratch is misaligned by 4 bytes (the packed
 // input aligns itself inside it).
 static void test_rows_interleaved(void **state) {
     (void)state;
     const ds_dtype types[] = {DS_Q4_K, DS_Q5_K, DS_Q6_K}; // Q6_K: kz_blk's tiles (no DS_QX_R8)
-    const int rows = 70, cols = 4352, nmax = 13;
+    const int rows = 71, cols = 4352, nmax = 13;
     if (!ds_matmul_force_isa("avx512") || strcmp(ds_matmul_isa(), "avx512") || !__builtin_cpu_supports("avx512vnni")) {
         print_message("skipped: DS_QX_R8 needs AVX512-VNNI, which this CPU lacks\n");
         restore_isa();
