@@ -1,6 +1,6 @@
 // BF16 weights on VDPBF16PS. See matmul_bf16dp.h for the numerics.
 //
-// Layout: a weight row stays as stored; one 64-byte load is 32 bf16 weights = 16 lanes of column
+// Layout: a weight row stays as stored; a block of 64 bytes is 32 bf16 weights = 16 lanes of column
 // pairs (2i, 2i+1), exactly VDPBF16PS's pairing, so the input needs no permutation, only rounding
 // (32 columns per VCVTNE2PS2BF16). The last block of a row is loaded under a mask (the input's
 // padding is zero, so the masked lanes add +0).
@@ -77,11 +77,12 @@ TARGET static inline float hsum16(__m512 v) {
 
 // One segment (nblk whole blocks, then the block under `tail` if nonzero) of RB weight rows
 // (stride ws) against M bf16 input rows (stride xs): y[k*ldy + rr] = (add ? y : 0) + its sum.
-// sh > 0: the rows start 4·sh bytes past a 64-byte boundary (then tail is 0). A block's 32
-// weights then straddle two cache lines, and loading them as one (a split load) cost the 8-row
-// product a quarter of its speed on Zen 5; instead the block is its two lines, loaded aligned,
-// joined by one VPERMT2D. The line before the first block and the line after the last are loaded
-// under a mask of the lanes inside the segment (no byte outside it is read).
+// sh >= 0 (whole 64-byte blocks, rows starting 4·sh bytes past a line boundary; tail is then 0):
+// each block is read as the two aligned cache lines it touches, joined by one VPERMT2D, the line
+// before the first block and the line after the last under a mask of the lanes inside the segment
+// (no byte outside it is read). On Zen 5 that beat one load per block for 8 input rows at every
+// offset (bench_bf16dp --offset: 8-row products 1.0-1.3 one-row products against 1.2-1.5 at offset
+// 0, and a split load per block at other offsets, 1.4-1.7); sh < 0: one (masked) load per block.
 TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, const uint16_t *x, size_t xs,
                                                              const uint16_t *w, size_t ws, int nblk, __mmask32 tail,
                                                              int sh, const int M, const int RB, int add, size_t pf) {
@@ -96,7 +97,7 @@ TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, 
         for (int rr = 0; rr < RB; rr++) a[rr][k] = _mm512_dpbf16_ps(a[rr][k], xv, (__m512bh)wv[rr]);  \
     }
     __m512i wv[4];
-    if (sh) {
+    if (sh >= 0) {
         const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              _mm512_set1_epi32(sh));
         // wv = block b's lines joined, the first line under mask mlo, the second under mhi.
@@ -197,8 +198,8 @@ TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void
         return;
     }
     _Alignas(64) uint16_t tmp[xb ? 1 : 8 * DS_BF16DP_SEG];
-    // Rows of whole 64-byte lines that all start 4·sh bytes past a line boundary (see seg).
-    const int sh = cols % BLK == 0 && (uintptr_t)W % 4 == 0 ? (int)((uintptr_t)W % 64 / 4) : 0;
+    // Rows of whole 64-byte blocks that all start 4·sh bytes past a line boundary, or -1 (see seg).
+    const int sh = cols % BLK == 0 && (uintptr_t)W % 4 == 0 ? (int)((uintptr_t)W % 64 / 4) : -1;
     for (int i = 0; i < nb; i += 8) {
         const int m = nb - i < 8 ? nb - i : 8;
         const float *xi = x + (size_t)i * cols;
