@@ -244,6 +244,7 @@ typedef struct {
     double gate_a, gate_b;     // auto's drafting gate priors, as the engine's: round cost a + b·R ...
     const float *gate_accept;  // ... and the stories drafter's calibration acceptance (if calibrated)
     int n_gate_accept;
+    float gate_accept_temp;    // the sampling temperature that acceptance was realized at
     double draft_scale;        // --draft-scale: charged drafting time = measured × this
 } synth;
 
@@ -278,7 +279,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
     uint32_t lcg = 12345;
     ds_cost_table costs = sy->costs; // auto's own copy, refined as it runs (as an engine's is)
     ds_draft_gate gate; // a fresh gate per run with the priors a fresh engine has
-    ds_gate_init(&gate, sy->gate_a, sy->gate_b, sy->gate_accept, sy->n_gate_accept);
+    ds_gate_init(&gate, sy->gate_a, sy->gate_b, sy->gate_accept, sy->n_gate_accept, sy->gate_accept_temp);
     memset(res, 0, sizeof *res);
     for (;;) {
         for (int k = 0; k < R && next < n_req; k++) {
@@ -298,7 +299,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
         // auto drafts no deeper than Algorithm 1 could admit, and not at all unless the gate says
         // drafting pays (as the engine does)
         const int auto_cap =
-            policy == 9 ? ds_gate_depth(&gate, &costs, n_active, ds_schedule_max_admissions(&costs, n_active, GAMMA))
+            policy == 9 ? ds_gate_depth(&gate, &costs, n_active, ds_schedule_max_admissions(&costs, n_active, GAMMA), 0)
                         : GAMMA;
         for (int k = 0; k < R; k++) {
             if (!active[k]) continue;
@@ -351,7 +352,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             res->rounds++;
             res->accepted += a;
             res->verified += ell[i];
-            if (policy == 9) ds_gate_observe_round(&gate, ell[i], a);
+            if (policy == 9) ds_gate_observe_round(&gate, ell[i], a, 0); // greedy traces
         }
         (void)sink;
         const double dt = bench_now() - t0 + round_draft;
@@ -676,7 +677,7 @@ int main(int argc, char **argv) {
         const double d1 = draft_cost_s(&sy, 1, GAMMA), d4 = draft_cost_s(&sy, 4, GAMMA);
         sy.gate_b = d4 > d1 ? (d4 - d1) / 3 : 0;
         sy.gate_a = d1 - sy.gate_b > 0 ? d1 - sy.gate_b : 0;
-        sy.n_gate_accept = ds_drafter_acceptance_prior(d, &sy.gate_accept);
+        sy.n_gate_accept = ds_drafter_acceptance_prior(d, &sy.gate_accept, &sy.gate_accept_temp);
     }
     const double scale = ((double)si->dim / stories_hidden) * ((double)si->dim / stories_hidden);
     printf("{\"bench\": \"sched_setup\", \"target\": \"synthetic\", \"model\": \"%s\", \"dim\": %d, \"layers\": %d, "

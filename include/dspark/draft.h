@@ -48,8 +48,9 @@ const char *ds_drafter_warning(const ds_drafter *d);
 ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n);
 int ds_drafter_calibration(const ds_drafter *d, const float **temps); // returns n (0 = none)
 // The calibration run's realized prefix acceptance per slot (the fraction of rounds that accepted
-// slots 1..k), the scheduler's prior; returns how many positions (0 = none recorded).
-int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept);
+// slots 1..k), the scheduler's prior, and the sampling temperature it was realized at (*temp, may
+// be NULL); returns how many positions (0 = none recorded).
+int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept, float *temp);
 // Draft vocabulary: restrict what the drafter can propose to n token ids (e.g. the target's most
 // frequent tokens), so that its LM head and Markov head cost n/vocab of the full product. Every
 // other token gets logit -inf (draft probability 0), so decoding stays lossless; only acceptance

@@ -40,8 +40,9 @@ ds_status ds_calibration_save(const ds_calibration *c, const char *path) {
 }
 
 ds_status ds_calibration_read(const char *path, int block_size, float *temps, int *n_temps, float *accept,
-                              int *n_accept, int *found) {
+                              int *n_accept, float *accept_temp, int *found) {
     *n_temps = *n_accept = *found = 0;
+    if (accept_temp) *accept_temp = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return DS_OK; // uncalibrated
     fclose(f);
@@ -87,6 +88,14 @@ ds_status ds_calibration_read(const char *path, int block_size, float *temps, in
         }
         accept[k++] = (float)e->valuedouble;
     }
+    // The sampling temperature the acceptance was realized at (files before it was written: 0, the
+    // calibrate job's default).
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(j, "temp");
+    if (tp && (!cJSON_IsNumber(tp) || !(tp->valuedouble >= 0 && tp->valuedouble <= 100))) {
+        cJSON_Delete(j);
+        return ds_fail(DS_ERR_FORMAT, "%s: \"temp\" must be a number in [0, 100]", path);
+    }
+    if (accept_temp && tp) *accept_temp = (float)tp->valuedouble;
     cJSON_Delete(j);
     *n_temps = n;
     *n_accept = k;

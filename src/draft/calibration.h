@@ -29,9 +29,10 @@ typedef struct {
 ds_status ds_calibration_save(const ds_calibration *c, const char *path);
 
 // Read what a drafter uses from `path`: up to block_size temperatures (*n_temps) and the
-// acceptance prior (*n_accept, up to its first null; it must not increase with the position).
+// acceptance prior (*n_accept, up to its first null; it must not increase with the position) and
+// the sampling temperature it was realized at (*accept_temp, "temp"; 0 when absent; may be NULL).
 // *found = 0 (and DS_OK) when there is no file. Errors name the file and the problem.
 ds_status ds_calibration_read(const char *path, int block_size, float *temps, int *n_temps, float *accept,
-                              int *n_accept, int *found);
+                              int *n_accept, float *accept_temp, int *found);
 
 #endif

@@ -46,6 +46,7 @@ struct ds_drafter {
     int n_calib;
     float accept_prior[64]; // realized prefix acceptance per slot in the calibration run (calibration.json)
     int n_accept_prior;
+    float accept_prior_temp; // the sampling temperature of that run
     // Draft vocabulary (vocab.c): when n_vocab < V, the LM head and the Markov head score only the
     // ids in vocab_ids, through copies of their rows; every other logit is -inf (never drafted, q = 0).
     int n_vocab;          // V when unrestricted

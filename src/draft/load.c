@@ -34,8 +34,9 @@ int ds_drafter_calibration(const ds_drafter *d, const float **temps) {
     return d->n_calib;
 }
 
-int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept) {
+int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept, float *temp) {
     *accept = d->accept_prior;
+    if (temp) *temp = d->accept_prior_temp;
     return d->n_accept_prior;
 }
 
@@ -46,7 +47,8 @@ static ds_status load_calibration(ds_drafter *d, const char *dir) {
     float temps[DS_CALIBRATION_MAX];
     int n = 0, found;
     d->n_accept_prior = 0;
-    ds_status st = ds_calibration_read(path, d->info.block_size, temps, &n, d->accept_prior, &d->n_accept_prior, &found);
+    ds_status st = ds_calibration_read(path, d->info.block_size, temps, &n, d->accept_prior, &d->n_accept_prior,
+                                       &d->accept_prior_temp, &found);
     if (st || !found) return st;
     if (!d->conf_w) return ds_fail(DS_ERR_FORMAT, "%s: calibration for a drafter without a confidence head", path);
     return ds_drafter_set_calibration(d, temps, n);

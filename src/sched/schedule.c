@@ -130,19 +130,21 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
     return best;
 }
 
-void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior) {
+void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior,
+                  float prior_temp) {
     memset(g, 0, sizeof *g);
-    g->explore_every = 64;
+    for (int c = 0; c < DS_GATE_CLASSES; c++) g->explore_every[c] = 64;
     if (cost_a >= 0 && cost_b >= 0 && cost_a + cost_b > 0) g->cost_a = cost_a, g->cost_b = cost_b;
     // Prefix survival A_k as counts: slot k is tried when slots < k were accepted (A_{k-1}) and
     // accepted when slots ≤ k were (A_k); 32 rounds' worth, so a few dozen real rounds outweigh it.
+    const int c = prior_temp > 0 ? DS_GATE_SAMPLED : DS_GATE_GREEDY;
     double prev = 1;
     for (int k = 0; k < n_prior && k < 64; k++) {
         double a = prior_accept[k];
         if (!(a >= 0)) break; // NaN: not observed in calibration
         if (a > prev) a = prev;
-        g->tried[k] = 32 * prev;
-        g->acc[k] = 32 * a;
+        g->tried[c][k] = 32 * prev;
+        g->acc[c][k] = 32 * a;
         prev = a;
     }
 }
@@ -154,12 +156,14 @@ double ds_gate_round_cost(const ds_draft_gate *g, int R) {
     return -1;
 }
 
-int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
+int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int sampled) {
+    const int c = sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY;
+    const double *acc = g->acc[c], *tried = g->tried[c];
     if (cap > 64) cap = 64;
-    if (!g->explore_every) g->explore_every = 64;
+    if (!g->explore_every[c]) g->explore_every[c] = 64;
     if (cap <= 0 || R <= 0) return 0;
     const double D = ds_gate_round_cost(g, R);
-    if (D < 0 || g->tried[0] <= 0) return cap; // no estimate yet: draft once to get one
+    if (D < 0 || tried[0] <= 0) return cap; // no estimate yet: draft once to get one
     const double none = R * ds_cost_sps(t, R);
     // If drafting could not pay even with every drafted token accepted, there is nothing to explore.
     double bound = 0;
@@ -168,23 +172,23 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap) {
         bound = theta > bound ? theta : bound;
     }
     if (bound <= none) return 0;
-    if (g->skipped >= g->explore_every) { // explore again, and back off while it keeps losing
-        g->skipped = 0;
-        if (g->explore_every < 4096) g->explore_every *= 2;
+    if (g->skipped[c] >= g->explore_every[c]) { // explore again, and back off while it keeps losing
+        g->skipped[c] = 0;
+        if (g->explore_every[c] < 4096) g->explore_every[c] *= 2;
         return cap;
     }
     double best = 0, surv = 1, tau = 1;
     for (int k = 1; k <= cap; k++) {
-        surv *= g->tried[k - 1] > 0 ? g->acc[k - 1] / g->tried[k - 1] : 0;
+        surv *= tried[k - 1] > 0 ? acc[k - 1] / tried[k - 1] : 0;
         tau += surv;
         const double theta = R * tau / (D + 1.0 / ds_cost_sps(t, R * (1 + k)));
         best = theta > best ? theta : best;
     }
     if (best > none) {
-        g->explore_every = 64;
+        g->explore_every[c] = 64;
         return cap;
     }
-    g->skipped++;
+    g->skipped[c]++;
     return 0;
 }
 
@@ -194,9 +198,11 @@ void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds) {
     *o = *o > 0 ? 0.9 * *o + 0.1 * seconds : seconds;
 }
 
-void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted) {
+void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled) {
+    double *acc = g->acc[sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY];
+    double *tried = g->tried[sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY];
     for (int k = 0; k < ell && k <= accepted && k < 64; k++) {
-        g->acc[k] = 0.95 * g->acc[k] + (k < accepted);
-        g->tried[k] = 0.95 * g->tried[k] + 1;
+        acc[k] = 0.95 * acc[k] + (k < accepted);
+        tried[k] = 0.95 * tried[k] + 1;
     }
 }

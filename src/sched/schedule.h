@@ -62,36 +62,44 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
 // k slots for R requests,
 //   R·(1 + Σ_{j<k} Π_{i≤j} acc_i) / (D(R) + 1/SPS(R(1 + k))),
 // where D(R) is the seconds of one batched drafting round of R sequences, and drafts only when that
-// beats R·SPS(R) without drafting. Its two inputs start from priors, so it need not spend rounds
-// finding out what it already knows:
+// beats R·SPS(R) without drafting. Acceptance is kept apart for greedy rounds (every sequence at
+// temperature 0) and sampled ones: a drafter accepts far less at temperature 1 than at 0, and one
+// estimate for both let a temperature-0 calibration keep sampled requests drafting at a loss. Its
+// inputs start from priors, so it need not spend rounds finding out what it already knows:
 //   D(R): the round cost measured at start-up (cost_a + cost_b·R, ds_drafter_profile_round), then
 //         an average of observed rounds at each R;
 //   acc:  the realized acceptance of the drafter's calibration run (calibration.json
-//         "acceptance"), as 32 rounds' worth of counts, then decayed counts of verified rounds.
-// Without a prior it explores: it drafts until it has one observation of each. It re-explores
-// after `explore_every` skipped rounds (64, doubling up to 4096 while drafting keeps losing) so its
-// estimates follow the workload — unless drafting could not pay even with every drafted token
-// accepted (at the drafting cost and this R): then it never drafts.
+//         "acceptance"), as 32 rounds' worth of counts for the class of its temperature ("temp"),
+//         then decayed counts of verified rounds of each class.
+// Without a prior for a class it explores: it drafts until it has one observation. It re-explores
+// after `explore_every` skipped rounds of the class (64, doubling up to 4096 while drafting keeps
+// losing) so its estimates follow the workload — unless drafting could not pay even with every
+// drafted token accepted (at the drafting cost and this R): then it never drafts.
 #define DS_GATE_MAX_R 64
+enum { DS_GATE_GREEDY, DS_GATE_SAMPLED, DS_GATE_CLASSES };
 typedef struct {
     double cost_a, cost_b;              // prior round cost D(R) = cost_a + cost_b·R seconds (both 0 = none)
     double round_s[DS_GATE_MAX_R + 1];  // observed D(R), averaged (index min(R, 64)); 0 = not observed
-    double acc[64];                     // decayed counts of slot j accepted ...
-    double tried[64];                   // ... and verified with the slots before it accepted
-    int skipped, explore_every;
+    double acc[DS_GATE_CLASSES][64];    // per class: decayed counts of slot j accepted ...
+    double tried[DS_GATE_CLASSES][64];  // ... and verified with the slots before it accepted
+    int skipped[DS_GATE_CLASSES], explore_every[DS_GATE_CLASSES];
 } ds_draft_gate;
 
 // A gate with optional priors: cost_a, cost_b as above (0, 0 = unknown); prior_accept[k] = the
-// fraction of rounds that accepted slots 0..k (prefix survival), n_prior of them (0 = unknown).
-void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior);
-// How deep to draft this round for R requests: `cap` (explore, or drafting pays) or 0.
-int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap);
+// fraction of rounds that accepted slots 0..k (prefix survival), n_prior of them (0 = unknown),
+// realized at sampling temperature prior_temp (0: the greedy class's prior, else the sampled one's).
+void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior,
+                  float prior_temp);
+// How deep to draft this round for R requests: `cap` (explore, or drafting pays) or 0. `sampled`:
+// some sequence of the round samples (temperature > 0), so the sampled class's estimate decides.
+int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int sampled);
 // D(R) as the gate sees it (observed at this R, else the prior), or -1 when unknown.
 double ds_gate_round_cost(const ds_draft_gate *g, int R);
 // One drafting round of R sequences took `seconds` in all.
 void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds);
-// One verified round: ell slots verified, `accepted` of them accepted.
-void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted);
+// One verified round of a sequence: ell slots verified, `accepted` of them accepted; `sampled`: the
+// sequence samples (temperature > 0).
+void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled);
 
 // The retrospective variant that searches past drops: the argmax of Θ over every admission prefix
 // (ties keep the shorter). Under the residual rule it is NOT lossless (the statistical test shows

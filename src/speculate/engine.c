@@ -200,8 +200,9 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
             a = d1 - b > 0 ? d1 - b : 0;
         }
         const float *prior = NULL;
-        const int n_prior = e->d ? ds_drafter_acceptance_prior(e->d, &prior) : 0;
-        ds_gate_init(&e->gate, a, b, prior, n_prior);
+        float prior_temp = 0;
+        const int n_prior = e->d ? ds_drafter_acceptance_prior(e->d, &prior, &prior_temp) : 0;
+        ds_gate_init(&e->gate, a, b, prior, n_prior, prior_temp);
         if (st) {
             ds_engine_free(e);
             return st;
@@ -671,7 +672,7 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     t->accepted += a;
     t->tree_rounds += s->tree;
     t->branch_accepted += ca < a;
-    ds_gate_observe_round(&e->gate, s->ell, ca);
+    ds_gate_observe_round(&e->gate, s->ell, ca, s->sp.temperature > 0);
     for (int k = 0; k < s->ell && k <= ca && k < 64; k++) {
         t->tried_by_pos[k]++;
         if (k < ca) t->accepted_by_pos[k]++;
@@ -979,7 +980,8 @@ ds_status ds_engine_step(ds_engine *e) {
     const int greedy = auto_sched && all_greedy(e);
     const int K_cap = auto_sched ? ds_gate_depth(&e->gate, &e->costs, R,
                                                  (greedy ? ds_schedule_max_admissions_retrospective
-                                                         : ds_schedule_max_admissions)(&e->costs, R, e->K))
+                                                         : ds_schedule_max_admissions)(&e->costs, R, e->K),
+                                                 !greedy)
                                  : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];

@@ -287,8 +287,9 @@ static void test_invalid(void **state) {
 }
 
 // calibration.json through its one module: what is saved is what a drafter reads back (the
-// temperatures, the acceptance prior up to its first unobserved position); no file is no
-// calibration; a prior that grows with the position is refused naming the file.
+// temperatures, the acceptance prior up to its first unobserved position and the sampling
+// temperature it was realized at); no file is no calibration; a prior that grows with the position,
+// or a "temp" that is no temperature, is refused naming the file.
 static void test_calibration_file(void **state) {
     (void)state;
     assert_int_equal(tmpdir_create("test_calibration_file"), 0);
@@ -296,9 +297,9 @@ static void test_calibration_file(void **state) {
     tmpdir_path(path, sizeof path, "calibration", ".json");
     float temps[8], acc[8];
     int nt, na, found;
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &found), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, NULL, &found), DS_OK);
     assert_int_equal(found, 0);
-    ds_calibration c = {.K = 4, .rounds = 9, .temp = 0, .prompts = "p.txt", .max_tokens = 16, .seed = 3};
+    ds_calibration c = {.K = 4, .rounds = 9, .temp = 0.75, .prompts = "p.txt", .max_tokens = 16, .seed = 3};
     const double t[4] = {0.5, 1.25, 2.0, 1.0}, a[4] = {0.75, 0.5, NAN, NAN};
     for (int k = 0; k < 4; k++) {
         c.temps[k] = t[k];
@@ -307,18 +308,25 @@ static void test_calibration_file(void **state) {
         c.n[k] = 9 - k;
     }
     assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &found), DS_OK);
+    float at = -1;
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &at, &found), DS_OK);
     assert_int_equal(found, 1);
+    assert_true(at == 0.75f);
     assert_int_equal(nt, 4);
     for (int k = 0; k < 4; k++) assert_true(temps[k] == (float)t[k]);
     assert_int_equal(na, 2);
     assert_true(acc[0] == 0.75f && acc[1] == 0.5f);
-    assert_int_equal(ds_calibration_read(path, 3, temps, &nt, acc, &na, &found), DS_ERR_FORMAT); // longer than the block
+    assert_int_equal(ds_calibration_read(path, 3, temps, &nt, acc, &na, NULL, &found), DS_ERR_FORMAT); // longer than the block
     c.acceptance[1] = 0.8; // the prefix acceptance would grow
     assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &found), DS_ERR_FORMAT);
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, NULL, &found), DS_ERR_FORMAT);
     assert_non_null(strstr(ds_last_error(), path));
     assert_non_null(strstr(ds_last_error(), "must not increase"));
+    c.acceptance[1] = 0.5;
+    c.temp = -1; // not a temperature
+    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &at, &found), DS_ERR_FORMAT);
+    assert_non_null(strstr(ds_last_error(), "\"temp\""));
     tmpdir_remove();
 }
 

@@ -23,14 +23,14 @@ static void test_stops_when_drafting_costs_too_much(void **state) {
     table(&t, 0.0, 1e-3); // compute-bound: every verified row costs a full step
     ds_draft_gate g = {0};
     for (int i = 0; i < 1; i++) { // exploration: drafts once (no priors), drafting as dear as a step
-        assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
+        assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
         ds_gate_observe_draft(&g, 1, 1e-3);
-        ds_gate_observe_round(&g, 7, i % 2);
+        ds_gate_observe_round(&g, 7, i % 2, 0);
     }
     // Even with every draft accepted, 8 tokens would cost a step per row plus drafting: hopeless,
     // so it never drafts (nor explores) again at this R.
     int drafted = 0;
-    for (int i = 0; i < 1000; i++) drafted += ds_gate_depth(&g, &t, 1, 7) > 0;
+    for (int i = 0; i < 1000; i++) drafted += ds_gate_depth(&g, &t, 1, 7, 0) > 0;
     assert_int_equal(drafted, 0);
 }
 
@@ -40,12 +40,12 @@ static void test_backs_off_when_it_could_pay_but_does_not(void **state) {
     table(&t, 10e-3, 1e-5); // memory-bound: perfect acceptance would pay
     ds_draft_gate g = {0};
     for (int i = 0; i < 1; i++) { // exploration (no priors): dear drafting and nothing accepted
-        assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
+        assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
         ds_gate_observe_draft(&g, 1, 8e-3);
-        ds_gate_observe_round(&g, 7, 0);
+        ds_gate_observe_round(&g, 7, 0, 0);
     }
     int drafted = 0;
-    for (int i = 0; i < 1000; i++) drafted += ds_gate_depth(&g, &t, 1, 7) > 0;
+    for (int i = 0; i < 1000; i++) drafted += ds_gate_depth(&g, &t, 1, 7, 0) > 0;
     assert_true(drafted >= 1 && drafted <= 5); // re-explorations backing off: 64, 128, 256, 512
 }
 
@@ -55,9 +55,9 @@ static void test_keeps_drafting_when_it_pays(void **state) {
     table(&t, 10e-3, 1e-5); // memory-bound: a step costs 10 ms, extra rows almost nothing
     ds_draft_gate g = {0};
     for (int i = 0; i < 50; i++) {
-        assert_int_equal(ds_gate_depth(&g, &t, 4, 7), 7);
+        assert_int_equal(ds_gate_depth(&g, &t, 4, 7, 0), 7);
         ds_gate_observe_draft(&g, 4, 4e-3); // drafting: 10% of a step per sequence
-        ds_gate_observe_round(&g, 7, 3); // ~3 accepted per round
+        ds_gate_observe_round(&g, 7, 3, 0); // ~3 accepted per round
     }
 }
 
@@ -70,19 +70,19 @@ static void test_priors_decide_from_the_first_round(void **state) {
     const float weak[7] = {0.3f, 0.1f, 0.03f, 0.01f, 0, 0, 0};
     const float strong[7] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
     ds_draft_gate g;
-    ds_gate_init(&g, 8e-3, 1e-3, weak, 7); // drafting ~ a step, little accepted: loses
-    for (int i = 0; i < 60; i++) assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 0);
+    ds_gate_init(&g, 8e-3, 1e-3, weak, 7, 0.0f); // drafting ~ a step, little accepted: loses
+    for (int i = 0; i < 60; i++) assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 0);
     // ... and drafts from the first round when they say it pays.
-    ds_gate_init(&g, 1e-3, 0, strong, 7);
-    assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
+    ds_gate_init(&g, 1e-3, 0, strong, 7, 0.0f);
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
     // Hopeless at these costs even with every token accepted: never drafts, prior or not.
     ds_cost_table c;
     table(&c, 0.0, 1e-3);
-    ds_gate_init(&g, 1e-3, 0, strong, 7);
-    for (int i = 0; i < 5000; i++) assert_int_equal(ds_gate_depth(&g, &c, 1, 7), 0);
+    ds_gate_init(&g, 1e-3, 0, strong, 7, 0.0f);
+    for (int i = 0; i < 5000; i++) assert_int_equal(ds_gate_depth(&g, &c, 1, 7, 0), 0);
     // Without a cost prior it drafts once to measure.
-    ds_gate_init(&g, 0, 0, strong, 7);
-    assert_int_equal(ds_gate_depth(&g, &t, 1, 7), 7);
+    ds_gate_init(&g, 0, 0, strong, 7, 0.0f);
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
 }
 
 // The prior is a prefix survival: slot k is tried in A_{k-1} of the rounds and accepted in A_k.
@@ -90,12 +90,12 @@ static void test_prior_counts(void **state) {
     (void)state;
     const float p[3] = {0.5f, 0.25f, NAN};
     ds_draft_gate g;
-    ds_gate_init(&g, 1e-3, 2e-4, p, 3);
-    assert_float_equal(g.tried[0], 32, 1e-9);
-    assert_float_equal(g.acc[0], 16, 1e-9);
-    assert_float_equal(g.tried[1], 16, 1e-9);
-    assert_float_equal(g.acc[1], 8, 1e-9);
-    assert_float_equal(g.tried[2], 0, 1e-9); // NaN: not observed, no prior past it
+    ds_gate_init(&g, 1e-3, 2e-4, p, 3, 0.0f);
+    assert_float_equal(g.tried[DS_GATE_GREEDY][0], 32, 1e-9);
+    assert_float_equal(g.acc[DS_GATE_GREEDY][0], 16, 1e-9);
+    assert_float_equal(g.tried[DS_GATE_GREEDY][1], 16, 1e-9);
+    assert_float_equal(g.acc[DS_GATE_GREEDY][1], 8, 1e-9);
+    assert_float_equal(g.tried[DS_GATE_GREEDY][2], 0, 1e-9); // NaN: not observed, no prior past it
     assert_float_equal(ds_gate_round_cost(&g, 5), 2e-3, 1e-12);
     ds_gate_observe_draft(&g, 5, 4e-3); // an observation at R = 5 replaces the prior there
     assert_float_equal(ds_gate_round_cost(&g, 5), 4e-3, 1e-12);
@@ -118,14 +118,14 @@ static void test_one_preempted_step_does_not_start_drafting(void **state) {
     for (int b = 1; b <= 16; b++) t.sps[b] = sps[b];
     const float prior[7] = {0.43f, 0.23f, 0.11f, 0.06f, 0.03f, 0.02f, 0.01f};
     ds_draft_gate g;
-    ds_gate_init(&g, 1.18e-4, 0, prior, 7);
+    ds_gate_init(&g, 1.18e-4, 0, prior, 7, 0.0f);
     int drafted = 0;
     for (int round = 0; round < 2000; round++) {
-        const int k = ds_gate_depth(&g, &t, 1, 7);
+        const int k = ds_gate_depth(&g, &t, 1, 7, 0);
         drafted += k > 0;
         if (k) { // what the engine observes when it drafts: the round, and ~one slot verified
             ds_gate_observe_draft(&g, 1, 1.2e-4);
-            ds_gate_observe_round(&g, 1, round % 2);
+            ds_gate_observe_round(&g, 1, round % 2, 0);
             ds_cost_observe(&t, 2, 7.2e-5);
         } else {
             ds_cost_observe(&t, 1, round == 100 || round == 900 ? 5e-3 : 5.2e-5);
@@ -148,12 +148,39 @@ static void test_observations_keep_sps_monotone(void **state) {
     assert_true(t.sps[1] >= t.sps[4]);
 }
 
+// Acceptance is estimated per class: a temperature-0 calibration's prior speaks for greedy rounds
+// only. A sampled request with a drafter that accepts little at temperature 1 (made dear here) stops
+// drafting once its own rounds show it, while greedy rounds keep drafting on the prior; and a prior
+// realized at temperature 1 seeds the sampled class, not the greedy one. (Before, one estimate for
+// both kept the sampled request drafting on the greedy prior: 7 slots every round.)
+static void test_classes_keep_their_own_acceptance(void **state) {
+    (void)state;
+    ds_cost_table t;
+    table(&t, 10e-3, 1e-4); // memory-bound: verifying 8 rows costs ~1.07 steps
+    const float strong[7] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
+    ds_draft_gate g;
+    ds_gate_init(&g, 6e-3, 0, strong, 7, 0.0f); // drafting: 60% of a step
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7); // greedy: the prior says it pays
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 1), 7); // sampled: no estimate yet, explores
+    int drafted = 0;
+    for (int i = 0; i < 400; i++) { // sampled rounds: nothing accepted
+        const int k = ds_gate_depth(&g, &t, 1, 7, 1);
+        drafted += k > 0;
+        if (k) ds_gate_observe_draft(&g, 1, 6e-3), ds_gate_observe_round(&g, 7, 0, 1);
+    }
+    assert_true(drafted <= 8); // a few explorations (back-off from 64), not 400 rounds
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7); // greedy rounds still draft
+    ds_gate_init(&g, 6e-3, 0, strong, 7, 1.0f); // the same acceptance realized at temperature 1
+    assert_float_equal(g.tried[DS_GATE_SAMPLED][0], 32, 1e-9);
+    assert_float_equal(g.tried[DS_GATE_GREEDY][0], 0, 1e-9);
+}
+
 static void test_no_depth_no_drafting(void **state) {
     (void)state;
     ds_cost_table t;
     table(&t, 10e-3, 1e-5);
     ds_draft_gate g = {0};
-    assert_int_equal(ds_gate_depth(&g, &t, 4, 0), 0);
+    assert_int_equal(ds_gate_depth(&g, &t, 4, 0, 0), 0);
 }
 
 int main(void) {
@@ -166,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_observations_keep_sps_monotone),
         cmocka_unit_test(test_priors_decide_from_the_first_round),
         cmocka_unit_test(test_prior_counts),
+        cmocka_unit_test(test_classes_keep_their_own_acceptance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

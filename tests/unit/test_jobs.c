@@ -158,7 +158,7 @@ static void test_calibration_round_trip(void **state) {
     assert_int_equal(ds_calibration_save(&c, path), DS_OK);
     float t[8], a[8];
     int nt, na, found;
-    assert_int_equal(ds_calibration_read(path, 7, t, &nt, a, &na, &found), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, t, &nt, a, &na, NULL, &found), DS_OK);
     assert_int_equal(found, 1);
     assert_int_equal(nt, 4);
     for (int k = 0; k < 4; k++) assert_float_equal(t[k], temps[k], 0);
@@ -166,16 +166,16 @@ static void test_calibration_round_trip(void **state) {
     for (int k = 0; k < 3; k++) assert_float_equal(a[k], acc[k], 0);
 
     // More temperatures than the drafter has slots, and an acceptance that grows: errors naming the file.
-    assert_int_not_equal(ds_calibration_read(path, 3, t, &nt, a, &na, &found), DS_OK);
+    assert_int_not_equal(ds_calibration_read(path, 3, t, &nt, a, &na, NULL, &found), DS_OK);
     assert_non_null(strstr(ds_last_error(), path));
     c.acceptance[2] = 0.9;
     assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    assert_int_not_equal(ds_calibration_read(path, 7, t, &nt, a, &na, &found), DS_OK);
+    assert_int_not_equal(ds_calibration_read(path, 7, t, &nt, a, &na, NULL, &found), DS_OK);
     assert_non_null(strstr(ds_last_error(), path));
 
     // No file: uncalibrated, not an error.
     tmpdir_path(path, sizeof path, "absent", ".json");
-    assert_int_equal(ds_calibration_read(path, 7, t, &nt, a, &na, &found), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, t, &nt, a, &na, NULL, &found), DS_OK);
     assert_int_equal(found, 0);
 }
 
@@ -235,7 +235,7 @@ static void test_calibrate_reports_and_writes(void **state) {
 
     float t[64], a[64];
     int nt, na, found;
-    assert_int_equal(ds_calibration_read(out, K, t, &nt, a, &na, &found), DS_OK);
+    assert_int_equal(ds_calibration_read(out, K, t, &nt, a, &na, NULL, &found), DS_OK);
     assert_int_equal(found, 1);
     assert_int_equal(nt, K);
     for (int k = 0; k < K; k++) assert_float_equal(t[k], (float)r.fit.temps[k], 0);
