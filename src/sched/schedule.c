@@ -163,7 +163,7 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int 
     if (!g->explore_every[c]) g->explore_every[c] = 64;
     if (cap <= 0 || R <= 0) return 0;
     const double D = ds_gate_round_cost(g, R);
-    if (D < 0 || tried[0] <= 0) return cap; // no estimate yet: draft once to get one
+    if (D < 0) return cap; // no drafting cost yet: draft once to measure it
     const double none = R * ds_cost_sps(t, R);
     // If drafting could not pay even with every drafted token accepted, there is nothing to explore.
     double bound = 0;
@@ -172,6 +172,7 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int 
         bound = theta > bound ? theta : bound;
     }
     if (bound <= none) return 0;
+    if (tried[0] < DS_GATE_MIN_TRIED) return cap; // too few rounds of this class to judge: explore
     if (g->skipped[c] >= g->explore_every[c]) { // explore again, and back off while it keeps losing
         g->skipped[c] = 0;
         if (g->explore_every[c] < 4096) g->explore_every[c] *= 2;

@@ -71,11 +71,13 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
 //   acc:  the realized acceptance of the drafter's calibration run (calibration.json
 //         "acceptance"), as 32 rounds' worth of counts for the class of its temperature ("temp"),
 //         then decayed counts of verified rounds of each class.
-// Without a prior for a class it explores: it drafts until it has one observation. It re-explores
+// Without a prior for a class it explores: it drafts until it has seen about 8 rounds of it (one
+// round at temperature 1 says little: slot 1 is accepted about half the time). It re-explores
 // after `explore_every` skipped rounds of the class (64, doubling up to 4096 while drafting keeps
 // losing) so its estimates follow the workload — unless drafting could not pay even with every
 // drafted token accepted (at the drafting cost and this R): then it never drafts.
 #define DS_GATE_MAX_R 64
+#define DS_GATE_MIN_TRIED 6.5 // decayed count of slot-1 trials before a class's estimate decides (8 rounds)
 enum { DS_GATE_GREEDY, DS_GATE_SAMPLED, DS_GATE_CLASSES };
 typedef struct {
     double cost_a, cost_b;              // prior round cost D(R) = cost_a + cost_b·R seconds (both 0 = none)
