@@ -349,7 +349,7 @@ static void test_kernel_misaligned(void **state) {
             const int cols = cols_list[ci], rows = rows_list[ri];
             const size_t nw = (size_t)rows * cols;
             uint16_t *wd = make_w(rows, cols);
-            uint16_t *buf = aligned_alloc(64, (nw + 128) * 2);
+            uint16_t *buf = aligned_alloc(64, ((nw + 128) * 2 + 63) / 64 * 64); // (a multiple of 64: C11)
             assert_non_null(buf);
             float *x = make_x(13, cols), *ref = xmalloc((size_t)13 * rows * 4), *y = xmalloc((size_t)13 * rows * 4);
             for (int k = 0; k < 13; k++)
