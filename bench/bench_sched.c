@@ -352,7 +352,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
             res->rounds++;
             res->accepted += a;
             res->verified += ell[i];
-            if (policy == 9) ds_gate_observe_round(&gate, ell[i], a, 0); // greedy traces
+            if (policy == 9) ds_gate_observe_round(&gate, ell[i], a, 0, 1); // greedy traces
         }
         (void)sink;
         const double dt = bench_now() - t0 + round_draft;

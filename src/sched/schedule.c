@@ -199,9 +199,10 @@ void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds) {
     *o = *o > 0 ? 0.9 * *o + 0.1 * seconds : seconds;
 }
 
-void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled) {
+void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled, int drafted) {
     double *acc = g->acc[sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY];
     double *tried = g->tried[sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY];
+    if (ell <= 0) ell = drafted ? 1 : 0, accepted = 0; // drafted, nothing verified: nothing gained
     for (int k = 0; k < ell && k <= accepted && k < 64; k++) {
         acc[k] = 0.95 * acc[k] + (k < accepted);
         tried[k] = 0.95 * tried[k] + 1;

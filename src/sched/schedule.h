@@ -100,8 +100,10 @@ double ds_gate_round_cost(const ds_draft_gate *g, int R);
 // One drafting round of R sequences took `seconds` in all.
 void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds);
 // One verified round of a sequence: ell slots verified, `accepted` of them accepted; `sampled`: the
-// sequence samples (temperature > 0).
-void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled);
+// sequence samples (temperature > 0); `drafted`: the sequence drafted this round. A drafted round
+// whose schedule verified nothing (ell = 0) counts as slot 1 tried and not accepted: the drafting
+// was paid for and yielded no token, which is what the gate weighs against its cost.
+void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled, int drafted);
 
 // The retrospective variant that searches past drops: the argmax of Θ over every admission prefix
 // (ties keep the shorter). Under the residual rule it is NOT lossless (the statistical test shows

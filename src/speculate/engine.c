@@ -672,7 +672,7 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     t->accepted += a;
     t->tree_rounds += s->tree;
     t->branch_accepted += ca < a;
-    ds_gate_observe_round(&e->gate, s->ell, ca, s->sp.temperature > 0);
+    ds_gate_observe_round(&e->gate, s->ell, ca, s->sp.temperature > 0, s->n_drafted > 0);
     for (int k = 0; k < s->ell && k <= ca && k < 64; k++) {
         t->tried_by_pos[k]++;
         if (k < ca) t->accepted_by_pos[k]++;
