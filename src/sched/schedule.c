@@ -200,8 +200,8 @@ void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds) {
 }
 
 void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled, int drafted) {
-    double *acc = g->acc[sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY];
-    double *tried = g->tried[sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY];
+    const int c = sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY;
+    double *acc = g->acc[c], *tried = g->tried[c];
     if (ell <= 0) ell = drafted ? 1 : 0, accepted = 0; // drafted, nothing verified: nothing gained
     for (int k = 0; k < ell && k <= accepted && k < 64; k++) {
         acc[k] = 0.95 * acc[k] + (k < accepted);
