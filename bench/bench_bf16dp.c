@@ -4,13 +4,16 @@
 // memory. Times are thread CPU time (the machine is shared: preemption by other processes does not
 // count; their use of memory bandwidth still does), medians of the rounds with min and max.
 //
-//   bench_bf16dp [--rounds R] [--offset BYTES]
+//   bench_bf16dp [--rounds R] [--offset BYTES] [--rows N]
 //
 // --offset places every copy of the weights BYTES (even, 0-62) past a 64-byte boundary, as a
 // tensor sits in a mapped file (safetensors: wherever the header ends; default 24, what
 // safetensors files written with 8-byte header padding commonly give).
 //
-// Prints per (shape, isa): 1-row time, 8-row time, their ratio, and the 1-row weight stream rate
+// --rows sets the batch measured against one row (default 8, at most 16: R = 4 requests verifying
+// 3 drafted tokens each is 16 rows).
+//
+// Prints per (shape, isa): 1-row time, N-row time, their ratio, and the 1-row weight stream rate
 // (GB/s) next to the read bandwidth measured in the same run (bench_read_bandwidth, wall clock).
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +38,7 @@ static void stats(double *v, int n, double out[3]) {
 
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
-    int rounds = 9, offset = 24;
+    int rounds = 9, offset = 24, nrows = 8;
     const char *isas[2] = {"avx512", "avx512bf16"};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) {
@@ -47,6 +50,13 @@ int main(int argc, char **argv) {
             offset = atoi(argv[i + 1]);
             if (offset < 0 || offset > 62 || offset % 2) {
                 fprintf(stderr, "bench_bf16dp: --offset must be even, 0-62\n");
+                return 2;
+            }
+        }
+        else if (!strcmp(argv[i], "--rows")) {
+            nrows = atoi(argv[i + 1]);
+            if (nrows < 2 || nrows > 16) {
+                fprintf(stderr, "bench_bf16dp: --rows must be 2-16\n");
                 return 2;
             }
         }
@@ -75,8 +85,8 @@ int main(int argc, char **argv) {
         uint16_t *base = aligned_alloc(64, (elems * 2 * (size_t)copies + 127) / 64 * 64), *d = base + offset / 2;
         for (size_t i = 0; i < elems * (size_t)copies; i++)
             d[i] = ds_f32_to_bf16((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
-        float *x = malloc(sizeof(float) * 8 * cols), *y = malloc(sizeof(float) * 8 * rows);
-        for (int i = 0; i < 8 * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+        float *x = malloc(sizeof(float) * 16 * cols), *y = malloc(sizeof(float) * 16 * rows);
+        for (int i = 0; i < 16 * cols; i++) x[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
         ds_weight w0 = {DS_BF16, rows, cols, d};
         float *scratch = malloc(sizeof(float) * ds_matmul_scratch_floats(&w0));
         double *t1 = malloc(sizeof(double) * 2 * rounds), *t8 = malloc(sizeof(double) * 2 * rounds);
@@ -84,7 +94,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < rounds; r++)
             for (int k = 0; k < 2; k++) {
                 ds_matmul_force_isa(isas[k]);
-                for (int n = 1; n <= 8; n += 7) {
+                for (int n = 1; n <= nrows; n += nrows - 1) {
                     // 8 products per measurement, each on the next copy
                     const double t0 = cpu_now();
                     for (int q = 0; q < 8; q++, c = (c + 1) % copies) {
@@ -102,10 +112,10 @@ int main(int argc, char **argv) {
             stats(t1 + k * rounds, rounds, a);
             stats(t8 + k * rounds, rounds, b);
             printf("{\"bench\": \"bf16dp\", \"shape\": \"%s\", \"isa\": \"%s\", \"rounds\": %d, \"ms_1\": [%.3f, %.3f, %.3f], "
-                   "\"ms_8\": [%.3f, %.3f, %.3f], \"ratio_8_over_1\": [%.3f, %.3f, %.3f], \"gb_per_s_1\": %.2f, "
-                   "\"read_gb_per_s\": %.2f, \"offset\": %d}\n",
+                   "\"ms_n\": [%.3f, %.3f, %.3f], \"ratio_n_over_1\": [%.3f, %.3f, %.3f], \"gb_per_s_1\": %.2f, "
+                   "\"read_gb_per_s\": %.2f, \"offset\": %d, \"n\": %d}\n",
                    names[s], isas[k], rounds, a[0] * 1e3, a[1] * 1e3, a[2] * 1e3, b[0] * 1e3, b[1] * 1e3, b[2] * 1e3, q[0],
-                   q[1], q[2], (double)elems * 2 / a[0] / 1e9, bw / 1e9, offset);
+                   q[1], q[2], (double)elems * 2 / a[0] / 1e9, bw / 1e9, offset, nrows);
         }
         fflush(stdout);
         free(base);

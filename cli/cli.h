@@ -36,6 +36,10 @@ void cli_gen_show(void *ctx, long i, const ds_gen *g);
 // --costs table) and the drafter checks. Returns 0 or the usage-error status.
 int cli_spec_finish(ds_spec_params *spec, ds_cost_table *costs, unsigned given, const char *drafter);
 const char *cli_spec_name(ds_spec_kind k);
+// The model parameters every command loads a target with: `threads`, and the input rounding asked
+// for by DSPARK_INT8_INPUTS=1 / DSPARK_BF16_INPUTS=1 (so `dspark profile` times the kernels that
+// generate, eval and serve then run).
+ds_model_params cli_model_params(long threads);
 // The target for a command that takes text (the default model when model_arg is NULL), with
 // `threads` set as the process's thread count (ds_set_threads: 0 = all cores); NULL after printing
 // why (no model, a load error, no tokenizer).

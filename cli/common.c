@@ -188,16 +188,20 @@ int cli_check_writable(const char *file) {
     return 1;
 }
 
+ds_model_params cli_model_params(long threads) {
+    // DSPARK_INT8_INPUTS=1: quantized targets' products on int8-rounded inputs (ds_model_params).
+    // DSPARK_BF16_INPUTS=1: BF16 targets' few-row products on bf16-rounded inputs (VDPBF16PS).
+    const char *i8 = getenv("DSPARK_INT8_INPUTS"), *b16 = getenv("DSPARK_BF16_INPUTS");
+    return (ds_model_params){.n_threads = (int)threads, .int8_inputs = i8 && !strcmp(i8, "1"),
+                             .bf16_inputs = b16 && !strcmp(b16, "1")};
+}
+
 ds_model *cli_load_text_model(const char *model_arg, long threads) {
     const char *path = cli_model_path(model_arg);
     if (!path) return NULL;
     ds_model *m;
     ds_set_threads((int)threads); // the process's one thread count (0 = all cores)
-    // DSPARK_INT8_INPUTS=1: quantized targets' products on int8-rounded inputs (ds_model_params).
-    // DSPARK_BF16_INPUTS=1: BF16 targets' few-row products on bf16-rounded inputs (VDPBF16PS).
-    const char *i8 = getenv("DSPARK_INT8_INPUTS"), *b16 = getenv("DSPARK_BF16_INPUTS");
-    ds_model_params mp = {.n_threads = (int)threads, .int8_inputs = i8 && !strcmp(i8, "1"),
-                          .bf16_inputs = b16 && !strcmp(b16, "1")};
+    const ds_model_params mp = cli_model_params(threads);
     ds_status st = ds_model_load(path, &mp, &m);
     if (st) {
         cli_fail(st);

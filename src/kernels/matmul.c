@@ -298,8 +298,11 @@ size_t ds_matmul_scratch_floats(const ds_weight *w) {
 }
 
 // Below this many rows, the hand-written kernel (weights read once per 8 input rows) beats sgemm
-// (measured with bench/bench_matmul on 2048 x 5632: F32 crosses over at n = 10-12; BF16 still wins
-// at 16 because sgemm needs the weights widened first). 0 = these defaults.
+// (measured with bench/bench_matmul on 2048 x 5632: F32 crosses over at n = 10-12). BF16 weights on
+// the AVX-512 kernels never go to sgemm, which must widen them first: on Zen 5 (2 threads) the
+// kernel took 0.41-0.74 of sgemm's time at every n from 1 to 256 against OpenBLAS's SkylakeX
+// kernels, 0.21-0.44 with inputs rounded to bf16 (VDPBF16PS); a drafter's block of 4 sequences (32
+// rows) drafted in 19 ms instead of 50. Elsewhere BF16 keeps 24 (not measured since). 0 = these defaults.
 static int g_gemm_min_rows = 0;
 
 void ds_matmul_set_gemm_min_rows(int n) { g_gemm_min_rows = n > 0 ? n : 0; }
@@ -321,6 +324,10 @@ static int gemm_min_rows(ds_dtype t, int min_rows) {
     if (t == DS_AFFINE8) return 48;
     if (t == DS_AFFINE4) return 64;
     if (ds_ggml_is_kquant_family(t)) return DS_GGQ_GEMM_ROWS;
+    if (t == DS_BF16) {
+        const isa_table *isa = isa_get();
+        return isa == &g_isas[0] || isa == &g_isa_bf16dp ? INT_MAX : 24;
+    }
     return t == DS_F32 ? 10 : 24;
 }
 // Below this many multiply-adds a product runs on the calling thread in one call (a parallel loop

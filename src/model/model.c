@@ -61,6 +61,7 @@ static void model_round_inputs(ds_model *m) {
 // ds_model_params.bf16_inputs: every BF16 matrix a product reads rounds its input to bf16
 // (kernels/matmul_bf16dp.h; the flag means nothing to the embedding gather, so a tied output is fine).
 static void model_bf16_inputs(ds_model *m) {
+    m->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
     for (int l = 0; l < m->info.n_layers; l++) {
         ds_layer *L = &m->layers[l];
         ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};

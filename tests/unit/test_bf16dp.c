@@ -6,7 +6,9 @@
 //   - the whole product (ds_matmul on the forced ISA, with and without scratch, 1 and 2 threads)
 //     against a scalar reimplementation of the documented order (segments, lane tree), exactly;
 //   - batch invariance for 1..24 input rows, and closeness to the f32-FMA path within the bound
-//     of the input rounding (2^-9 relative per element).
+//     of the input rounding (2^-9 relative per element);
+//   - BF16 products of many rows stay on the kernels (never sgemm) on AVX-512, at default settings;
+//   - a drafter loaded next to a target with bf16_inputs rounds its BF16 products' inputs too.
 // Skipped, saying why, on CPUs without AVX512-BF16.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "base/threads.h"
+#include "draft/drafter.h"
 #include "kernels/half.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16dp.h"
@@ -31,6 +34,7 @@
 
 #define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "test_util.h"
+#include "stories.h"
 
 static int have_bf16(void) {
     if (ds_bf16dp_supported()) return 1;
@@ -450,6 +454,67 @@ static void test_close_to_f32_path(void **state) {
     free(yf);
 }
 
+// On the AVX-512 ISAs a BF16 product of 32 or 64 rows at default settings runs on the kernel, not
+// on sgemm over widened weights (the kernel took 0.2-0.7 of sgemm's time up to 256 rows on Zen 5,
+// kernels/matmul.c): every row equals the row alone, bit for bit (sgemm's blocking would not).
+static void test_many_rows_stay_on_kernel(void **state) {
+    const char *isas[2] = {"avx512", "avx512bf16"};
+    int ran = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!ds_matmul_force_isa(isas[k])) continue;
+        ran++;
+        const int rows = 48, cols = 2048, ns[2] = {32, 64};
+        uint16_t *wd = make_w(rows, cols);
+        ds_weight w = {DS_BF16, rows, cols, wd};
+        w.round_inputs = k == 1;
+        float *x = make_x(64, cols), *y = xmalloc((size_t)64 * rows * 4), *y1 = xmalloc((size_t)rows * 4);
+        float *scratch = xmalloc(ds_matmul_scratch_floats(&w) * (size_t)ds_threads_max() * 4);
+        for (int i = 0; i < 2; i++) {
+            ds_matmul(y, x, &w, ns[i], scratch); // default kernel choice
+            for (int r = 0; r < ns[i]; r++) {
+                ds_matmul(y1, x + (size_t)r * cols, &w, 1, scratch);
+                assert_memory_equal(y1, y + (size_t)r * rows, (size_t)rows * 4);
+            }
+        }
+        free(wd), free(x), free(y), free(y1), free(scratch);
+    }
+    if (!ran) print_message("(no AVX-512 here: BF16 products of 24+ rows go to sgemm, nothing to test)\n");
+    if (ds_bf16dp_supported()) assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
+}
+
+// One switch for the pair: a target loaded with bf16_inputs makes its drafter's BF16 products
+// round their inputs too (the drafter only proposes, so this never changes what is generated);
+// without it, neither does.
+static void test_drafter_follows_target(void **state) {
+    char path[4096], dir[4200];
+    const char *shared = getenv("DSPARK_SHARED"), *tmp = getenv("DSPARK_TMP");
+    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", shared ? shared : "../shared");
+    snprintf(dir, sizeof dir, "%s/bf16dp_drafter_%ld", tmp ? tmp : "/tmp", (long)getpid());
+    for (int on = 0; on < 2; on++) {
+        ds_model *m;
+        ds_model_params mp = {.n_threads = 1, .bf16_inputs = on};
+        assert_int_equal(ds_model_load(path, &mp, &m), DS_OK);
+        ds_drafter_init_params p = ds_drafter_init_default();
+        p.n_layers = 1;
+        p.markov_rank = 16;
+        p.dtype = DS_BF16;
+        ds_drafter *d;
+        assert_int_equal(ds_drafter_init_write(m, &p, dir), DS_OK);
+        assert_int_equal(ds_drafter_load(dir, m, &d), DS_OK);
+        const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_up,
+                                 &d->layers[0].w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            assert_int_equal(ws[i]->type, DS_BF16);
+            assert_int_equal(ws[i]->round_inputs, on);
+        }
+        ds_drafter_free(d);
+        ds_model_free(m);
+        char cmd[4300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 // Dispatch: "avx512bf16" is the default where the CPU has it, and can be left for "avx512".
 static void test_dispatch(void **state) {
     if (!ds_bf16dp_supported()) {
@@ -480,6 +545,8 @@ int main(void) {
         cmocka_unit_test(test_kernel_misaligned),
         cmocka_unit_test(test_kernel_specials),
         cmocka_unit_test(test_close_to_f32_path),
+        cmocka_unit_test(test_many_rows_stay_on_kernel),
+        cmocka_unit_test(test_drafter_follows_target),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
