@@ -65,6 +65,10 @@ typedef struct {
     double expert_s;
     float prof_experts[513];
     float obs_experts[DS_COST_WINDOWS + 1]; // [w], w = 1..DS_COST_WINDOWS; 0 = unknown
+    // Seconds a round spends besides its verification forward (its drafting), which the schedule
+    // prices with it: Θ = τ / (round_s + 1/SPS(B)). 0 gives Algorithm 1's Θ = τ·SPS(B) ordering;
+    // the engine sets it every round from its drafting gate's D(R) (past rounds only).
+    double round_s;
 } ds_cost_table;
 
 // Measure SPS(B) for B = 1..bmax: each forward carries B new rows spread over ceil(B/8) sequences

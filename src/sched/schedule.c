@@ -47,6 +47,12 @@ void ds_cost_observe(ds_cost_table *t, int B, double seconds) {
         if (t->sps[b] > t->sps[b - 1]) t->sps[b] = t->sps[b - 1];
 }
 
+// Rounds per second at B verified rows, the round's drafting included (round_s; 0: SPS(B) itself).
+static double round_rate(const ds_cost_table *t, int B) {
+    const double sps = ds_cost_sps(t, B);
+    return t->round_s > 0 ? 1.0 / (t->round_s + 1.0 / sps) : sps;
+}
+
 typedef struct {
     float a;  // prefix survival a_{r,j}
     int r, j; // request, slot (0-based: admitting it sets ℓ_r = j + 1)
@@ -82,12 +88,12 @@ static void schedule(const float *const *conf, const int *K, int R, const ds_cos
     for (int r = 0; r < R; r++) ell[r] = 0;
     int B = R;
     double tau = R;
-    double best = tau * ds_cost_sps(t, B);
+    double best = tau * round_rate(t, B);
     int best_k = 0; // admissions in the best prefix (retrospective)
     for (int k = 0; k < n; k++) {
         // a_{r,j} is non-increasing in j, so sorted order admits each request's slots in order; a
         // tie across a request's own slots is broken by j, so ℓ_r stays a prefix.
-        const double theta = (tau + c[k].a) * ds_cost_sps(t, B + 1);
+        const double theta = (tau + c[k].a) * round_rate(t, B + 1);
         if (early_stop && theta <= best) break; // the first non-improvement ends the search
         tau += c[k].a;
         B += 1;
@@ -118,15 +124,15 @@ size_t ds_schedule_scratch_size(int n_candidates) { return sizeof(cand) * (size_
 
 int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap) {
     int k = 0;
-    while (k < cap && ds_cost_sps(t, R + k) / ds_cost_sps(t, R + k + 1) - 1.0 < 1.0 / R) k++;
+    while (k < cap && round_rate(t, R + k) / round_rate(t, R + k + 1) - 1.0 < 1.0 / R) k++;
     return k;
 }
 
 int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int cap) {
-    const double none = R * ds_cost_sps(t, R);
+    const double none = R * round_rate(t, R);
     int best = 0;
     for (int k = 1; k <= cap; k++)
-        if ((R + k) * ds_cost_sps(t, R + k) > none) best = k;
+        if ((R + k) * round_rate(t, R + k) > none) best = k;
     return best;
 }
 

@@ -590,6 +590,30 @@ static void test_moe_window_distinct(void **state) {
     assert_int_equal(ds_moe_window_distinct(ring, 8, 2, 3, mark, ++stamp), 4);   // rows 5..7: {5,6,7,4}
 }
 
+// A round's drafting priced with its verification (ds_cost_table.round_s): R = 1, t(1) = 1 s,
+// t(2) = 2.5 s, slot 1 survives with a = 0.9. Verification alone: Θ(ℓ = 0) = 1 against
+// Θ(ℓ = 1) = 1.9 / 2.5 = 0.76, so nothing is admitted (and the early stop's bound is 0: 2.5 / 1 − 1
+// ≥ 1/R). With 2 s of drafting already in every round: 1 / 3 = 0.33 against 1.9 / 4.5 = 0.42, so
+// slot 1 is admitted, by both searches, and the bound lets it be drafted ((2 + 2.5) / (2 + 1) − 1 =
+// 0.5 < 1).
+static void test_round_cost_lengthens_the_schedule(void **state) {
+    const double steps[2] = {1.0, 2.5};
+    ds_cost_table t = table_from_steps(steps, 2);
+    const float c[1] = {0.9f};
+    const float *conf[1] = {c};
+    const int K[1] = {1};
+    int ell[1];
+    for (int with_round = 0; with_round < 2; with_round++) {
+        t.round_s = with_round ? 2.0 : 0.0;
+        run_auto(conf, K, 1, &t, ell);
+        assert_int_equal(ell[0], with_round);
+        ds_schedule_retrospective(conf, K, 1, &t, ell, NULL);
+        assert_int_equal(ell[0], with_round);
+        assert_int_equal(ds_schedule_max_admissions(&t, 1, 1), with_round);
+        assert_int_equal(ds_schedule_max_admissions_retrospective(&t, 1, 1), with_round);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flat_table_admits_every_positive),
@@ -607,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_moe_sps_correction),
         cmocka_unit_test(test_cost_observe_dense),
         cmocka_unit_test(test_moe_window_distinct),
+        cmocka_unit_test(test_round_cost_lengthens_the_schedule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
