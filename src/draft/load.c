@@ -434,14 +434,8 @@ size_t ds_drafter_own_size(const ds_drafter *d, const draft_config *c) {
 // (A draft vocabulary's heads, made later from lm_head and markov_w2, copy the flag.)
 static void drafter_bf16_inputs(ds_drafter *d, int n_layers) {
     ds_weight *ws[] = {&d->lm_head, &d->fc, &d->markov_w2, &d->gate_proj, &d->joint_proj};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-        if (ws[i]->data && ws[i]->type == DS_BF16) ws[i]->round_inputs = 1;
-    for (int l = 0; l < n_layers; l++) {
-        ds_layer *L = &d->layers[l];
-        ds_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof *lw; i++)
-            if (lw[i]->data && lw[i]->type == DS_BF16) lw[i]->round_inputs = 1;
-    }
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) ds_weight_bf16_inputs(ws[i]);
+    for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], ds_weight_bf16_inputs);
 }
 
 ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **out) {

@@ -34,54 +34,37 @@
 
 // ---- lifetime ------------------------------------------------------------------------------------
 
-// ds_model_params.int8_inputs: every quantized matrix a product reads takes the integer path.
-static void weight_round_inputs(ds_weight *w) {
-    if (w->data && (ds_weight_bits(w) || w->type == DS_Q8_0)) w->round_inputs = 1;
+void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *)) {
+    ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) fn(ws[i]);
 }
-static void model_round_inputs(ds_model *m) {
-    for (int l = 0; l < m->info.n_layers; l++) {
-        ds_layer *L = &m->layers[l];
-        ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) weight_round_inputs(ws[i]);
-    }
+
+// Every matrix of m a product reads (the embedding gather reads none), through fn.
+static void model_each_weight(ds_model *m, void (*fn)(ds_weight *)) {
+    for (int l = 0; l < m->info.n_layers; l++) ds_layer_each_weight(&m->layers[l], fn);
     for (int e = 0; e < m->n_moe; e++) {
         ds_moe *E = &m->moe[e];
-        weight_round_inputs(&E->router);
-        weight_round_inputs(&E->shared_gate);
+        fn(&E->router);
+        fn(&E->shared_gate);
         for (int j = 0; j < E->n_experts; j++) {
-            weight_round_inputs(&E->gate[j]);
-            weight_round_inputs(&E->up[j]);
-            weight_round_inputs(&E->down[j]);
+            fn(&E->gate[j]);
+            fn(&E->up[j]);
+            fn(&E->down[j]);
         }
     }
-    weight_round_inputs(&m->output);
-    weight_round_inputs(&m->ple_model_proj);
+    fn(&m->output);
+    fn(&m->ple_model_proj);
+}
+
+// ds_model_params.int8_inputs: every quantized matrix a product reads takes the integer path.
+static void weight_int8_inputs(ds_weight *w) {
+    if (w->data && (ds_weight_bits(w) || w->type == DS_Q8_0)) w->round_inputs = 1;
 }
 
 // ds_model_params.bf16_inputs: every BF16 matrix a product reads rounds its input to bf16
 // (kernels/matmul_bf16dp.h; the flag means nothing to the embedding gather, so a tied output is fine).
-static void model_bf16_inputs(ds_model *m) {
-    m->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
-    for (int l = 0; l < m->info.n_layers; l++) {
-        ds_layer *L = &m->layers[l];
-        ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
-            if (ws[i]->data && ws[i]->type == DS_BF16) ws[i]->round_inputs = 1;
-    }
-    for (int e = 0; e < m->n_moe; e++) {
-        ds_moe *E = &m->moe[e];
-        ds_weight *ws[] = {&E->router, &E->shared_gate};
-        for (int i = 0; i < 2; i++)
-            if (ws[i]->data && ws[i]->type == DS_BF16) ws[i]->round_inputs = 1;
-        for (int j = 0; j < E->n_experts; j++) {
-            ds_weight *ex[] = {&E->gate[j], &E->up[j], &E->down[j]};
-            for (int i = 0; i < 3; i++)
-                if (ex[i]->data && ex[i]->type == DS_BF16) ex[i]->round_inputs = 1;
-        }
-    }
-    ds_weight *tail[] = {&m->output, &m->ple_model_proj};
-    for (int i = 0; i < 2; i++)
-        if (tail[i]->data && tail[i]->type == DS_BF16) tail[i]->round_inputs = 1;
+void ds_weight_bf16_inputs(ds_weight *w) {
+    if (w->data && w->type == DS_BF16) w->round_inputs = 1;
 }
 
 ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out) {
@@ -91,8 +74,11 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
     if (stat(path, &st) != 0) return ds_fail(DS_ERR_IO, "%s: no such file or directory", path);
     if (params) ds_set_threads(params->n_threads);
     ds_status s = S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
-    if (s == DS_OK && params && params->int8_inputs) model_round_inputs(*out);
-    if (s == DS_OK && params && params->bf16_inputs) model_bf16_inputs(*out);
+    if (s == DS_OK && params && params->int8_inputs) model_each_weight(*out, weight_int8_inputs);
+    if (s == DS_OK && params && params->bf16_inputs) {
+        (*out)->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
+        model_each_weight(*out, ds_weight_bf16_inputs);
+    }
     if (s == DS_OK && !((*out)->path = strdup(path))) {
         ds_model_free(*out);
         *out = NULL;

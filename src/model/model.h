@@ -113,6 +113,12 @@ struct ds_model {
 
 // Add a stop id (ignored when negative, already present, or the set is full).
 void ds_model_add_stop(ds_model *m, int32_t id);
+// Every matrix of layer L a product reads (the attention and MLP projections, the per-layer-input
+// gate and projection), through fn; a drafter's layers too.
+void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *));
+// Marks a BF16 matrix to round its products' inputs to bf16 (ds_model_params.bf16_inputs; the
+// VDPBF16PS kernel where the CPU has it, kernels/matmul_bf16dp.h); other matrices are left as they are.
+void ds_weight_bf16_inputs(ds_weight *w);
 
 // Shared by the loaders: size and check the config, take norms as f32, compute weight_bytes and
 // RoPE frequencies. Called after the weights are attached.

@@ -35,8 +35,9 @@ void ds_cost_observe(ds_cost_table *t, int B, double seconds);
 // confidences conf[r][0..K[r]) (conditional acceptance of slot j given slots < j were accepted).
 // a_{r,j} = Π_{i≤j} c_{r,i}; B = Σ_r (1 + ℓ_r); τ = Σ_r (1 + Σ_{j<ℓ_r} a_{r,j}). Starting from all
 // ℓ_r = 0, candidates (r, j) are admitted in order of decreasing a_{r,j} while Θ = τ·SPS(B)
-// (with t->round_s > 0: Θ = τ / (round_s + 1/SPS(B)), the round's drafting priced too) improves, stopping at the FIRST non-improvement (required for losslessness: c_{j+1} depends on
-// the sampled x_j, so looking past a drop would let x_j influence its own admission). Writes ℓ_r to
+// (with t->round_s > 0: Θ = τ / (round_s + 1/SPS(B)), the round's drafting priced too) improves,
+// stopping at the FIRST non-improvement (required for losslessness: c_{j+1} depends on the
+// sampled x_j, so looking past a drop would let x_j influence its own admission). Writes ℓ_r to
 // ell[r]. `scratch` holds ds_schedule_scratch_size(Σ K[r]) bytes (or NULL to allocate).
 void ds_schedule_auto(const float *const *conf, const int *K, int R, const ds_cost_table *t, int *ell,
                       void *scratch);
@@ -47,9 +48,9 @@ size_t ds_schedule_scratch_size(int n_candidates);
 // confidences: an admission at batch B needs a/τ > ρ(B)/ρ(B+1) − 1 with a ≤ 1 and τ ≥ R, so
 // admissions stop by the first B ≥ R where ρ(B)/ρ(B+1) − 1 ≥ 1/R (ρ(B) = SPS(B), or
 // 1 / (round_s + 1/SPS(B)) with t->round_s > 0: the same rate the schedule uses). Depends only on R
-// and the table (never on this round's drafts), so drafting no deeper than this keeps the schedule —
-// and the output — exactly as if the full block had been drafted, while saving the drafting Algorithm 1
-// would throw away (on a compute-bound target it is often 0: no drafting at all).
+// and the table (never on this round's drafts), so drafting no deeper than this keeps the
+// schedule — and the output — exactly as if the full block had been drafted, while saving the
+// drafting Algorithm 1 would throw away (on a compute-bound target it is often 0: no drafting at all).
 int ds_schedule_max_admissions(const ds_cost_table *t, int R, int cap);
 // The same bound for ds_schedule_retrospective: a prefix of k admissions can be its argmax only if
 // (R + k)·ρ(R + k), its Θ with every slot accepted, beats R·ρ(R), the Θ of admitting nothing;
