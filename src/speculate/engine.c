@@ -975,11 +975,11 @@ ds_status ds_engine_step(ds_engine *e) {
     for (int i = 0; i < e->n_seqs; i++) R += e->seqs[i].used && !e->seqs[i].finished && !prefilling(&e->seqs[i]);
     const int auto_sched =
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
-    // MoE targets: the routing of every row fed so far prices verification (ds_cost_sps; past rows only).
-    if (auto_sched) ds_workspace_expert_windows(e->ws, e->costs.obs_experts + 1, DS_COST_WINDOWS);
-    // The schedule prices a round's drafting with its verification (ds_cost_table.round_s): at R = 4
-    // drafting took a fifth to a third of the round, and pricing verification alone kept ℓ short.
     if (auto_sched) {
+        // MoE targets: the routing of every row fed so far prices verification (ds_cost_sps; past rows only).
+        ds_workspace_expert_windows(e->ws, e->costs.obs_experts + 1, DS_COST_WINDOWS);
+        // The schedule prices a round's drafting with its verification (ds_cost_table.round_s): at
+        // R = 4 drafting took a fifth to a third of the round, and pricing verification alone kept ℓ short.
         const double D = ds_gate_round_cost(&e->gate, R);
         e->costs.round_s = D > 0 ? D : 0;
     }

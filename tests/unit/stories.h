@@ -10,17 +10,22 @@
 
 #include "dspark.h"
 
-// Loads stories260K into *m; 0 on success, -1 after printing why (cmocka setup convention).
-static inline int stories_load(ds_model **m) {
+// Loads stories260K into *m with the given parameters; 0 on success, -1 after printing why.
+static inline int stories_load_with(ds_model **m, const ds_model_params *mp) {
     char path[4096];
     const char *shared = getenv("DSPARK_SHARED");
     snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", shared ? shared : "../shared");
-    ds_model_params mp = {.n_threads = 1};
-    if (ds_model_load(path, &mp, m) != DS_OK) {
+    if (ds_model_load(path, mp, m) != DS_OK) {
         fprintf(stderr, "cannot load %s: %s\n", path, ds_last_error());
         return -1;
     }
     return 0;
+}
+
+// Loads stories260K into *m on one thread; 0 on success, -1 after printing why (cmocka setup convention).
+static inline int stories_load(ds_model **m) {
+    const ds_model_params mp = {.n_threads = 1};
+    return stories_load_with(m, &mp);
 }
 
 // Loads stories260K and a freshly initialized drafter of n_layers layers (markov rank 16, `seed`),
