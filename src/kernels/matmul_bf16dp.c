@@ -7,11 +7,14 @@
 // Loop order as matmul_isa.inc's: up to 8 input rows at a time, columns in pieces whose bf16 input
 // block takes a third of L1 at most (the streaming weights must not evict it: 8 rows read from L2
 // ran at 13-15 GB/s of weights against 19-22 for 1 row on Zen 5), RB weight rows sharing every
-// input load (1 for one input row, 4 for 2-4, 3 for 5-8: 24 accumulators), each weight row's piece
+// input load (1 for 1-4 input rows, 3 for 5-8: 24 accumulators), each weight row's piece
 // streaming once for all input rows, weights prefetched two row blocks ahead at the same columns.
-// One input row reads one weight row at a time: a single stream. With 4 rows in parallel (4 streams)
-// plain decoding of the inflated 2048 x 5632 target ran at 10.7-14.2 tok/s against 13.2-17.5
-// (interleaved, one thread, Zen 5; 2 rows at a time was no better than 4); the input is in L1 either way.
+// Up to 4 input rows read one weight row at a time: a single stream. With 4 rows in parallel (4
+// streams) plain decoding of the inflated 2048 x 5632 target ran at 10.7-14.2 tok/s against 13.2-17.5
+// (interleaved, one thread, Zen 5; 2 rows at a time was no better than 4); the input is in L1 either
+// way. For 2-4 input rows the single stream took a forward of the same target from 85-93 to 58-71 ms
+// (one thread; 2 threads: 48-64 to 33-46), where 3 weight rows at a time were no better than 4. For
+// 5-8 rows 3 weight rows stay: 1 or 2 were slower (results.md).
 #include "kernels/matmul_bf16dp.h"
 
 #include <cpuid.h>
@@ -210,9 +213,9 @@ TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void
         const uint16_t *xk = xb ? xb + (size_t)i * ps : NULL;
         switch (m) {
         case 1: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 1, 1); break;
-        case 2: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 2, 4); break;
-        case 3: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 3, 4); break;
-        case 4: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 4, 4); break;
+        case 2: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 2, 1); break;
+        case 3: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 3, 1); break;
+        case 4: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 4, 1); break;
         case 5: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 5, 3); break;
         case 6: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 6, 3); break;
         case 7: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 7, 3); break;
