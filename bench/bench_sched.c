@@ -242,9 +242,8 @@ typedef struct {
     ds_cost_table costs;
     double draft_ms[MAX_CONC + 1][GAMMA + 1]; // charged per round: [sequences drafting][slots], batched
     double gate_a, gate_b;     // auto's drafting gate priors, as the engine's: round cost a + b·R ...
-    const float *gate_accept;  // ... and the stories drafter's calibration acceptance (if calibrated)
-    int n_gate_accept;
-    float gate_accept_temp;    // the sampling temperature that acceptance was realized at
+    const float *gate_accept[DS_GATE_CLASSES]; // ... and the stories drafter's calibration acceptance per
+    int n_gate_accept[DS_GATE_CLASSES];         // class of rounds (greedy, sampled; 0 = not calibrated)
     double draft_scale;        // --draft-scale: charged drafting time = measured × this
 } synth;
 
@@ -279,7 +278,7 @@ static void run_replay(synth *sy, const trace *tr, int policy, int R, int n_req,
     uint32_t lcg = 12345;
     ds_cost_table costs = sy->costs; // auto's own copy, refined as it runs (as an engine's is)
     ds_draft_gate gate; // a fresh gate per run with the priors a fresh engine has
-    ds_gate_init(&gate, sy->gate_a, sy->gate_b, sy->gate_accept, sy->n_gate_accept, sy->gate_accept_temp);
+    ds_gate_init(&gate, sy->gate_a, sy->gate_b, sy->gate_accept, sy->n_gate_accept);
     memset(res, 0, sizeof *res);
     for (;;) {
         for (int k = 0; k < R && next < n_req; k++) {
@@ -677,7 +676,8 @@ int main(int argc, char **argv) {
         const double d1 = draft_cost_s(&sy, 1, GAMMA), d4 = draft_cost_s(&sy, 4, GAMMA);
         sy.gate_b = d4 > d1 ? (d4 - d1) / 3 : 0;
         sy.gate_a = d1 - sy.gate_b > 0 ? d1 - sy.gate_b : 0;
-        sy.n_gate_accept = ds_drafter_acceptance_prior(d, &sy.gate_accept, &sy.gate_accept_temp);
+        for (int c = 0; c < DS_GATE_CLASSES; c++)
+            sy.n_gate_accept[c] = ds_drafter_acceptance_prior(d, c == DS_GATE_SAMPLED, &sy.gate_accept[c]);
     }
     const double scale = ((double)si->dim / stories_hidden) * ((double)si->dim / stories_hidden);
     printf("{\"bench\": \"sched_setup\", \"target\": \"synthetic\", \"model\": \"%s\", \"dim\": %d, \"layers\": %d, "

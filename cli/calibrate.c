@@ -19,8 +19,18 @@
 typedef struct {
     const char *model, *drafter, *prompts, *out, *plot;
     long max_tokens, threads, seed;
-    double temp;
+    float temps[DS_CALIBRATE_MAX_PASSES];
+    int n_temps;
 } cal_args;
+
+// --temp T[,T]
+static int set_temps(void *field, const char *v) {
+    cal_args *a = field;
+    const int n = cli_parse_temps("--temp", v, a->temps, DS_CALIBRATE_MAX_PASSES);
+    if (n < 0) return 2;
+    a->n_temps = n;
+    return 0;
+}
 
 #define A cal_args
 static const cli_opt cal_opts[] = {
@@ -28,8 +38,10 @@ static const cli_opt cal_opts[] = {
     CLI_OPT_DRAFTER(A, drafter, .help = "a DeepSpec drafter with a confidence head (default: the best registered\n"
                                         "for the target, see dspark drafters)"),
     CLI_OPT_STR("--prompts", "FILE", A, prompts, "held-out prompts, one per line (plain text or {\"prompt\": ...})"),
-    {.names = "--temp", .arg = "T", .type = CLI_DOUBLE, .off = CLI_AT_DOUBLE(A, temp), .lo = 0, .hi = 100,
-     .expects = "0..100", .help = "decoding temperature (default 0); calibrate for the one you serve at"},
+    {.names = "--temp", .arg = "T[,T]", .type = CLI_CALL, .off = 0, .call = set_temps, .flags = CLI_LIST,
+     .expects = "one 0 and one temperature above 0, or one of them",
+     .help = "decoding temperatures (default 0,1): a fit for greedy sequences and one for\n"
+             "sampled ones, each on its own pass; calibrate at the temperature you serve at"},
     {.names = "--max-tokens", .arg = "L", .type = CLI_LONG, .off = CLI_AT_LONG(A, max_tokens), .lo = 1, .hi = 1 << 24,
      .expects = "a positive count", .help = "tokens generated per prompt (default 128)"},
     CLI_OPT_STR("-o|--out", "FILE", A, out, "where to write the calibration (default: DRAFTER/calibration.json)"),
@@ -38,7 +50,8 @@ static const cli_opt cal_opts[] = {
     CLI_OPT_THREADS(A, threads, .help = "threads (default: all cores)"),
     CLI_OPT_TEXT("Decodes every prompt with full-block verification and the raw confidences, then fits one\n"
                  "temperature per position (T_k on the grid 2^(i/10), i = -30..30) minimizing the 20-bin ECE of\n"
-                 "the prefix survival prod_{i<=k} c_i against the realized acceptance of slots 1..k."),
+                 "the prefix survival prod_{i<=k} c_i against the realized acceptance of slots 1..k; once per\n"
+                 "--temp (a drafter accepts far less when sampling, so sampled sequences get their own fit)."),
     {0},
 };
 #undef A
@@ -50,9 +63,13 @@ const cli_command cli_calibrate_cmd = {.name = "calibrate",
 static int parse_args(int argc, char **argv, cal_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
+    a->temps[0] = 0, a->temps[1] = 1, a->n_temps = 2;
     const int rc = cli_parse(&cli_calibrate_cmd, argc, argv, a);
     if (rc) return rc;
     if (!a->prompts) return cli_usage_error("calibrate needs held-out prompts (--prompts FILE)");
+    if (a->n_temps == 2 && (a->temps[0] > 0) == (a->temps[1] > 0))
+        return cli_usage_error("--temp expects one 0 (greedy sequences) and one temperature above 0 (sampled ones), "
+                               "got %g,%g", a->temps[0], a->temps[1]);
     return 0;
 }
 
@@ -68,8 +85,7 @@ static void gp_quoted(FILE *f, const char *s) {
 
 // Reliability diagrams of the prefix survival at positions 1..min(3, K), before and after STS
 // (the job computed the bins).
-static void plot(const char *png, const ds_calibrate_result *c) {
-    const ds_sts_result *r = &c->fit;
+static void plot(const char *png, const ds_calibrate_result *res) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
         fprintf(stderr, "dspark: gnuplot is not installed: --plot %s skipped\n", png);
         return;
@@ -87,11 +103,12 @@ static void plot(const char *png, const ds_calibrate_result *c) {
         }
         return;
     }
-    const int P = c->n_plot;
-    // Blocks (gnuplot "index"): 2k = before, 2k + 1 = after; rows: mean conf, accuracy, count.
-    for (int k = 1; k <= P; k++)
-        for (int pass = 0; pass < 2; pass++) {
-            const ds_calib_bin *b = c->reliability[k - 1][pass];
+    const int P = res->pass[0].n_plot, NP = res->n_passes;
+    // Blocks (gnuplot "index"): 2(p·P + k - 1) = pass p before, + 1 = after; rows: mean conf, accuracy, count.
+    for (int p = 0; p < NP; p++)
+        for (int k = 1; k <= P; k++)
+            for (int pass = 0; pass < 2; pass++) {
+            const ds_calib_bin *b = res->pass[p].reliability[k - 1][pass];
             int rows = 0;
             for (int i = 0; i < DS_CALIB_BINS; i++)
                 if (b[i].count) {
@@ -105,21 +122,24 @@ static void plot(const char *png, const ds_calibrate_result *c) {
     FILE *gp = popen("gnuplot", "w");
     int ok = 0;
     if (gp) {
-        fprintf(gp, "set terminal png size %d,460\nset output ", 420 * P + 40);
+        fprintf(gp, "set terminal png size %d,%d\nset output ", 420 * P + 40, 440 * NP + 20);
         gp_quoted(gp, png);
-        fprintf(gp, "\nset multiplot layout 1,%d title 'Reliability of the prefix survival (20 bins): before and after STS'\n",
-                P);
+        fprintf(gp, "\nset multiplot layout %d,%d title 'Reliability of the prefix survival (20 bins): before and after STS'\n",
+                NP, P);
         fprintf(gp, "set xrange [0:1]\nset yrange [0:1]\nset size square\nset key top left\n"
                     "set xlabel 'mean predicted prefix survival'\nset ylabel 'realized acceptance of slots 1..k'\n");
-        for (int k = 1; k <= P; k++) {
-            fprintf(gp, "set title 'k = %d (n = %d, T = %.3f; ECE %.3f -> %.3f)'\n", k, r->n[k - 1], r->temps[k - 1],
-                    r->ece_before[k - 1], r->ece_after[k - 1]);
-            fprintf(gp, "plot x with lines dt 2 lc rgb 'gray' title 'perfect', ");
-            gp_quoted(gp, dat);
-            fprintf(gp, " index %d using 1:2 with linespoints pt 7 lc rgb 'red' title 'before', ", 2 * (k - 1));
-            gp_quoted(gp, dat);
-            fprintf(gp, " index %d using 1:2 with linespoints pt 5 lc rgb 'blue' title 'after'\n", 2 * (k - 1) + 1);
-        }
+        for (int p = 0; p < NP; p++)
+            for (int k = 1; k <= P; k++) {
+                const ds_sts_result *r = &res->pass[p].fit;
+                const int blk = 2 * (p * P + k - 1);
+                fprintf(gp, "set title 'temp %g, k = %d (n = %d, T = %.3f; ECE %.3f -> %.3f)'\n", res->pass[p].temp, k,
+                        r->n[k - 1], r->temps[k - 1], r->ece_before[k - 1], r->ece_after[k - 1]);
+                fprintf(gp, "plot x with lines dt 2 lc rgb 'gray' title 'perfect', ");
+                gp_quoted(gp, dat);
+                fprintf(gp, " index %d using 1:2 with linespoints pt 7 lc rgb 'red' title 'before', ", blk);
+                gp_quoted(gp, dat);
+                fprintf(gp, " index %d using 1:2 with linespoints pt 5 lc rgb 'blue' title 'after'\n", blk + 1);
+            }
         fprintf(gp, "unset multiplot\n");
         ok = pclose(gp) == 0;
     }
@@ -133,9 +153,10 @@ static void fmt(char *buf, size_t cap, double x, const char *f) {
     else snprintf(buf, cap, "-");
 }
 
-static void print_table(const cal_args *a, int n_prompts, int n_rounds, const ds_sts_result *r) {
-    printf("calibrate: %d prompts, %d rounds, temp %g, block %d, up to %ld tokens each\n", n_prompts, n_rounds, a->temp,
-           r->K, a->max_tokens);
+static void print_table(const cal_args *a, int n_prompts, const ds_calibrate_pass *p) {
+    const ds_sts_result *r = &p->fit;
+    printf("calibrate: %d prompts, %d rounds, temp %g (%s sequences), block %d, up to %ld tokens each\n", n_prompts,
+           p->rounds, p->temp, p->temp > 0 ? "sampled" : "greedy", r->K, a->max_tokens);
     printf("prefix survival A_k = prod_{i<=k} c_i vs realized acceptance of slots 1..k (ECE: 20 bins)\n");
     printf("%3s %7s %7s %9s %9s %9s %9s %9s %9s %8s\n", "k", "n", "accept", "A before", "A after", "ECE bef", "ECE aft",
            "AUC bef", "AUC aft", "T_k");
@@ -153,11 +174,24 @@ static void print_table(const cal_args *a, int n_prompts, int n_rounds, const ds
     }
 }
 
-// The job's events: only the note that a loaded calibration is not what gets measured.
+// The job's events: the note that a loaded calibration is not what gets measured, and a progress
+// line per prompt (redrawn in place on a terminal, one line per pass otherwise).
+typedef struct {
+    const char *drafter;
+    int tty, open; // open: a "\r" line is on the terminal
+} cal_view;
+
 static void show_progress(void *ctx, const ds_calibrate_event *ev) {
-    if (ev->kind == DS_CALIBRATE_EV_RAW)
+    cal_view *v = ctx;
+    if (ev->kind == DS_CALIBRATE_EV_RAW) {
         fprintf(stderr, "dspark: note: ignoring %s/calibration.json while measuring (the raw confidences are fitted)\n",
-                (const char *)ctx);
+                v->drafter);
+        return;
+    }
+    if (!v->tty && ev->done < ev->total) return;
+    fprintf(stderr, "%scalibrate: temp %g: %d/%d prompts, %d rounds%s", v->tty ? "\r\033[K" : "", ev->temp, ev->done,
+            ev->total, ev->rounds, v->tty && ev->done < ev->total ? "" : "\n");
+    v->open = v->tty && ev->done < ev->total;
 }
 
 int cmd_calibrate(int argc, char **argv) {
@@ -188,15 +222,18 @@ int cmd_calibrate(int argc, char **argv) {
     ds_calibrate_params o = ds_calibrate_default();
     o.prompts = a.prompts;
     o.out = out_path;
-    o.temp = (float)a.temp;
+    for (int i = 0; i < a.n_temps; i++) o.temps[i] = a.temps[i];
+    o.n_temps = a.n_temps;
     o.max_tokens = (int)a.max_tokens;
     o.seed = (uint64_t)a.seed;
     o.interrupted = &cli_interrupted;
+    cal_view view = {.drafter = a.drafter, .tty = isatty(2)};
     o.progress = show_progress;
-    o.progress_ctx = (void *)a.drafter;
+    o.progress_ctx = &view;
     cli_catch_interrupt();
     ds_calibrate_result r;
     const ds_status st = ds_calibrate_run(m, d, &o, &r);
+    if (view.open) fputc('\n', stderr);
     ds_drafter_free(d);
     ds_model_free(m);
     if (st == DS_ERR_INTERRUPTED) {
@@ -204,7 +241,7 @@ int cmd_calibrate(int argc, char **argv) {
         return 130;
     }
     if (st) return cli_fail(st);
-    print_table(&a, r.n_prompts, r.rounds, &r.fit);
+    for (int p = 0; p < r.n_passes; p++) print_table(&a, r.n_prompts, &r.pass[p]);
     printf("calibration written to %s\n", out_path);
     fflush(stdout);
     if (a.plot) plot(a.plot, &r);

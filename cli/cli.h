@@ -19,6 +19,9 @@ const char *cli_model_path(const char *given);
 // Strict number parsing for option values; returns 0 on malformed input.
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
+// A comma-separated list of 1..max temperatures in [0, 100] (an option's value) into out: their
+// count, or -1 after printing the usage error for option `opt`.
+int cli_parse_temps(const char *opt, const char *v, float *out, int max);
 double cli_now(void); // seconds, monotonic
 // A whole file as a NUL-ended string (NULL after printing why on stderr: cannot open, read error,
 // out of memory, a NUL byte inside).

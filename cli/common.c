@@ -78,6 +78,23 @@ int cli_parse_float(const char *s, double lo, double hi, double *out) {
     return 1;
 }
 
+int cli_parse_temps(const char *opt, const char *v, float *out, int max) {
+    int n = 0;
+    for (const char *s = v;;) {
+        char num[64];
+        double f;
+        const size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof num || n == max)
+            return cli_usage_error("%s expects up to %d comma-separated temperatures, got '%s'", opt, max, v), -1;
+        memcpy(num, s, len);
+        num[len] = 0;
+        if (!cli_parse_float(num, 0, 100, &f)) return cli_usage_error("%s expects temperatures in [0, 100], got '%s'", opt, v), -1;
+        out[n++] = (float)f;
+        if (!s[len]) return n;
+        s += len + 1;
+    }
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -31,22 +31,10 @@ static int set_seed(void *field, const char *v) {
 // --eval-temp T[,T..]
 static int set_eval_temps(void *field, const char *v) {
     ds_train_params *o = field;
-    o->n_eval_temps = 0;
-    for (const char *s = v;;) {
-        char num[64];
-        double f;
-        const size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof num || o->n_eval_temps == DS_TRAIN_MAX_EVAL_TEMPS)
-            return cli_usage_error("--eval-temp expects up to %d comma-separated temperatures, got '%s'",
-                                   DS_TRAIN_MAX_EVAL_TEMPS, v);
-        memcpy(num, s, len);
-        num[len] = 0;
-        if (!cli_parse_float(num, 0, 100, &f))
-            return cli_usage_error("--eval-temp expects temperatures in [0, 100], got '%s'", v);
-        o->eval_temps[o->n_eval_temps++] = (float)f;
-        if (!s[len]) return 0;
-        s += len + 1;
-    }
+    const int n = cli_parse_temps("--eval-temp", v, o->eval_temps, DS_TRAIN_MAX_EVAL_TEMPS);
+    if (n < 0) return 2;
+    o->n_eval_temps = n;
+    return 0;
 }
 
 #define A train_args

@@ -351,19 +351,27 @@ int ds_eval_compare(const ds_eval_tokens *a, const ds_eval_tokens *b, int *n_dif
 // What the job reports (through ds_calibrate_params.progress; the library never prints).
 typedef enum {
     DS_CALIBRATE_EV_RAW = 0, // the drafter came with a calibration: it is dropped (raw confidences are fitted)
-    DS_CALIBRATE_EV_PROMPT,  // a prompt was decoded: `done` of `total`
+    DS_CALIBRATE_EV_PROMPT,  // a prompt was decoded: `done` of `total` in pass `pass` (at `temp`)
 } ds_calibrate_event_kind;
+
+#define DS_CALIBRATE_MAX_PASSES 2
 
 typedef struct {
     ds_calibrate_event_kind kind;
     int done, total; // PROMPT
-    int rounds;      // PROMPT: rounds observed so far
+    int rounds;      // PROMPT: rounds observed so far in this pass
+    int pass;        // PROMPT: 0-based pass (one per temperature)
+    float temp;      // PROMPT: its decoding temperature
 } ds_calibrate_event;
 
 typedef struct {
     const char *prompts;       // held-out prompt file: plain text or {"prompt": ...} lines (required)
     const char *out;           // where calibration.json goes (required; written atomically)
-    float temp;                // decoding temperature (default 0): calibrate for the one you serve at
+    // Decoding temperatures, one pass over the prompts each (default 0 and 1): at most one 0 (the fit
+    // for greedy sequences, the file's top level) and one above 0 (for sampled sequences, its
+    // "sampled"; calibrate at the temperature you serve at). One pass alone fits both classes.
+    float temps[DS_CALIBRATE_MAX_PASSES];
+    int n_temps; // 1 or 2 (default 2)
     int max_tokens;            // tokens generated per prompt (default 128)
     uint64_t seed;             // prompt i uses seed + i (default 0)
     volatile int *interrupted; // set asynchronously: stop, write nothing (DS_ERR_INTERRUPTED)
@@ -376,16 +384,23 @@ ds_calibrate_params ds_calibrate_default(void);
 #define DS_CALIB_PLOT_POS 3 // reliability diagrams for positions 1..3
 
 typedef struct {
-    int n_prompts, rounds;
+    float temp; // the pass's decoding temperature
+    int rounds;
     ds_sts_result fit;
     // Reliability of the prefix survival at positions 1..n_plot (min(3, K)): [k - 1][0] before
     // (every T = 1), [k - 1][1] after STS, over DS_CALIB_BINS equal-width bins.
     int n_plot;
     ds_calib_bin reliability[DS_CALIB_PLOT_POS][2][DS_CALIB_BINS];
+} ds_calibrate_pass;
+
+typedef struct {
+    int n_prompts, n_passes;
+    ds_calibrate_pass pass[DS_CALIBRATE_MAX_PASSES]; // in the order of ds_calibrate_params.temps
 } ds_calibrate_result;
 
-// Calibrate drafter d (it needs a confidence head) for target m and write o->out. The prompt file
-// is read first (a bad one fails before anything else). Any calibration loaded with d is dropped
+// Calibrate drafter d (it needs a confidence head) for target m and write o->out: one STS fit per
+// temperature, each on its own pass over the prompts. The prompt file is read first (a bad one, or
+// temperatures that are not one 0 and one above 0, fail before anything else). Any calibration loaded with d is dropped
 // for the run (an EV_RAW event; the raw confidences are fitted) and stays dropped. A run in
 // which no round drafted anything is an error (nothing is written).
 ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_params *o, ds_calibrate_result *r);

@@ -43,14 +43,16 @@ void ds_drafter_free(ds_drafter *d);
 const ds_drafter_info *ds_drafter_get_info(const ds_drafter *d);
 // A warning from loading (the recorded target_id differs from this target's), or NULL.
 const char *ds_drafter_warning(const ds_drafter *d);
-// Confidence calibration (Sequential Temperature Scaling): ĉ_k = σ(z_k / T_k). Loaded from
-// calibration.json in the drafter's directory when present; set (n = 0 clears) for calibrating.
+// Confidence calibration (Sequential Temperature Scaling): ĉ_k = σ(z_k / T_k), with temperatures
+// per class of sequence: greedy (temperature 0) and sampled (above 0; `sampled` = 1 below). Loaded
+// from calibration.json in the drafter's directory when present (a class the file does not fit
+// separately uses the file's one fit); set (both classes; n = 0 clears) for calibrating.
 ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n);
-int ds_drafter_calibration(const ds_drafter *d, const float **temps); // returns n (0 = none)
-// The calibration run's realized prefix acceptance per slot (the fraction of rounds that accepted
-// slots 1..k), the scheduler's prior, and the sampling temperature it was realized at (*temp, may
-// be NULL); returns how many positions (0 = none recorded).
-int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept, float *temp);
+int ds_drafter_calibration(const ds_drafter *d, int sampled, const float **temps); // returns n (0 = none)
+// The calibration run's realized prefix acceptance per slot for the class (the fraction of rounds
+// that accepted slots 1..k), the scheduler's prior; returns how many positions (0 = none recorded
+// for that class).
+int ds_drafter_acceptance_prior(const ds_drafter *d, int sampled, const float **accept);
 // Draft vocabulary: restrict what the drafter can propose to n token ids (e.g. the target's most
 // frequent tokens), so that its LM head and Markov head cost n/vocab of the full product. Every
 // other token gets logit -inf (draft probability 0), so decoding stays lossless; only acceptance

@@ -4,6 +4,7 @@
 #ifndef DS_DRAFT_DRAFTER_H
 #define DS_DRAFT_DRAFTER_H
 
+#include "draft/calibration.h"
 #include "dspark/draft.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
@@ -42,11 +43,11 @@ struct ds_drafter {
     float *conf_w;        // (H or H + r) confidence_head.proj.weight
     float conf_b;
     int tap_ids[64];
-    float calib[64];      // STS temperatures per slot (n_calib of them); conf = σ(z / T)
-    int n_calib;
-    float accept_prior[64]; // realized prefix acceptance per slot in the calibration run (calibration.json)
-    int n_accept_prior;
-    float accept_prior_temp; // the sampling temperature of that run
+    // Per class of sequence (DS_CALIB_GREEDY: temperature 0, DS_CALIB_SAMPLED: above 0; calibration.h):
+    float calib[DS_CALIB_CLASSES][64];       // STS temperatures per slot (n_calib of them); conf = σ(z / T)
+    int n_calib[DS_CALIB_CLASSES];
+    float accept_prior[DS_CALIB_CLASSES][64]; // realized prefix acceptance per slot in the calibration run (calibration.json)
+    int n_accept_prior[DS_CALIB_CLASSES];
     // Draft vocabulary (vocab.c): when n_vocab < V, the LM head and the Markov head score only the
     // ids in vocab_ids, through copies of their rows; every other logit is -inf (never drafted, q = 0).
     int n_vocab;          // V when unrestricted

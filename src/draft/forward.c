@@ -259,7 +259,8 @@ static ds_status walk_slots(const ds_drafter *d, ds_draft_state *s, int32_t anch
             if (d->conf_w) { // c_k = σ(w · [h_k ; W1[prev_k]] + b)
                 float z = d->conf_b + ds_dot(d->conf_w, h, H);
                 if (d->info.confidence_with_markov) z += ds_dot(d->conf_w + H, w1, r);
-                if (k < d->n_calib) z /= d->calib[k]; // Sequential Temperature Scaling
+                const int c = sp->temperature > 0 ? DS_CALIB_SAMPLED : DS_CALIB_GREEDY; // the sequence's class
+                if (k < d->n_calib[c]) z /= d->calib[c][k]; // Sequential Temperature Scaling
                 conf[k - k0] = ds_sigmoid(z);
             } else {
                 conf[k - k0] = NAN;

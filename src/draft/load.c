@@ -24,34 +24,41 @@ ds_status ds_drafter_set_calibration(ds_drafter *d, const float *temps, int n) {
     if (n < 0 || n > 64 || n > d->info.block_size) return ds_fail(DS_ERR_INVALID, "%d calibration temperatures", n);
     for (int i = 0; i < n; i++)
         if (!(temps[i] > 0)) return ds_fail(DS_ERR_INVALID, "calibration temperature %d is not positive", i);
-    if (n) memcpy(d->calib, temps, sizeof(float) * (size_t)n);
-    d->n_calib = n;
+    for (int c = 0; c < DS_CALIB_CLASSES; c++) {
+        if (n) memcpy(d->calib[c], temps, sizeof(float) * (size_t)n);
+        d->n_calib[c] = n;
+    }
     return DS_OK;
 }
 
-int ds_drafter_calibration(const ds_drafter *d, const float **temps) {
-    *temps = d->calib;
-    return d->n_calib;
+int ds_drafter_calibration(const ds_drafter *d, int sampled, const float **temps) {
+    const int c = sampled ? DS_CALIB_SAMPLED : DS_CALIB_GREEDY;
+    *temps = d->calib[c];
+    return d->n_calib[c];
 }
 
-int ds_drafter_acceptance_prior(const ds_drafter *d, const float **accept, float *temp) {
-    *accept = d->accept_prior;
-    if (temp) *temp = d->accept_prior_temp;
-    return d->n_accept_prior;
+int ds_drafter_acceptance_prior(const ds_drafter *d, int sampled, const float **accept) {
+    const int c = sampled ? DS_CALIB_SAMPLED : DS_CALIB_GREEDY;
+    *accept = d->accept_prior[c];
+    return d->n_accept_prior[c];
 }
 
-// calibration.json next to the weights (calibration.h reads it).
+// calibration.json next to the weights (calibration.h reads it): each class's temperatures and prior.
 static ds_status load_calibration(ds_drafter *d, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/calibration.json", dir);
-    float temps[DS_CALIBRATION_MAX];
-    int n = 0, found;
-    d->n_accept_prior = 0;
-    ds_status st = ds_calibration_read(path, d->info.block_size, temps, &n, d->accept_prior, &d->n_accept_prior,
-                                       &d->accept_prior_temp, &found);
+    ds_calibration_class cls[DS_CALIB_CLASSES];
+    int found;
+    ds_status st = ds_calibration_read(path, d->info.block_size, cls, &found);
     if (st || !found) return st;
     if (!d->conf_w) return ds_fail(DS_ERR_FORMAT, "%s: calibration for a drafter without a confidence head", path);
-    return ds_drafter_set_calibration(d, temps, n);
+    for (int c = 0; c < DS_CALIB_CLASSES; c++) {
+        memcpy(d->calib[c], cls[c].temps, sizeof d->calib[c]);
+        d->n_calib[c] = cls[c].n_temps;
+        memcpy(d->accept_prior[c], cls[c].accept, sizeof d->accept_prior[c]);
+        d->n_accept_prior[c] = cls[c].n_accept;
+    }
+    return DS_OK;
 }
 const char *ds_drafter_warning(const ds_drafter *d) { return d->warning[0] ? d->warning : NULL; }
 

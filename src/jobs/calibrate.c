@@ -12,7 +12,9 @@
 #include "gen/prompts.h"
 #include "sched/calibrate.h"
 
-ds_calibrate_params ds_calibrate_default(void) { return (ds_calibrate_params){.max_tokens = 128}; }
+ds_calibrate_params ds_calibrate_default(void) {
+    return (ds_calibrate_params){.temps = {0, 1}, .n_temps = 2, .max_tokens = 128};
+}
 
 // The rounds the observer collects.
 typedef struct {
@@ -55,7 +57,7 @@ static void observe(void *ctx, int id, int n_drafted, const float *conf, int ell
 typedef struct {
     const ds_calibrate_params *o;
     const rounds *R;
-    int done, total;
+    int done, total, pass;
 } cal_run;
 
 static int interrupted(void *ctx) {
@@ -66,13 +68,15 @@ static int interrupted(void *ctx) {
 static ds_status on_done(void *ctx, long i, const ds_gen *g) {
     cal_run *c = ctx;
     c->done++;
-    const ds_calibrate_event ev = {.kind = DS_CALIBRATE_EV_PROMPT, .done = c->done, .total = c->total, .rounds = c->R->n};
+    const ds_calibrate_event ev = {.kind = DS_CALIBRATE_EV_PROMPT, .done = c->done, .total = c->total,
+                                   .rounds = c->R->n, .pass = c->pass, .temp = c->o->temps[c->pass]};
     if (c->o->progress) c->o->progress(c->o->progress_ctx, &ev);
     return DS_OK;
 }
 
-// The calibration file's content.
-static void calibration_of(const ds_calibrate_params *o, const ds_sts_result *r, int n_rounds, ds_calibration *c) {
+// One class's part of the calibration file.
+static void calibration_of(const ds_calibrate_params *o, const ds_calibrate_pass *p, ds_calibration *c) {
+    const ds_sts_result *r = &p->fit;
     memset(c, 0, sizeof *c);
     c->K = r->K;
     for (int k = 0; k < r->K; k++) {
@@ -84,15 +88,15 @@ static void calibration_of(const ds_calibrate_params *o, const ds_sts_result *r,
         c->n[k] = r->n[k];
         c->acceptance[k] = r->n[k] ? (double)r->n_pos[k] / r->n[k] : NAN;
     }
-    c->rounds = n_rounds;
-    c->temp = o->temp;
+    c->rounds = p->rounds;
+    c->temp = p->temp;
     c->prompts = o->prompts;
     c->max_tokens = o->max_tokens;
     c->seed = (long)o->seed;
 }
 
 // Reliability diagrams of the prefix survival at positions 1..min(3, K), before and after STS.
-static ds_status reliability(const ds_calib_data *d, ds_calibrate_result *r) {
+static ds_status reliability(const ds_calib_data *d, ds_calibrate_pass *r) {
     double *conf = ds_malloc(sizeof(double) * (size_t)(d->n ? d->n : 1));
     unsigned char *lab = ds_malloc((size_t)(d->n ? d->n : 1));
     if (!conf || !lab) {
@@ -111,12 +115,55 @@ static ds_status reliability(const ds_calib_data *d, ds_calibrate_result *r) {
     return DS_OK;
 }
 
+// The temperatures: one or two, at most one 0 and one above 0.
+static ds_status check_temps(const ds_calibrate_params *o) {
+    if (o->n_temps < 1 || o->n_temps > DS_CALIBRATE_MAX_PASSES)
+        return ds_fail(DS_ERR_INVALID, "calibrate takes 1 or %d temperatures, not %d", DS_CALIBRATE_MAX_PASSES,
+                       o->n_temps);
+    for (int i = 0; i < o->n_temps; i++)
+        if (!(o->temps[i] >= 0 && o->temps[i] <= 100))
+            return ds_fail(DS_ERR_INVALID, "calibration temperature %g is not in [0, 100]", (double)o->temps[i]);
+    if (o->n_temps == 2 && (o->temps[0] > 0) == (o->temps[1] > 0))
+        return ds_fail(DS_ERR_INVALID, "calibration temperatures %g and %g: one must be 0 (greedy sequences) and one above "
+                                       "0 (sampled ones)", (double)o->temps[0], (double)o->temps[1]);
+    return DS_OK;
+}
+
+// One pass: every prompt in turn through the drafter's engine (one at a time) at temperature
+// o->temps[pass], the observer collecting the rounds, then the STS fit of them.
+static ds_status run_pass(ds_engine *e, const ds_tokenizer *tok, const ds_gen_prompts *pt, const ds_calibrate_params *o,
+                          int pass, rounds *R, ds_calibrate_pass *out) {
+    ds_engine_set_observer(e, observe, R);
+    ds_sampler_params sp = ds_sampler_default();
+    sp.temperature = o->temps[pass];
+    ds_gen_request *req = ds_calloc((size_t)pt->n, sizeof *req);
+    if (!req) return DS_ERR_NOMEM;
+    for (int i = 0; i < pt->n; i++)
+        req[i] = (ds_gen_request){.ids = pt->ids[i], .n_ids = pt->len[i], .max_new = o->max_tokens, .sp = sp,
+                                  .seed = o->seed + (uint64_t)i};
+    cal_run c = {.o = o, .R = R, .total = pt->n, .pass = pass};
+    const ds_gen_run_params run = {.max_active = 1, .on_done = on_done, .interrupted = interrupted, .ctx = &c};
+    ds_status st = ds_gen_run(e, tok, req, pt->n, &run, NULL);
+    free(req);
+    if (st) return st;
+    if (R->oom) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    const ds_calib_data data = {.K = R->K, .n = R->n, .z = R->z, .n_slots = R->n_slots, .accepted = R->accepted};
+    out->temp = o->temps[pass];
+    if ((st = ds_sts_fit(&data, &out->fit))) return st;
+    out->rounds = data.n;
+    if (!data.n)
+        return ds_fail(DS_ERR_INVALID, "no round drafted anything at temperature %g (is --max-tokens at least 2?): "
+                                       "nothing to calibrate", (double)o->temps[pass]);
+    return reliability(&data, out);
+}
+
 ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_params *o, ds_calibrate_result *r) {
     memset(r, 0, sizeof *r);
     if (!o->prompts || !o->out || o->max_tokens < 1)
         return ds_fail(DS_ERR_INVALID, "calibrate needs a prompt file, an output file and max_tokens >= 1");
+    ds_status st = check_temps(o);
+    if (st) return st;
     ds_prompt_set *prompts = NULL;
-    ds_status st;
     if ((st = ds_prompts_load(o->prompts, &prompts))) return st;
     const ds_drafter_info *di = ds_drafter_get_info(d);
     if (!di->has_confidence) {
@@ -124,56 +171,36 @@ ds_status ds_calibrate_run(const ds_model *m, ds_drafter *d, const ds_calibrate_
         return ds_fail(DS_ERR_INVALID, "the drafter has no confidence head (enable_confidence_head is false): there is "
                                        "nothing to calibrate");
     }
-    const ds_tokenizer *tok = ds_model_tokenizer(m);
     ds_gen_prompts pt = {0};
-    ds_gen_request *req = NULL;
     ds_engine *e = NULL;
-    rounds R = {.K = di->block_size};
+    rounds R[DS_CALIBRATE_MAX_PASSES];
+    for (int p = 0; p < DS_CALIBRATE_MAX_PASSES; p++) R[p] = (rounds){.K = di->block_size};
     r->n_prompts = prompts->n;
     // Measure the raw head: any calibration loaded with the drafter is dropped.
     const float *old, none[1] = {1};
-    if (ds_drafter_calibration(d, &old) > 0 && o->progress)
+    if ((ds_drafter_calibration(d, 0, &old) > 0 || ds_drafter_calibration(d, 1, &old) > 0) && o->progress)
         o->progress(o->progress_ctx, &(ds_calibrate_event){.kind = DS_CALIBRATE_EV_RAW});
     if ((st = ds_drafter_set_calibration(d, none, 0))) goto done;
     const ds_spec_params spec = {.kind = DS_SPEC_DSPARK, .draft_max = di->block_size, .schedule = DS_SCHEDULE_FIXED};
     if ((st = ds_engine_init(m, d, &spec, &e))) goto done;
-    ds_engine_set_observer(e, observe, &R);
-    ds_sampler_params sp = ds_sampler_default();
-    sp.temperature = o->temp;
     if ((st = ds_gen_prompts_tokenize(m, prompts, o->max_tokens, &pt))) goto done; // (naming the file and line)
-    // Every prompt in turn through the drafter's engine (one at a time); the observer sees the rounds.
-    if (!(req = ds_calloc((size_t)pt.n, sizeof *req))) {
-        st = DS_ERR_NOMEM;
-        goto done;
+    for (int p = 0; p < o->n_temps; p++) {
+        if ((st = run_pass(e, ds_model_tokenizer(m), &pt, o, p, &R[p], &r->pass[p]))) goto done;
+        r->n_passes = p + 1;
     }
-    for (int i = 0; i < pt.n; i++)
-        req[i] = (ds_gen_request){.ids = pt.ids[i], .n_ids = pt.len[i], .max_new = o->max_tokens, .sp = sp,
-                                  .seed = o->seed + (uint64_t)i};
-    cal_run c = {.o = o, .R = &R, .total = pt.n};
-    const ds_gen_run_params run = {.max_active = 1, .on_done = on_done, .interrupted = interrupted, .ctx = &c};
-    if ((st = ds_gen_run(e, tok, req, pt.n, &run, NULL))) goto done;
-    if (R.oom) {
-        st = ds_fail(DS_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    const ds_calib_data data = {.K = R.K, .n = R.n, .z = R.z, .n_slots = R.n_slots, .accepted = R.accepted};
-    if ((st = ds_sts_fit(&data, &r->fit))) goto done;
-    r->rounds = data.n;
-    if (!data.n) {
-        st = ds_fail(DS_ERR_INVALID, "no round drafted anything (is --max-tokens at least 2?): nothing to calibrate");
-        goto done;
-    }
-    if ((st = reliability(&data, r))) goto done;
-    ds_calibration cal;
-    calibration_of(o, &r->fit, data.n, &cal);
-    st = ds_calibration_save(&cal, o->out); // atomically
+    // The greedy class's fit is the file's top level, the sampled one's "sampled" (one pass: the top level).
+    ds_calibration cal[DS_CALIBRATE_MAX_PASSES];
+    for (int p = 0; p < o->n_temps; p++) calibration_of(o, &r->pass[p], &cal[p]);
+    const int top = o->n_temps == 2 && o->temps[0] > 0 ? 1 : 0;
+    st = ds_calibration_save(&cal[top], o->n_temps == 2 ? &cal[1 - top] : NULL, o->out); // atomically
 done:
     ds_engine_free(e);
     ds_prompts_free(prompts);
     ds_gen_prompts_free(&pt);
-    free(req);
-    free(R.z);
-    free(R.n_slots);
-    free(R.accepted);
+    for (int p = 0; p < DS_CALIBRATE_MAX_PASSES; p++) {
+        free(R[p].z);
+        free(R[p].n_slots);
+        free(R[p].accepted);
+    }
     return st;
 }

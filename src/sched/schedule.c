@@ -136,22 +136,23 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
     return best;
 }
 
-void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior,
-                  float prior_temp) {
+void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *const prior[DS_GATE_CLASSES],
+                  const int n_prior[DS_GATE_CLASSES]) {
     memset(g, 0, sizeof *g);
     for (int c = 0; c < DS_GATE_CLASSES; c++) g->explore_every[c] = 64;
     if (cost_a >= 0 && cost_b >= 0 && cost_a + cost_b > 0) g->cost_a = cost_a, g->cost_b = cost_b;
     // Prefix survival A_k as counts: slot k is tried when slots < k were accepted (A_{k-1}) and
     // accepted when slots ≤ k were (A_k); 32 rounds' worth, so a few dozen real rounds outweigh it.
-    const int c = prior_temp > 0 ? DS_GATE_SAMPLED : DS_GATE_GREEDY;
-    double prev = 1;
-    for (int k = 0; k < n_prior && k < 64; k++) {
-        double a = prior_accept[k];
-        if (!(a >= 0)) break; // NaN: not observed in calibration
-        if (a > prev) a = prev;
-        g->tried[c][k] = 32 * prev;
-        g->acc[c][k] = 32 * a;
-        prev = a;
+    for (int c = 0; c < DS_GATE_CLASSES; c++) {
+        double prev = 1;
+        for (int k = 0; prior && prior[c] && k < n_prior[c] && k < 64; k++) {
+            double a = prior[c][k];
+            if (!(a >= 0)) break; // NaN: not observed in calibration
+            if (a > prev) a = prev;
+            g->tried[c][k] = 32 * prev;
+            g->acc[c][k] = 32 * a;
+            prev = a;
+        }
     }
 }
 

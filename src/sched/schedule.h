@@ -70,8 +70,8 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
 // inputs start from priors, so it need not spend rounds finding out what it already knows:
 //   D(R): the round cost measured at start-up (cost_a + cost_b·R, ds_drafter_profile_round), then
 //         an average of observed rounds at each R;
-//   acc:  the realized acceptance of the drafter's calibration run (calibration.json
-//         "acceptance"), as 32 rounds' worth of counts for the class of its temperature ("temp"),
+//   acc:  the realized acceptance of the drafter's calibration runs (calibration.json
+//         "acceptance", one per class it calibrated: greedy, sampled), as 32 rounds' worth of counts,
 //         then decayed counts of verified rounds of each class.
 // Without a prior for a class it explores: it drafts until it has seen about 8 rounds of it (one
 // round at temperature 1 says little: slot 1 is accepted about half the time). It re-explores
@@ -89,11 +89,11 @@ typedef struct {
     int skipped[DS_GATE_CLASSES], explore_every[DS_GATE_CLASSES];
 } ds_draft_gate;
 
-// A gate with optional priors: cost_a, cost_b as above (0, 0 = unknown); prior_accept[k] = the
-// fraction of rounds that accepted slots 0..k (prefix survival), n_prior of them (0 = unknown),
-// realized at sampling temperature prior_temp (0: the greedy class's prior, else the sampled one's).
-void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *prior_accept, int n_prior,
-                  float prior_temp);
+// A gate with optional priors: cost_a, cost_b as above (0, 0 = unknown); per class c
+// (DS_GATE_GREEDY, DS_GATE_SAMPLED), prior[c][k] = the fraction of its calibration rounds that
+// accepted slots 0..k (prefix survival), n_prior[c] of them (0 = unknown; prior[c] may then be NULL).
+void ds_gate_init(ds_draft_gate *g, double cost_a, double cost_b, const float *const prior[DS_GATE_CLASSES],
+                  const int n_prior[DS_GATE_CLASSES]);
 // How deep to draft this round for R requests: `cap` (explore, or drafting pays) or 0. `sampled`:
 // some sequence of the round samples (temperature > 0), so the sampled class's estimate decides.
 int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int sampled);

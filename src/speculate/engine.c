@@ -199,10 +199,11 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
             b = d4 > d1 ? (d4 - d1) / 3 : 0;
             a = d1 - b > 0 ? d1 - b : 0;
         }
-        const float *prior = NULL;
-        float prior_temp = 0;
-        const int n_prior = e->d ? ds_drafter_acceptance_prior(e->d, &prior, &prior_temp) : 0;
-        ds_gate_init(&e->gate, a, b, prior, n_prior, prior_temp);
+        const float *prior[DS_GATE_CLASSES] = {NULL};
+        int n_prior[DS_GATE_CLASSES] = {0};
+        for (int c = 0; e->d && c < DS_GATE_CLASSES; c++)
+            n_prior[c] = ds_drafter_acceptance_prior(e->d, c == DS_GATE_SAMPLED, &prior[c]);
+        ds_gate_init(&e->gate, a, b, prior, n_prior);
         if (st) {
             ds_engine_free(e);
             return st;

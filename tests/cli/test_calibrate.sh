@@ -32,7 +32,13 @@ assert j['rounds']>0 and j['temp']==0 and j['prompts'].endswith('stories-heldout
 for k in range(7):
     want=abs(0.5**(k+1)-j['acceptance'][k])
     assert abs(j['ece_before'][k]-want)<1e-9 and abs(j['ece_after'][k]-want)<1e-9, (k, j['ece_before'][k], want)
-print('untrained: T = 1 everywhere, ECE_1 = %.4f' % j['ece_before'][0])" || fail "untrained calibration.json"
+s=j['sampled']  # the default: a second pass at temperature 1, the sampled sequences' own fit
+assert s['temp']==1 and len(s['temperatures'])==7 and all(t==1 for t in s['temperatures']) and s['rounds']>0, s
+print('untrained: T = 1 everywhere, ECE_1 = %.4f; sampled: slot 1 accepted %.3f against %.3f greedy' %
+      (j['ece_before'][0], s['acceptance'][0], j['acceptance'][0]))" || fail "untrained calibration.json"
+# Two temperatures of one class: a usage error before any work, nothing written.
+"$BIN" calibrate -m "$MODEL" -d "$TMP/init" --prompts "$HELDOUT" --temp 0.5,1 -o "$TMP/two.json" >/dev/null 2>"$TMP/two.err"
+[ $? -eq 2 ] && grep -q "one 0" "$TMP/two.err" && [ ! -e "$TMP/two.json" ] || fail "--temp 0.5,1 was not refused: $(cat "$TMP/two.err")"
 
 # 2. A tiny trained drafter, calibrated into its own directory (the default output).
 "$BIN" datagen -m "$MODEL" --prompts "$SRC/docs/prompts/stories-train.txt" -n 48 --max-tokens 96 --seed 1 -t 2 \

@@ -23,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const ds_drafter_info *info = ds_drafter_get_info(d);
         (void)info;
         const float *v;
-        ds_drafter_calibration(d, &v);
-        ds_drafter_acceptance_prior(d, &v, NULL);
+        ds_drafter_calibration(d, 1, &v);
+        ds_drafter_acceptance_prior(d, 1, &v);
         ds_drafter_warning(d);
         ds_draft_state *s = NULL;
         if (ds_draft_state_init(d, 64, &s) == DS_OK) ds_draft_state_free(s);

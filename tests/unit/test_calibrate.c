@@ -286,46 +286,90 @@ static void test_invalid(void **state) {
     assert_float_equal(ds_calib_logit(1), log(1 - 1e-7) - log(1e-7), 1e-9);
 }
 
-// calibration.json through its one module: what is saved is what a drafter reads back (the
-// temperatures, the acceptance prior up to its first unobserved position and the sampling
-// temperature it was realized at); no file is no calibration; a prior that grows with the position,
-// or a "temp" that is no temperature, is refused naming the file.
+// calibration.json through its one module: what is saved is what a drafter reads back, per class
+// of sequence (the temperatures, the acceptance prior up to its first unobserved position); a file
+// of one calibration serves both classes with its temperatures and gives its prior to the class of
+// its "temp" only; a "sampled" fit is the sampled class's own; no file is no calibration; a prior
+// that grows with the position, a "temp" that is no temperature, or a "sampled" that is not the
+// sampled class are refused naming the file.
+static void fill_class(ds_calibration *c, const double *t, const double *a) {
+    for (int k = 0; k < c->K; k++) {
+        c->temps[k] = t[k];
+        c->acceptance[k] = a[k];
+        c->ece_before[k] = c->ece_after[k] = c->auc_before[k] = c->auc_after[k] = NAN;
+        c->n[k] = 9 - k;
+    }
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
 static void test_calibration_file(void **state) {
     (void)state;
     assert_int_equal(tmpdir_create("test_calibration_file"), 0);
     char path[1024];
     tmpdir_path(path, sizeof path, "calibration", ".json");
-    float temps[8], acc[8];
-    int nt, na, found;
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, NULL, &found), DS_OK);
+    ds_calibration_class cls[DS_CALIB_CLASSES];
+    int found;
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_OK);
     assert_int_equal(found, 0);
     ds_calibration c = {.K = 4, .rounds = 9, .temp = 0.75, .prompts = "p.txt", .max_tokens = 16, .seed = 3};
     const double t[4] = {0.5, 1.25, 2.0, 1.0}, a[4] = {0.75, 0.5, NAN, NAN};
-    for (int k = 0; k < 4; k++) {
-        c.temps[k] = t[k];
-        c.acceptance[k] = a[k];
-        c.ece_before[k] = c.ece_after[k] = c.auc_before[k] = c.auc_after[k] = NAN;
-        c.n[k] = 9 - k;
-    }
-    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    float at = -1;
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &at, &found), DS_OK);
+    fill_class(&c, t, a);
+    // One calibration at a sampling temperature: its temperatures for both, its prior for sampled only.
+    assert_int_equal(ds_calibration_save(&c, NULL, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_OK);
     assert_int_equal(found, 1);
-    assert_true(at == 0.75f);
-    assert_int_equal(nt, 4);
-    for (int k = 0; k < 4; k++) assert_true(temps[k] == (float)t[k]);
-    assert_int_equal(na, 2);
-    assert_true(acc[0] == 0.75f && acc[1] == 0.5f);
-    assert_int_equal(ds_calibration_read(path, 3, temps, &nt, acc, &na, NULL, &found), DS_ERR_FORMAT); // longer than the block
+    for (int i = 0; i < DS_CALIB_CLASSES; i++) {
+        assert_int_equal(cls[i].n_temps, 4);
+        for (int k = 0; k < 4; k++) assert_true(cls[i].temps[k] == (float)t[k]);
+    }
+    assert_int_equal(cls[DS_CALIB_GREEDY].n_accept, 0);
+    assert_int_equal(cls[DS_CALIB_SAMPLED].n_accept, 2);
+    assert_true(cls[DS_CALIB_SAMPLED].accept[0] == 0.75f && cls[DS_CALIB_SAMPLED].accept[1] == 0.5f);
+    // Both classes, each its own.
+    ds_calibration g = c, sm = c;
+    g.temp = 0, sm.temp = 1;
+    const double t2[4] = {2.0, 0.5, 0.25, 4.0}, a2[4] = {0.5, 0.25, 0.125, NAN};
+    fill_class(&sm, t2, a2);
+    assert_int_equal(ds_calibration_save(&g, &sm, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_OK);
+    assert_int_equal(cls[DS_CALIB_GREEDY].n_accept, 2);
+    assert_true(cls[DS_CALIB_GREEDY].accept[1] == 0.5f && cls[DS_CALIB_GREEDY].temps[0] == 0.5f);
+    assert_int_equal(cls[DS_CALIB_SAMPLED].n_temps, 4);
+    for (int k = 0; k < 4; k++) assert_true(cls[DS_CALIB_SAMPLED].temps[k] == (float)t2[k]);
+    assert_int_equal(cls[DS_CALIB_SAMPLED].n_accept, 3);
+    assert_true(cls[DS_CALIB_SAMPLED].accept[2] == 0.125f);
+    // A sampled class next to a top level that is not greedy, or at temperature 0, is refused.
+    assert_int_equal(ds_calibration_save(&c, &sm, path), DS_ERR_INVALID);
+    write_text(path, "{\"method\": \"sts\", \"temperatures\": [1], \"temp\": 0.5, \"sampled\": {\"temperatures\": [2], \"temp\": 1}}");
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_ERR_FORMAT);
+    assert_non_null(strstr(ds_last_error(), path));
+    assert_non_null(strstr(ds_last_error(), "top level must be temp 0"));
+    write_text(path, "{\"method\": \"sts\", \"temperatures\": [1], \"sampled\": {\"temperatures\": [2]}}");
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_ERR_FORMAT);
+    assert_non_null(strstr(ds_last_error(), "\"sampled\": \"temp\" must be above 0"));
+    write_text(path, "{\"method\": \"sts\", \"temperatures\": [1], \"sampled\": [2]}");
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_ERR_FORMAT);
+    write_text(path, "{\"method\": \"sts\", \"temperatures\": [1], \"sampled\": {\"temperatures\": [-2], \"temp\": 1}}");
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_ERR_FORMAT);
+    assert_non_null(strstr(ds_last_error(), "\"sampled\": temperatures must be positive"));
+    // The checks of one class.
+    assert_int_equal(ds_calibration_save(&c, NULL, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 3, cls, &found), DS_ERR_FORMAT); // longer than the block
     c.acceptance[1] = 0.8; // the prefix acceptance would grow
-    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, NULL, &found), DS_ERR_FORMAT);
+    assert_int_equal(ds_calibration_save(&c, NULL, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_ERR_FORMAT);
     assert_non_null(strstr(ds_last_error(), path));
     assert_non_null(strstr(ds_last_error(), "must not increase"));
     c.acceptance[1] = 0.5;
     c.temp = -1; // not a temperature
-    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    assert_int_equal(ds_calibration_read(path, 7, temps, &nt, acc, &na, &at, &found), DS_ERR_FORMAT);
+    assert_int_equal(ds_calibration_save(&c, NULL, path), DS_OK);
+    assert_int_equal(ds_calibration_read(path, 7, cls, &found), DS_ERR_FORMAT);
     assert_non_null(strstr(ds_last_error(), "\"temp\""));
     tmpdir_remove();
 }

@@ -65,6 +65,14 @@ static void test_keeps_drafting_when_it_pays(void **state) {
     }
 }
 
+// ds_gate_init with one class's prior (the other class none).
+static void init_one(ds_draft_gate *g, double cost_a, double cost_b, const float *prior, int n, int cls) {
+    const float *p[DS_GATE_CLASSES] = {NULL};
+    int np[DS_GATE_CLASSES] = {0};
+    p[cls] = prior, np[cls] = n;
+    ds_gate_init(g, cost_a, cost_b, p, np);
+}
+
 // With priors (the start-up drafting cost and the calibration run's acceptance) the gate decides
 // from the first round: it never spends a round drafting when the priors say drafting loses ...
 static void test_priors_decide_from_the_first_round(void **state) {
@@ -74,18 +82,18 @@ static void test_priors_decide_from_the_first_round(void **state) {
     const float weak[7] = {0.3f, 0.1f, 0.03f, 0.01f, 0, 0, 0};
     const float strong[7] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
     ds_draft_gate g;
-    ds_gate_init(&g, 8e-3, 1e-3, weak, 7, 0.0f); // drafting ~ a step, little accepted: loses
+    init_one(&g, 8e-3, 1e-3, weak, 7, DS_GATE_GREEDY); // drafting ~ a step, little accepted: loses
     for (int i = 0; i < 60; i++) assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 0);
     // ... and drafts from the first round when they say it pays.
-    ds_gate_init(&g, 1e-3, 0, strong, 7, 0.0f);
+    init_one(&g, 1e-3, 0, strong, 7, DS_GATE_GREEDY);
     assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
     // Hopeless at these costs even with every token accepted: never drafts, prior or not.
     ds_cost_table c;
     table(&c, 0.0, 1e-3);
-    ds_gate_init(&g, 1e-3, 0, strong, 7, 0.0f);
+    init_one(&g, 1e-3, 0, strong, 7, DS_GATE_GREEDY);
     for (int i = 0; i < 5000; i++) assert_int_equal(ds_gate_depth(&g, &c, 1, 7, 0), 0);
     // Without a cost prior it drafts once to measure.
-    ds_gate_init(&g, 0, 0, strong, 7, 0.0f);
+    init_one(&g, 0, 0, strong, 7, DS_GATE_GREEDY);
     assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
 }
 
@@ -94,7 +102,7 @@ static void test_prior_counts(void **state) {
     (void)state;
     const float p[3] = {0.5f, 0.25f, NAN};
     ds_draft_gate g;
-    ds_gate_init(&g, 1e-3, 2e-4, p, 3, 0.0f);
+    init_one(&g, 1e-3, 2e-4, p, 3, DS_GATE_GREEDY);
     assert_float_equal(g.tried[DS_GATE_GREEDY][0], 32, 1e-9);
     assert_float_equal(g.acc[DS_GATE_GREEDY][0], 16, 1e-9);
     assert_float_equal(g.tried[DS_GATE_GREEDY][1], 16, 1e-9);
@@ -122,7 +130,7 @@ static void test_one_preempted_step_does_not_start_drafting(void **state) {
     for (int b = 1; b <= 16; b++) t.sps[b] = sps[b];
     const float prior[7] = {0.43f, 0.23f, 0.11f, 0.06f, 0.03f, 0.02f, 0.01f};
     ds_draft_gate g;
-    ds_gate_init(&g, 1.18e-4, 0, prior, 7, 0.0f);
+    init_one(&g, 1.18e-4, 0, prior, 7, DS_GATE_GREEDY);
     int drafted = 0;
     for (int round = 0; round < 2000; round++) {
         const int k = ds_gate_depth(&g, &t, 1, 7, 0);
@@ -163,7 +171,7 @@ static void test_classes_keep_their_own_acceptance(void **state) {
     table(&t, 10e-3, 1e-4); // memory-bound: verifying 8 rows costs ~1.07 steps
     const float strong[7] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f, 0.3f};
     ds_draft_gate g;
-    ds_gate_init(&g, 6e-3, 0, strong, 7, 0.0f); // drafting: 60% of a step
+    init_one(&g, 6e-3, 0, strong, 7, DS_GATE_GREEDY); // drafting: 60% of a step
     assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7); // greedy: the prior says it pays
     assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 1), 7); // sampled: no estimate yet, explores
     int drafted = 0;
@@ -174,9 +182,16 @@ static void test_classes_keep_their_own_acceptance(void **state) {
     }
     assert_true(drafted <= 12); // ~8 rounds to learn, re-explorations backing off, not 400 rounds
     assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7); // greedy rounds still draft
-    ds_gate_init(&g, 6e-3, 0, strong, 7, 1.0f); // the same acceptance realized at temperature 1
+    init_one(&g, 6e-3, 0, strong, 7, DS_GATE_SAMPLED); // the same acceptance realized at temperature 1
     assert_float_equal(g.tried[DS_GATE_SAMPLED][0], 32, 1e-9);
     assert_float_equal(g.tried[DS_GATE_GREEDY][0], 0, 1e-9);
+    // A calibration of both classes (dspark calibrate's default): each decides from its first round,
+    // the sampled class without exploring.
+    const float weak[7] = {0.3f, 0.1f, 0.03f, 0.01f, 0, 0, 0};
+    ds_gate_init(&g, 6e-3, 0, (const float *[]){strong, weak}, (const int[]){7, 7});
+    assert_float_equal(g.acc[DS_GATE_SAMPLED][0], 32 * 0.3, 1e-5);
+    for (int i = 0; i < 60; i++) assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 1), 0);
+    assert_int_equal(ds_gate_depth(&g, &t, 1, 7, 0), 7);
 }
 
 // A drafted round whose schedule then verifies nothing (ell = 0: the confidences said no slot was

@@ -3,12 +3,12 @@
 //    flags a corrupted token, a shorter run and nothing else; ds_eval_run decodes the same tokens
 //    with ngram and DSpark drafting as plain decoding (the check applied and held), and does not
 //    apply it under the residual rule;
-//  - calibration.json written and read back by its one module (src/draft/calibration.c): the
-//    temperatures, the acceptance prior up to its first null, and a one-line error naming the file
-//    for an acceptance that increases;
-//  - ds_calibrate_run reports every prompt through its progress callback (and the dropped
-//    calibration once), its reliability bins count every observed round, and the file it writes
-//    holds the fitted temperatures;
+//  - ds_calibrate_run makes one pass per temperature (0 and 1 by default), reports every prompt of
+//    each through its progress callback (and the dropped calibration once), its reliability bins
+//    count every observed round, and the file it writes holds each pass's fitted temperatures and
+//    prior for its class; a drafter loaded with such a file scales a greedy sequence's confidences
+//    by the greedy fit and a sampled one's by the sampled fit (calibration.json's own checks:
+//    test_calibrate);
 //  - ds_profile_run writes a cost table ds_cost_table_load reads back (to cJSON's 15 digits), with the drafter's
 //    round cost, at the process's thread count (which loading a model with NULL params keeps).
 #include <cjson/cJSON.h>
@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "draft/calibration.h"
+#include "draft/drafter.h"
 #include "dspark.h"
 #include "dspark_jobs.h"
 #include "stories.h"
@@ -143,44 +144,9 @@ static void test_eval_names_a_bad_prompt_file(void **state) {
 
 // ---- calibration ---------------------------------------------------------------------------
 
-static void test_calibration_round_trip(void **state) {
-    (void)state;
-    char path[1024];
-    tmpdir_path(path, sizeof path, "calibration", ".json");
-    ds_calibration c = {.K = 4, .rounds = 12, .temp = 0, .prompts = "p.txt", .max_tokens = 16, .seed = 3};
-    const double temps[4] = {0.5, 2.0, 1.25, 1.0}, acc[4] = {0.75, 0.5, 0.25, NAN};
-    for (int k = 0; k < 4; k++) {
-        c.temps[k] = temps[k];
-        c.acceptance[k] = acc[k];
-        c.ece_before[k] = c.ece_after[k] = c.auc_before[k] = c.auc_after[k] = NAN;
-        c.n[k] = 12 - k;
-    }
-    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    float t[8], a[8];
-    int nt, na, found;
-    assert_int_equal(ds_calibration_read(path, 7, t, &nt, a, &na, NULL, &found), DS_OK);
-    assert_int_equal(found, 1);
-    assert_int_equal(nt, 4);
-    for (int k = 0; k < 4; k++) assert_float_equal(t[k], temps[k], 0);
-    assert_int_equal(na, 3); // up to the first null
-    for (int k = 0; k < 3; k++) assert_float_equal(a[k], acc[k], 0);
-
-    // More temperatures than the drafter has slots, and an acceptance that grows: errors naming the file.
-    assert_int_not_equal(ds_calibration_read(path, 3, t, &nt, a, &na, NULL, &found), DS_OK);
-    assert_non_null(strstr(ds_last_error(), path));
-    c.acceptance[2] = 0.9;
-    assert_int_equal(ds_calibration_save(&c, path), DS_OK);
-    assert_int_not_equal(ds_calibration_read(path, 7, t, &nt, a, &na, NULL, &found), DS_OK);
-    assert_non_null(strstr(ds_last_error(), path));
-
-    // No file: uncalibrated, not an error.
-    tmpdir_path(path, sizeof path, "absent", ".json");
-    assert_int_equal(ds_calibration_read(path, 7, t, &nt, a, &na, NULL, &found), DS_OK);
-    assert_int_equal(found, 0);
-}
-
 typedef struct {
-    int raw, prompts, last_done, last_total, last_rounds, ordered;
+    int raw, prompts, last_done, last_total, last_rounds, ordered, pass;
+    float temps[2];
 } cal_seen;
 
 static void on_event(void *ctx, const ds_calibrate_event *ev) {
@@ -190,6 +156,12 @@ static void on_event(void *ctx, const ds_calibrate_event *ev) {
         return;
     }
     s->prompts++;
+    if (ev->pass != s->pass) { // the next pass starts over
+        if (ev->pass != s->pass + 1 || s->last_done != s->last_total) s->ordered = 0;
+        s->pass = ev->pass;
+        s->last_done = s->last_rounds = 0;
+    }
+    if (ev->pass < 2) s->temps[ev->pass] = ev->temp;
     if (ev->done != s->last_done + 1 || ev->rounds < s->last_rounds) s->ordered = 0;
     s->last_done = ev->done;
     s->last_total = ev->total;
@@ -202,6 +174,8 @@ static void test_calibrate_reports_and_writes(void **state) {
     tmpdir_path(out, sizeof out, "calibrated", ".json");
     ds_calibrate_params o = ds_calibrate_default();
     assert_int_equal(o.max_tokens, 128);
+    assert_int_equal(o.n_temps, 2);
+    assert_true(o.temps[0] == 0 && o.temps[1] == 1);
     o.prompts = g_prompts;
     o.out = out;
     o.max_tokens = 16;
@@ -213,38 +187,109 @@ static void test_calibrate_reports_and_writes(void **state) {
     ds_calibrate_result r;
     assert_int_equal(ds_calibrate_run(g_m, g_d, &o, &r), DS_OK);
     const float *now;
-    assert_int_equal(ds_drafter_calibration(g_d, &now), 0);
+    assert_int_equal(ds_drafter_calibration(g_d, 0, &now), 0);
+    assert_int_equal(ds_drafter_calibration(g_d, 1, &now), 0);
     assert_int_equal(seen.raw, 1);
-    assert_int_equal(seen.prompts, 4);
+    assert_int_equal(seen.prompts, 8); // 4 prompts, twice
     assert_true(seen.ordered);
+    assert_int_equal(seen.pass, 1);
+    assert_true(seen.temps[0] == 0 && seen.temps[1] == 1);
     assert_int_equal(seen.last_total, 4);
     assert_int_equal(r.n_prompts, 4);
-    assert_true(r.rounds > 0);
-    assert_int_equal(seen.last_rounds, r.rounds);
+    assert_int_equal(r.n_passes, 2);
+    assert_int_equal(seen.last_rounds, r.pass[1].rounds);
 
     const int K = ds_drafter_get_info(g_d)->block_size;
-    assert_int_equal(r.fit.K, K);
-    assert_int_equal(r.fit.n[0], r.rounds); // every round verified its first slot
-    assert_int_equal(r.n_plot, K < 3 ? K : 3);
-    for (int k = 0; k < r.n_plot; k++)
-        for (int pass = 0; pass < 2; pass++) {
-            int count = 0;
-            for (int b = 0; b < DS_CALIB_BINS; b++) count += r.reliability[k][pass][b].count;
-            assert_int_equal(count, r.fit.n[k]);
-        }
+    for (int p = 0; p < 2; p++) {
+        const ds_calibrate_pass *ps = &r.pass[p];
+        assert_true(ps->temp == o.temps[p]);
+        assert_true(ps->rounds > 0);
+        assert_int_equal(ps->fit.K, K);
+        assert_int_equal(ps->fit.n[0], ps->rounds); // every round verified its first slot
+        assert_int_equal(ps->n_plot, K < 3 ? K : 3);
+        for (int k = 0; k < ps->n_plot; k++)
+            for (int pass = 0; pass < 2; pass++) {
+                int count = 0;
+                for (int b = 0; b < DS_CALIB_BINS; b++) count += ps->reliability[k][pass][b].count;
+                assert_int_equal(count, ps->fit.n[k]);
+            }
+    }
 
-    float t[64], a[64];
-    int nt, na, found;
-    assert_int_equal(ds_calibration_read(out, K, t, &nt, a, &na, NULL, &found), DS_OK);
+    ds_calibration_class cls[DS_CALIB_CLASSES];
+    int found;
+    assert_int_equal(ds_calibration_read(out, K, cls, &found), DS_OK);
     assert_int_equal(found, 1);
-    assert_int_equal(nt, K);
-    for (int k = 0; k < K; k++) assert_float_equal(t[k], (float)r.fit.temps[k], 0);
+    for (int c = 0; c < DS_CALIB_CLASSES; c++) { // greedy: pass 0 (temp 0), sampled: pass 1
+        assert_int_equal(cls[c].n_temps, K);
+        for (int k = 0; k < K; k++) assert_float_equal(cls[c].temps[k], (float)r.pass[c].fit.temps[k], 0);
+        assert_int_equal(cls[c].n_accept, K);
+        assert_float_equal(cls[c].accept[0], (double)r.pass[c].fit.n_pos[0] / r.pass[c].fit.n[0], 1e-6);
+    }
 
-    // A second run has nothing to drop.
+    // A second run has nothing to drop; one temperature gives one pass.
     seen = (cal_seen){.ordered = 1};
+    o.temps[0] = 1, o.n_temps = 1;
     assert_int_equal(ds_calibrate_run(g_m, g_d, &o, &r), DS_OK);
     assert_int_equal(seen.raw, 0);
     assert_int_equal(seen.prompts, 4);
+    assert_int_equal(r.n_passes, 1);
+    // Two temperatures of one class: refused before anything runs.
+    o.temps[1] = 0.5, o.n_temps = 2;
+    seen = (cal_seen){.ordered = 1};
+    assert_int_equal(ds_calibrate_run(g_m, g_d, &o, &r), DS_ERR_INVALID);
+    assert_non_null(strstr(ds_last_error(), "one must be 0"));
+    assert_int_equal(seen.prompts, 0);
+}
+
+// A drafter loaded with a calibration of both classes: slot 1's confidence σ(z / T_1) takes the
+// greedy fit's T_1 at temperature 0 and the sampled fit's at temperature 1. (A fresh drafter's
+// confidence head is zero, so its bias is set to make z = 1.)
+static void test_each_class_its_own_calibration(void **state) {
+    (void)state;
+    char dir[1024], path[1100];
+    tmpdir_path(dir, sizeof dir, "two_class_drafter", "");
+    ds_drafter_init_params p = ds_drafter_init_default();
+    p.n_layers = 1, p.markov_rank = 16, p.seed = 9;
+    assert_int_equal(ds_drafter_init_write(g_m, &p, dir), DS_OK);
+    const int K = p.block_size ? p.block_size : 7;
+    ds_calibration g = {.K = K, .rounds = 8, .temp = 0}, sm = g;
+    sm.temp = 1;
+    for (int k = 0; k < K; k++) {
+        g.temps[k] = 2.0, sm.temps[k] = 0.5;
+        g.acceptance[k] = 0.8 - 0.1 * k, sm.acceptance[k] = 0.4 - 0.05 * k;
+        g.ece_before[k] = g.ece_after[k] = g.auc_before[k] = g.auc_after[k] = g.n[k] = NAN;
+        sm.ece_before[k] = sm.ece_after[k] = sm.auc_before[k] = sm.auc_after[k] = sm.n[k] = NAN;
+    }
+    snprintf(path, sizeof path, "%s/calibration.json", dir);
+    assert_int_equal(ds_calibration_save(&g, &sm, path), DS_OK);
+    ds_drafter *d;
+    assert_int_equal(ds_drafter_load(dir, g_m, &d), DS_OK);
+    const float *v;
+    assert_int_equal(ds_drafter_calibration(d, 0, &v), K);
+    assert_true(v[0] == 2.0f);
+    assert_int_equal(ds_drafter_calibration(d, 1, &v), K);
+    assert_true(v[0] == 0.5f);
+    assert_int_equal(ds_drafter_acceptance_prior(d, 0, &v), K);
+    assert_true(fabsf(v[1] - 0.7f) < 1e-6f);
+    assert_int_equal(ds_drafter_acceptance_prior(d, 1, &v), K);
+    assert_true(fabsf(v[1] - 0.35f) < 1e-6f);
+    d->conf_b = 1.0f; // (the internal struct: draft/drafter.h)
+    ds_draft_state *s = stories_draft_context(g_m, d, 16, 1);
+    assert_non_null(s);
+    const int V = ds_model_get_info(g_m)->vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)K * V), conf[64];
+    int32_t tok[64];
+    for (int sampled = 0; sampled < 2; sampled++) {
+        ds_sampler_params sp = ds_sampler_default();
+        sp.temperature = sampled ? 1.0f : 0.0f;
+        ds_rng rng = ds_rng_init(1, 0);
+        assert_int_equal(ds_drafter_draft(d, s, 5, K, &sp, &rng, tok, logits, conf), DS_OK);
+        const double want = 1 / (1 + exp(-1.0 / (sampled ? 0.5 : 2.0)));
+        assert_float_equal(conf[0], want, 1e-6);
+    }
+    free(logits);
+    ds_draft_state_free(s);
+    ds_drafter_free(d);
 }
 
 // ---- profile -------------------------------------------------------------------------------
@@ -313,8 +358,8 @@ int main(void) {
         cmocka_unit_test(test_compare_flags_a_corrupted_run),
         cmocka_unit_test(test_eval_is_lossless),
         cmocka_unit_test(test_eval_names_a_bad_prompt_file),
-        cmocka_unit_test(test_calibration_round_trip),
         cmocka_unit_test(test_calibrate_reports_and_writes),
+        cmocka_unit_test(test_each_class_its_own_calibration),
         cmocka_unit_test(test_profile_writes_what_it_measured),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
