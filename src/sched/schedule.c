@@ -171,7 +171,7 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int 
     if (cap <= 0 || R <= 0) return 0;
     const double D = ds_gate_round_cost(g, R);
     if (D < 0) return cap; // no drafting cost yet: draft once to measure it
-    const double none = R * ds_cost_sps(t, R);
+    double none = R * ds_cost_sps(t, R);
     // If drafting could not pay even with every drafted token accepted, there is nothing to explore.
     double bound = 0;
     for (int k = 1; k <= cap; k++) {
@@ -192,6 +192,14 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int 
         const double theta = R * tau / (D + 1.0 / ds_cost_sps(t, R * (1 + k)));
         best = theta > best ? theta : best;
     }
+    // What rounds realized at this R overrules the model, once drafted rounds were seen: their
+    // tokens per second against plain rounds' (or R·SPS(R) until enough of those were seen).
+    const int ri = R < DS_GATE_MAX_R ? R : DS_GATE_MAX_R;
+    if (g->real_n[1][c][ri] >= DS_GATE_MIN_REALIZED) {
+        const double plain = g->real_n[0][c][ri] >= DS_GATE_MIN_REALIZED ? g->real_tok[0][c][ri] / g->real_s[0][c][ri] : none;
+        best = g->real_tok[1][c][ri] / g->real_s[1][c][ri];
+        none = plain;
+    }
     if (best > none) {
         g->explore_every[c] = 64;
         return cap;
@@ -204,6 +212,15 @@ void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds) {
     if (R <= 0 || !(seconds >= 0)) return;
     double *o = &g->round_s[R < DS_GATE_MAX_R ? R : DS_GATE_MAX_R];
     *o = *o > 0 ? 0.9 * *o + 0.1 * seconds : seconds;
+}
+
+void ds_gate_observe_realized(ds_draft_gate *g, int R, int sampled, int drafted, int tokens, double seconds) {
+    if (R <= 0 || tokens < 0 || !(seconds > 0)) return;
+    const int c = sampled ? DS_GATE_SAMPLED : DS_GATE_GREEDY, ri = R < DS_GATE_MAX_R ? R : DS_GATE_MAX_R;
+    const int k = drafted != 0;
+    g->real_tok[k][c][ri] = 0.9 * g->real_tok[k][c][ri] + tokens; // a ratio of decayed sums
+    g->real_s[k][c][ri] = 0.9 * g->real_s[k][c][ri] + seconds;
+    g->real_n[k][c][ri] = 0.9 * g->real_n[k][c][ri] + 1;
 }
 
 void ds_gate_observe_round(ds_draft_gate *g, int ell, int accepted, int sampled, int drafted) {

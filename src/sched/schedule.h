@@ -73,6 +73,13 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
 //   acc:  the realized acceptance of the drafter's calibration runs (calibration.json
 //         "acceptance", one per class it calibrated: greedy, sampled), as 32 rounds' worth of counts,
 //         then decayed counts of verified rounds of each class.
+// The estimate is a model, and what rounds realize overrules it: once about 7 drafted rounds of a
+// class at this R have been seen, their tokens per second (drafting included) decide against plain
+// rounds' realized rate at this R (or R·SPS(R) before 7 of those were seen; at temperature 1 a
+// round's acceptance is too noisy to decide on fewer). At R = 4 on the inflated
+// pair, with plain 4-row steps about as cheap as 1-row ones, the model said drafting gained 5-10%
+// while drafted rounds realized 15% less than plain ones: errors of a few per cent in the table
+// are the whole margin there, and measuring both sides the same way removes them.
 // Without a prior for a class it explores: it drafts until it has seen about 8 rounds of it (one
 // round at temperature 1 says little: slot 1 is accepted about half the time). It re-explores
 // after `explore_every` skipped rounds of the class (64, doubling up to 4096 while drafting keeps
@@ -80,6 +87,7 @@ int ds_schedule_max_admissions_retrospective(const ds_cost_table *t, int R, int 
 // drafted token accepted (at the drafting cost and this R): then it never drafts.
 #define DS_GATE_MAX_R 64
 #define DS_GATE_MIN_TRIED 6.5 // decayed count of slot-1 trials before a class's estimate decides (8 rounds)
+#define DS_GATE_MIN_REALIZED 5.2 // decayed count of rounds of a kind at an R before their realized rate decides (7)
 enum { DS_GATE_GREEDY, DS_GATE_SAMPLED, DS_GATE_CLASSES };
 typedef struct {
     double cost_a, cost_b;              // prior round cost D(R) = cost_a + cost_b·R seconds (both 0 = none)
@@ -87,6 +95,11 @@ typedef struct {
     double acc[DS_GATE_CLASSES][64];    // per class: decayed counts of slot j accepted ...
     double tried[DS_GATE_CLASSES][64];  // ... and verified with the slots before it accepted
     int skipped[DS_GATE_CLASSES], explore_every[DS_GATE_CLASSES];
+    // What rounds realized, per kind (0: plain, 1: drafted), class and R (index min(R, 64)): decayed
+    // sums of the tokens they committed and of their seconds (drafting, the forward, the commit),
+    // and a decayed count of them.
+    double real_tok[2][DS_GATE_CLASSES][DS_GATE_MAX_R + 1], real_s[2][DS_GATE_CLASSES][DS_GATE_MAX_R + 1];
+    double real_n[2][DS_GATE_CLASSES][DS_GATE_MAX_R + 1];
 } ds_draft_gate;
 
 // A gate with optional priors: cost_a, cost_b as above (0, 0 = unknown); per class c
@@ -101,6 +114,9 @@ int ds_gate_depth(ds_draft_gate *g, const ds_cost_table *t, int R, int cap, int 
 double ds_gate_round_cost(const ds_draft_gate *g, int R);
 // One drafting round of R sequences took `seconds` in all.
 void ds_gate_observe_draft(ds_draft_gate *g, int R, double seconds);
+// A round of R sequences (`sampled` as for ds_gate_depth; `drafted`: it drafted) committed `tokens`
+// in `seconds`, from its drafting (if any) to its commit.
+void ds_gate_observe_realized(ds_draft_gate *g, int R, int sampled, int drafted, int tokens, double seconds);
 // One verified round of a sequence: ell slots verified, `accepted` of them accepted; `sampled`: the
 // sequence samples (temperature > 0); `drafted`: the sequence drafted this round. A drafted round
 // whose schedule verified nothing (ell = 0) counts as slot 1 tried and not accepted: the drafting

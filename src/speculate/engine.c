@@ -120,6 +120,7 @@ struct ds_engine {
     double tree_pred, tree_hit; // token trees: Σ β of the branches' first tokens tried, and how many
                                 // were accepted (decayed): β's calibration from past rounds
     ds_prompt_cache *pc; // NULL = off
+    int round_tokens;    // tokens committed by the round being committed (finish_round adds)
     // This round's drafter batch (cap_seqs entries each).
     ds_draft_batch *bt;
     int bt_n;
@@ -671,6 +672,7 @@ static ds_status finish_round(ds_engine *e, seq *s) {
     t->rounds++;
     t->drafted += s->n_rows - 1;
     t->accepted += a;
+    e->round_tokens += a + 1;
     t->tree_rounds += s->tree;
     t->branch_accepted += ca < a;
     ds_gate_observe_round(&e->gate, s->ell, ca, s->sp.temperature > 0, s->n_drafted > 0);
@@ -972,6 +974,7 @@ static ds_status prefill_chunks(ds_engine *e) {
 ds_status ds_engine_step(ds_engine *e) {
     ds_status st = prefill_chunks(e);
     if (st) return st;
+    const double t_round = now_s(); // the round from drafting to its commit (prefill chunks excluded)
     int n = 0, R = 0; // R: sequences decoding (past their prefill)
     for (int i = 0; i < e->n_seqs; i++) R += e->seqs[i].used && !e->seqs[i].finished && !prefilling(&e->seqs[i]);
     const int auto_sched =
@@ -1033,8 +1036,11 @@ ds_status ds_engine_step(ds_engine *e) {
     const double t0 = now_s();
     if ((st = ds_model_forward(e->m, e->ws, e->fwd, n))) return st;
     const double t_fwd = now_s() - t0;
+    e->round_tokens = 0;
     for (int j = 0; j < n; j++)
         if ((st = finish_round(e, &e->seqs[e->fwd_owner[j]]))) return st;
+    // What the round realized (tokens per second, drafting included) checks the gate's model.
+    if (auto_sched) ds_gate_observe_realized(&e->gate, R, !greedy, K_cap > 0, e->round_tokens, now_s() - t_round);
     const double dt = now_s() - t0;
     int B = 0;
     for (int j = 0; j < n; j++) {
