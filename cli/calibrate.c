@@ -108,21 +108,21 @@ static void plot(const char *png, const ds_calibrate_result *res) {
     for (int p = 0; p < NP; p++)
         for (int k = 1; k <= P; k++)
             for (int pass = 0; pass < 2; pass++) {
-            const ds_calib_bin *b = res->pass[p].reliability[k - 1][pass];
-            int rows = 0;
-            for (int i = 0; i < DS_CALIB_BINS; i++)
-                if (b[i].count) {
-                    fprintf(f, "%.6f %.6f %d\n", b[i].conf, b[i].acc, b[i].count);
-                    rows++;
-                }
-            if (!rows) fprintf(f, "NaN NaN 0\n"); // keep the block numbering
-            fprintf(f, "\n\n");
-        }
+                const ds_calib_bin *b = res->pass[p].reliability[k - 1][pass];
+                int rows = 0;
+                for (int i = 0; i < DS_CALIB_BINS; i++)
+                    if (b[i].count) {
+                        fprintf(f, "%.6f %.6f %d\n", b[i].conf, b[i].acc, b[i].count);
+                        rows++;
+                    }
+                if (!rows) fprintf(f, "NaN NaN 0\n"); // keep the block numbering
+                fprintf(f, "\n\n");
+            }
     fclose(f);
     FILE *gp = popen("gnuplot", "w");
     int ok = 0;
     if (gp) {
-        fprintf(gp, "set terminal png size %d,%d\nset output ", 420 * P + 40, 440 * NP + 20);
+        fprintf(gp, "set terminal png size %d,%d\nset output ", 520 * P + 40, 440 * NP + 20);
         gp_quoted(gp, png);
         fprintf(gp, "\nset multiplot layout %d,%d title 'Reliability of the prefix survival (20 bins): before and after STS'\n",
                 NP, P);
