@@ -15,17 +15,57 @@
 // way. For 2-4 input rows the single stream took a forward of the same target from 85-93 to 58-71 ms
 // (one thread; 2 threads: 48-64 to 33-46), where 3 weight rows at a time were no better than 4. For
 // 5-8 rows 3 weight rows stay: 1 or 2 were slower (results.md).
+// Where the input stays and how far ahead the weights are fetched depend on the core (tuning_get):
+// measured on Zen 5 (48 KiB L1) and Zen 4 (32 KiB L1), the two cores of ours with AVX512-BF16.
 #include "kernels/matmul_bf16dp.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #define TARGET __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 #define BLK 32
-// Input bytes kept in L1 while the weights stream (a third of a 48 KiB L1).
-#define X_L1_BYTES 16384
+
+// How the kernel streams the weights on this core, from its L1 data cache size:
+//   - 48 KiB or more (Zen 5; Intel's AVX512-BF16 cores have 48 too): the input of 1-8 rows in
+//     column pieces of at most 16 KiB (a third of L1), weights prefetched into L1 two row blocks
+//     ahead (as tuned on Zen 5: results.md).
+//   - smaller (Zen 4, 32 KiB): weights prefetched into L2 four row blocks ahead (into L1 they evict
+//     the input: a forward of 2-4 rows of the inflated 2048 x 5632 target cost 1.4-1.9 one-row
+//     forwards, 1.0 this way; 8 rows 2.2, 1.75 this way; one thread), the input of 1-4 rows in
+//     pieces of at most 24 KiB, and 5-8 rows over whole rows (their pieces restart the weight
+//     streams at every piece: 8 rows of a 9728 x 2560 product 3.4-3.6 ms against 3.0-3.3 whole).
+typedef struct {
+    int x_bytes;    // input bytes kept in L1 while the weights stream (the column piece)
+    int wide_whole; // 5-8 input rows (3 weight rows at a time): whole rows, no column pieces
+    int pf_l2;      // weights prefetched into L2 (PREFETCHT1), else into L1 (PREFETCHT0) ...
+    int pf_blocks;  // ... this many row blocks ahead, at the same columns
+} tuning;
+
+static tuning g_tune;
+static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
+
+static const tuning g_tunings[2] = {{16384, 0, 0, 2}, {24576, 1, 1, 4}}; // 48 KiB L1, smaller
+static int g_forced = -1;                                                  // ds_bf16dp_set_tuning
+
+static void tuning_init(void) {
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    g_tune = g_tunings[l1 >= 48 * 1024 ? 0 : 1];
+}
+
+static const tuning *tuning_get(void) {
+    if (g_forced >= 0) return &g_tunings[g_forced];
+    pthread_once(&g_tune_once, tuning_init);
+    return &g_tune;
+}
+
+void ds_bf16dp_set_tuning(int which) { g_forced = which == 0 || which == 1 ? which : -1; }
+
+// Prefetch of the weight line at p into L2 or L1 (the hint must be a constant).
+#define PREFETCH_W(p, l2) ((l2) ? __builtin_prefetch((p), 0, 2) : __builtin_prefetch((p), 0, 3))
 
 int ds_bf16dp_supported(void) {
     __builtin_cpu_init();
@@ -91,7 +131,8 @@ TARGET static inline float hsum16(__m512 v) {
 // 0, and a split load per block at other offsets, 1.4-1.7); sh < 0: one (masked) load per block.
 TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, const uint16_t *x, size_t xs,
                                                              const uint16_t *w, size_t ws, int nblk, __mmask32 tail,
-                                                             int sh, const int M, const int RB, int add, size_t pf) {
+                                                             int sh, const int M, const int RB, int add, size_t pf,
+                                                             const int l2) {
     __m512 a[4][8];
     for (int rr = 0; rr < RB; rr++)
         for (int k = 0; k < M; k++) a[rr][k] = _mm512_setzero_ps();
@@ -110,7 +151,7 @@ TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, 
 #define LOAD_SHIFTED(b, mlo, mhi)                                                                      \
     for (int rr = 0; rr < RB; rr++) {                                                                  \
         const char *line = (const char *)(w + (size_t)rr * ws + (b) * BLK) - 4 * sh;                   \
-        __builtin_prefetch(line + 2 * pf);                                                             \
+        PREFETCH_W(line + pf, l2);                                                                     \
         wv[rr] = _mm512_permutex2var_epi32(_mm512_maskz_load_epi32(mlo, line), idx,                    \
                                            _mm512_maskz_load_epi32(mhi, line + 64));                   \
     }
@@ -120,7 +161,7 @@ TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, 
         for (int b = 1; b + 1 < nblk; b++) {
             for (int rr = 0; rr < RB; rr++) {
                 const char *line = (const char *)(w + (size_t)rr * ws + b * BLK) - 4 * sh;
-                __builtin_prefetch(line + 2 * pf);
+                PREFETCH_W(line + pf, l2);
                 wv[rr] = _mm512_permutex2var_epi32(_mm512_load_si512(line), idx, _mm512_load_si512(line + 64));
             }
             BLOCK_DP(b * BLK)
@@ -135,7 +176,7 @@ TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, 
             const int j = b * BLK;
             for (int rr = 0; rr < RB; rr++) {
                 const uint16_t *p = w + (size_t)rr * ws + j;
-                __builtin_prefetch(p + pf);
+                PREFETCH_W((const char *)p + pf, l2);
                 wv[rr] = _mm512_loadu_si512((const void *)p);
             }
             BLOCK_DP(j)
@@ -158,40 +199,61 @@ TARGET __attribute__((always_inline)) static inline void seg(float *y, int ldy, 
 // input rows x (bf16, stride xs, seen at column 0): blocks of RB weight rows, segment after segment.
 TARGET __attribute__((always_inline)) static inline void rowblk(float *y, int ldy, const uint16_t *x, size_t xs,
                                                                 const uint16_t *W, int cols, int c0, int c1, int r0,
-                                                                int r1, int sh, size_t pf, const int M, const int RB) {
+                                                                int r1, int sh, size_t pf, const int M, const int RB,
+                                                                const int l2) {
     int r = r0;
     for (; r + RB <= r1; r += RB)
         for (int c = c0; c < c1; c += DS_BF16DP_SEG) {
             const int len = c1 - c < DS_BF16DP_SEG ? c1 - c : DS_BF16DP_SEG;
             seg(y + r, ldy, x + c, xs, W + (size_t)r * cols + c, (size_t)cols, len / BLK,
-                len % BLK ? block_mask(len / BLK * BLK, len) : 0, sh, M, RB, c > 0, pf);
+                len % BLK ? block_mask(len / BLK * BLK, len) : 0, sh, M, RB, c > 0, pf, l2);
         }
     for (; r < r1; r++)
         for (int c = c0; c < c1; c += DS_BF16DP_SEG) {
             const int len = c1 - c < DS_BF16DP_SEG ? c1 - c : DS_BF16DP_SEG;
             seg(y + r, ldy, x + c, xs, W + (size_t)r * cols + c, (size_t)cols, len / BLK,
-                len % BLK ? block_mask(len / BLK * BLK, len) : 0, sh, M, 1, c > 0, pf);
+                len % BLK ? block_mask(len / BLK * BLK, len) : 0, sh, M, 1, c > 0, pf, l2);
         }
 }
 
-// M input rows: from the packed rows xk (stride xs) in L1-sized pieces of columns, or, without
-// them, segments outer with each segment of x rounded into `tmp` (M x DS_BF16DP_SEG bf16).
+// M input rows: from the packed rows xk (stride xs) in L1-sized pieces of columns (or whole rows,
+// as the tuning says), or, without them, segments outer with each segment of x rounded into `tmp`
+// (M x DS_BF16DP_SEG bf16). Weights prefetched pf_blocks row blocks ahead, into L2 if l2.
 TARGET __attribute__((always_inline)) static inline void blk(float *y, int ldy, const float *x, const uint16_t *xk,
                                                              size_t xs, uint16_t *tmp, const uint16_t *W, int cols,
-                                                             int r0, int r1, int sh, const int M, const int RB) {
+                                                             int r0, int r1, int sh, const tuning *tn, const int M,
+                                                             const int RB, const int l2) {
+    const size_t pf = (size_t)cols * RB * sizeof(uint16_t) * (size_t)tn->pf_blocks;
     if (!xk) {
         for (int c0 = 0; c0 < cols; c0 += DS_BF16DP_SEG) {
             const int len = cols - c0 < DS_BF16DP_SEG ? cols - c0 : DS_BF16DP_SEG;
             round_rows(tmp, DS_BF16DP_SEG, x + c0, (size_t)cols, M, len);
-            rowblk(y, ldy, tmp - c0, DS_BF16DP_SEG, W, cols, c0, c0 + len, r0, r1, sh, (size_t)cols * RB * 2, M, RB);
+            rowblk(y, ldy, tmp - c0, DS_BF16DP_SEG, W, cols, c0, c0 + len, r0, r1, sh, pf, M, RB, l2);
         }
         return;
     }
-    int S = (int)(X_L1_BYTES / ((size_t)M * sizeof(uint16_t))) / DS_BF16DP_SEG * DS_BF16DP_SEG;
+    int S = (int)((size_t)tn->x_bytes / ((size_t)M * sizeof(uint16_t))) / DS_BF16DP_SEG * DS_BF16DP_SEG;
     if (S < DS_BF16DP_SEG) S = DS_BF16DP_SEG;
-    const size_t pf = (size_t)cols * RB * 2;
+    if (RB > 1 && tn->wide_whole) S = cols;
     for (int c0 = 0; c0 < cols; c0 += S)
-        rowblk(y, ldy, xk, xs, W, cols, c0, cols - c0 < S ? cols : c0 + S, r0, r1, sh, pf, M, RB);
+        rowblk(y, ldy, xk, xs, W, cols, c0, cols - c0 < S ? cols : c0 + S, r0, r1, sh, pf, M, RB, l2);
+}
+
+// m (1-8) input rows, each count its own instance: 1 weight row at a time for up to 4, 3 for 5-8.
+TARGET __attribute__((always_inline)) static inline void blk_m(float *y, int ldy, const float *x, const uint16_t *xk,
+                                                               size_t xs, uint16_t *tmp, const uint16_t *W, int cols,
+                                                               int r0, int r1, int sh, const tuning *tn, int m,
+                                                               const int l2) {
+    switch (m) {
+    case 1: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 1, 1, l2); break;
+    case 2: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 2, 1, l2); break;
+    case 3: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 3, 1, l2); break;
+    case 4: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 4, 1, l2); break;
+    case 5: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 5, 3, l2); break;
+    case 6: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 6, 3, l2); break;
+    case 7: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 7, 3, l2); break;
+    default: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 8, 3, l2); break;
+    }
 }
 
 TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void *Wv, int cols, int r0, int r1,
@@ -206,20 +268,13 @@ TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void
     _Alignas(64) uint16_t tmp[xb ? 1 : 8 * DS_BF16DP_SEG];
     // Rows of whole 64-byte blocks that all start 4·sh bytes past a line boundary, or -1 (see seg).
     const int sh = cols % BLK == 0 && (uintptr_t)W % 4 == 0 ? (int)((uintptr_t)W % 64 / 4) : -1;
+    const tuning *tn = tuning_get();
     for (int i = 0; i < nb; i += 8) {
         const int m = nb - i < 8 ? nb - i : 8;
         const float *xi = x + (size_t)i * cols;
         float *yi = y + (size_t)i * ldy;
         const uint16_t *xk = xb ? xb + (size_t)i * ps : NULL;
-        switch (m) {
-        case 1: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 1, 1); break;
-        case 2: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 2, 1); break;
-        case 3: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 3, 1); break;
-        case 4: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 4, 1); break;
-        case 5: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 5, 3); break;
-        case 6: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 6, 3); break;
-        case 7: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 7, 3); break;
-        default: blk(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, 8, 3); break;
-        }
+        if (tn->pf_l2) blk_m(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, tn, m, 1);
+        else blk_m(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, tn, m, 0);
     }
 }

@@ -40,4 +40,8 @@ const float *ds_bf16dp_pack(float *buf, const float *x, int n, int cols);
 void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void *W, int cols, int r0, int r1,
                     const float *xp);
 
+// Test hook: the streaming tuning of a 48 KiB L1 (0), of a smaller one (1), or the core's own (-1,
+// the default). Tunings change the loop order only, never a result.
+void ds_bf16dp_set_tuning(int which);
+
 #endif

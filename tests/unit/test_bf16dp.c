@@ -29,6 +29,7 @@
 #include "kernels/half.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_bf16dp.h"
+#include "kernels/matmul_bf16dp.h"
 
 #define TARGET __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 
@@ -289,8 +290,7 @@ static void product(float *y, const float *x, const ds_weight *w, int n, int wit
 // Shapes: column tails of every length class, several segments and L1 pieces, row counts leaving
 // remainders of the register blocks; 1 and 2 threads; with and without scratch: bit for bit the
 // scalar reimplementation, and every row of a batch equal to the row alone.
-static void test_kernel_exact(void **state) {
-    if (!have_bf16()) skip();
+static void kernel_exact_with(void) {
     assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
     assert_string_equal(ds_matmul_isa(), "avx512bf16");
     const int cols_list[] = {1, 15, 16, 17, 31, 32, 33, 64, 100, 257, 1024, 1056, 2047, 3072, 4100, 16400};
@@ -338,12 +338,22 @@ static void test_kernel_exact(void **state) {
     assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
 }
 
+// ... under both streaming tunings (matmul_bf16dp.c: a 48 KiB L1's and a smaller one's), whichever
+// this core would pick: they change the loop order, never a bit of the result.
+static void test_kernel_exact(void **state) {
+    if (!have_bf16()) skip();
+    for (int tuning = 0; tuning < 2; tuning++) {
+        ds_bf16dp_set_tuning(tuning);
+        kernel_exact_with();
+    }
+    ds_bf16dp_set_tuning(-1);
+}
+
 // Weights at every 2-byte offset from a 64-byte line: rows that start 4·sh bytes past a line take
 // the aligned-lines path (two lines joined by VPERMT2D, matmul_bf16dp.c's seg), other offsets the
 // unaligned loads; each must give exactly the scalar reimplementation, for 1-8 and 13 input rows.
 // The bytes around the weights hold NaN, which no output may see.
-static void test_kernel_misaligned(void **state) {
-    if (!have_bf16()) skip();
+static void kernel_misaligned_with(void) {
     assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
     const int cols_list[] = {32, 64, 1056, 3072, 100};
     const int rows_list[] = {1, 4, 35};
@@ -382,6 +392,17 @@ static void test_kernel_misaligned(void **state) {
             free(y);
         }
     ds_set_threads(0);
+}
+
+// ... under both streaming tunings (matmul_bf16dp.c: a 48 KiB L1's and a smaller one's), whichever
+// this core would pick: they change the loop order, never a bit of the result.
+static void test_kernel_misaligned(void **state) {
+    if (!have_bf16()) skip();
+    for (int tuning = 0; tuning < 2; tuning++) {
+        ds_bf16dp_set_tuning(tuning);
+        kernel_misaligned_with();
+    }
+    ds_bf16dp_set_tuning(-1);
 }
 
 // NaN and inf inputs still say so: a NaN in x row k makes row k's outputs NaN (the rounding keeps
