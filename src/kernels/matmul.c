@@ -24,6 +24,8 @@
 // Software prefetch distance in elements (4 KiB of 16-bit weights, 8 KiB of f32), measured with
 // bench_decode: 512 gave 88% of the BF16 bound, 1024 93%, 2048 98%.
 #define DS_PREFETCH_ELEMS 2048
+// Weights prefetched into L2 (else L1): ds_cpu_prefetch_l2(), set once by isa_get.
+static int g_pf_l2;
 // Input rows up to this size are read from L1 whole while the weights stream row by row (longest
 // streams); bigger inputs go segment by segment.
 #define DS_X_L1_BYTES 32768
@@ -126,6 +128,7 @@ static int isa_supported(const isa_table *t) {
 static const isa_table *isa_get(void) {
     if (!g_isa) {
         openblas_set_num_threads(1); // one thread pool: OpenMP splits the work, sgemm runs per thread
+        g_pf_l2 = ds_cpu_prefetch_l2();
         g_isa_bf16dp = g_isas[0];
         g_isa_bf16dp.name = "avx512bf16";
         g_isa_bf16dp.bf16 = ds_bf16dp_rows;

@@ -18,13 +18,13 @@
 // Where the input stays and how far ahead the weights are fetched depend on the core (tuning_get):
 // measured on Zen 5 (48 KiB L1) and Zen 4 (32 KiB L1), the two cores of ours with AVX512-BF16.
 #include "kernels/matmul_bf16dp.h"
+#include "kernels/simd.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <unistd.h>
 
 #define TARGET __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 #define BLK 32
@@ -51,10 +51,7 @@ static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
 static const tuning g_tunings[2] = {{16384, 0, 0, 2}, {24576, 1, 1, 4}}; // 48 KiB L1, smaller
 static int g_forced = -1;                                                  // ds_bf16dp_set_tuning
 
-static void tuning_init(void) {
-    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-    g_tune = g_tunings[l1 >= 48 * 1024 ? 0 : 1];
-}
+static void tuning_init(void) { g_tune = g_tunings[ds_cpu_prefetch_l2()]; }
 
 static const tuning *tuning_get(void) {
     if (g_forced >= 0) return &g_tunings[g_forced];
