@@ -37,7 +37,11 @@
 //     the input: a forward of 2-4 rows of the inflated 2048 x 5632 target cost 1.4-1.9 one-row
 //     forwards, 1.0 this way; 8 rows 2.2, 1.75 this way; one thread), the input of 1-4 rows in
 //     pieces of at most 24 KiB, and 5-8 rows over whole rows (their pieces restart the weight
-//     streams at every piece: 8 rows of a 9728 x 2560 product 3.4-3.6 ms against 3.0-3.3 whole).
+//     streams at every piece: 8 rows of a 9728 x 2560 product 3.4-3.6 ms against 3.0-3.3 whole);
+//     1-2 input rows take 3 weight rows at a time there: one accumulator chain per weight block is
+//     bound by VDPBF16PS's latency (6 cycles on Zen 4, whose 512-bit units also run at half Zen 5's
+//     rate), three are not (a one-row forward 72-77 -> 64-65 ms; 3-4 rows stay at one: 81 against
+//     69-70 ms).
 typedef struct {
     int x_bytes;    // input bytes kept in L1 while the weights stream (the column piece)
     int wide_whole; // 5-8 input rows (3 weight rows at a time): whole rows, no column pieces
@@ -236,14 +240,15 @@ TARGET __attribute__((always_inline)) static inline void blk(float *y, int ldy, 
         rowblk(y, ldy, xk, xs, W, cols, c0, cols - c0 < S ? cols : c0 + S, r0, r1, sh, pf, M, RB, l2);
 }
 
-// m (1-8) input rows, each count its own instance: 1 weight row at a time for up to 4, 3 for 5-8.
+// m (1-8) input rows, each count its own instance: 1 weight row at a time for up to 4, 3 for 5-8;
+// under the L2 tuning 3 for 1-2 rows as well.
 TARGET __attribute__((always_inline)) static inline void blk_m(float *y, int ldy, const float *x, const uint16_t *xk,
                                                                size_t xs, uint16_t *tmp, const uint16_t *W, int cols,
                                                                int r0, int r1, int sh, const tuning *tn, int m,
                                                                const int l2) {
     switch (m) {
-    case 1: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 1, 1, l2); break;
-    case 2: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 2, 1, l2); break;
+    case 1: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 1, l2 ? 3 : 1, l2); break;
+    case 2: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 2, l2 ? 3 : 1, l2); break;
     case 3: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 3, 1, l2); break;
     case 4: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 4, 1, l2); break;
     case 5: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 5, 3, l2); break;
