@@ -4,6 +4,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 // Whether the CPU converts half floats (CPUID leaf 1, ECX bit 29). GCC's __builtin_cpu_supports
@@ -16,9 +17,17 @@ static inline int ds_cpu_has_f16c(void) {
 // Whether the weights a kernel streams are prefetched into L2 rather than L1: on cores whose L1 data
 // cache is under 48 KiB (Zen 4: 32 KiB) prefetches into L1 evicted the input rows kept there (a
 // forward of 4 rows of a 2048 x 5632 BF16 target on VDPBF16PS 150 -> 72 ms, one row on the f32
-// FMAs 93 -> 80 ms, one thread); with 48 KiB (Zen 5, Intel's AVX-512 cores) L1 as measured there.
-// Asks the C library (CPUID underneath): call it once, not per product.
-static inline int ds_cpu_prefetch_l2(void) { return sysconf(_SC_LEVEL1_DCACHE_SIZE) < 48 * 1024; }
+// FMAs 93 -> 80 ms, one thread); with 48 KiB (Zen 5, Intel's AVX-512
+// cores) L1 as measured there. The C library's answer (CPUID underneath), asked once per file.
+static inline int ds_cpu_prefetch_l2(void) {
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        v = sysconf(_SC_LEVEL1_DCACHE_SIZE) < 48 * 1024;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
 
 // Sum of the 8 lanes of an AVX vector.
 __attribute__((target("avx2,fma"))) static inline float ds_hsum256(__m256 v) {
