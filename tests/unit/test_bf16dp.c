@@ -338,15 +338,19 @@ static void kernel_exact_with(void) {
     assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
 }
 
-// ... under both streaming tunings (matmul_bf16dp.c: a 48 KiB L1's and a smaller one's), whichever
-// this core would pick: they change the loop order, never a bit of the result.
-static void test_kernel_exact(void **state) {
-    if (!have_bf16()) skip();
+// The check under both streaming tunings (matmul_bf16dp.c: a 48 KiB L1's and a smaller one's),
+// whichever this core would pick: they change the loop order, never a bit of the result.
+static void under_both_tunings(void (*check)(void)) {
     for (int tuning = 0; tuning < 2; tuning++) {
         ds_bf16dp_set_tuning(tuning);
-        kernel_exact_with();
+        check();
     }
     ds_bf16dp_set_tuning(-1);
+}
+
+static void test_kernel_exact(void **state) {
+    if (!have_bf16()) skip();
+    under_both_tunings(kernel_exact_with);
 }
 
 // Weights at every 2-byte offset from a 64-byte line: rows that start 4·sh bytes past a line take
@@ -394,15 +398,9 @@ static void kernel_misaligned_with(void) {
     ds_set_threads(0);
 }
 
-// ... under both streaming tunings (matmul_bf16dp.c: a 48 KiB L1's and a smaller one's), whichever
-// this core would pick: they change the loop order, never a bit of the result.
 static void test_kernel_misaligned(void **state) {
     if (!have_bf16()) skip();
-    for (int tuning = 0; tuning < 2; tuning++) {
-        ds_bf16dp_set_tuning(tuning);
-        kernel_misaligned_with();
-    }
-    ds_bf16dp_set_tuning(-1);
+    under_both_tunings(kernel_misaligned_with);
 }
 
 // NaN and inf inputs still say so: a NaN in x row k makes row k's outputs NaN (the rounding keeps
