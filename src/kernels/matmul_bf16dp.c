@@ -22,7 +22,6 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,19 +48,10 @@ typedef struct {
     int pf_blocks;  // ... this many row blocks ahead, at the same columns
 } tuning;
 
-static tuning g_tune;
-static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
-
 static const tuning g_tunings[2] = {{16384, 0, 0, 2}, {24576, 1, 1, 4}}; // 48 KiB L1, smaller
 static int g_forced = -1;                                                  // ds_bf16dp_set_tuning
 
-static void tuning_init(void) { g_tune = g_tunings[ds_cpu_prefetch_l2()]; }
-
-static const tuning *tuning_get(void) {
-    if (g_forced >= 0) return &g_tunings[g_forced];
-    pthread_once(&g_tune_once, tuning_init);
-    return &g_tune;
-}
+static const tuning *tuning_get(void) { return &g_tunings[g_forced >= 0 ? g_forced : ds_cpu_prefetch_l2()]; }
 
 void ds_bf16dp_set_tuning(int which) { g_forced = which == 0 || which == 1 ? which : -1; }
 

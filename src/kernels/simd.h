@@ -17,8 +17,8 @@ static inline int ds_cpu_has_f16c(void) {
 // Whether the weights a kernel streams are prefetched into L2 rather than L1: on cores whose L1 data
 // cache is under 48 KiB (Zen 4: 32 KiB) prefetches into L1 evicted the input rows kept there (a
 // forward of 4 rows of a 2048 x 5632 BF16 target on VDPBF16PS 150 -> 72 ms, one row on the f32
-// FMAs 93 -> 80 ms, one thread); with 48 KiB (Zen 5, Intel's AVX-512
-// cores) L1 as measured there. The C library's answer (CPUID underneath), asked once per file.
+// FMAs 93 -> 80 ms, one thread); with 48 KiB (Zen 5, Intel's AVX-512 cores) L1 as measured there.
+// The C library's answer (CPUID underneath), asked once per file and kept.
 static inline int ds_cpu_prefetch_l2(void) {
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
