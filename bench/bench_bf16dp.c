@@ -4,11 +4,14 @@
 // memory. Times are thread CPU time (the machine is shared: preemption by other processes does not
 // count; their use of memory bandwidth still does), medians of the rounds with min and max.
 //
-//   bench_bf16dp [--rounds R] [--offset BYTES] [--rows N]
+//   bench_bf16dp [--rounds R] [--offset BYTES] [--rows N] [--copies C]
 //
 // --offset places every copy of the weights BYTES (even, 0-62) past a 64-byte boundary, as a
 // tensor sits in a mapped file (safetensors: wherever the header ends; default 24, what
 // safetensors files written with 8-byte header padding commonly give).
+//
+// --copies C cycles over C copies of the weights instead (1: the same weights every product, hot in
+// the caches as far as they fit: the loop's compute ceiling, memory aside).
 //
 // --rows sets the batch measured against one row (default 8, at most 16: R = 4 requests verifying
 // 3 drafted tokens each is 16 rows).
@@ -38,7 +41,7 @@ static void stats(double *v, int n, double out[3]) {
 
 int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
-    int rounds = 9, offset = 24, nrows = 8;
+    int rounds = 9, offset = 24, nrows = 8, ncopies = 0;
     const char *isas[2] = {"avx512", "avx512bf16"};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) {
@@ -57,6 +60,13 @@ int main(int argc, char **argv) {
             nrows = atoi(argv[i + 1]);
             if (nrows < 2 || nrows > 16) {
                 fprintf(stderr, "bench_bf16dp: --rows must be 2-16\n");
+                return 2;
+            }
+        }
+        else if (!strcmp(argv[i], "--copies")) {
+            ncopies = atoi(argv[i + 1]);
+            if (ncopies < 1 || ncopies > 4096) {
+                fprintf(stderr, "bench_bf16dp: --copies must be 1-4096\n");
                 return 2;
             }
         }
@@ -80,7 +90,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < 4; s++) {
         const int rows = shapes[s][0], cols = shapes[s][1];
         const size_t elems = (size_t)rows * cols;
-        const int copies = (int)(((size_t)1 << 30) / (elems * 2)) + 1;
+        const int copies = ncopies ? ncopies : (int)(((size_t)1 << 30) / (elems * 2)) + 1;
         // (elems·2 is a multiple of 64 for every shape: each copy sits at the same offset)
         uint16_t *base = aligned_alloc(64, (elems * 2 * (size_t)copies + 127) / 64 * 64), *d = base + offset / 2;
         for (size_t i = 0; i < elems * (size_t)copies; i++)
@@ -113,9 +123,9 @@ int main(int argc, char **argv) {
             stats(t8 + k * rounds, rounds, b);
             printf("{\"bench\": \"bf16dp\", \"shape\": \"%s\", \"isa\": \"%s\", \"rounds\": %d, \"ms_1\": [%.3f, %.3f, %.3f], "
                    "\"ms_n\": [%.3f, %.3f, %.3f], \"ratio_n_over_1\": [%.3f, %.3f, %.3f], \"gb_per_s_1\": %.2f, "
-                   "\"read_gb_per_s\": %.2f, \"offset\": %d, \"n\": %d}\n",
+                   "\"read_gb_per_s\": %.2f, \"offset\": %d, \"n\": %d, \"copies\": %d}\n",
                    names[s], isas[k], rounds, a[0] * 1e3, a[1] * 1e3, a[2] * 1e3, b[0] * 1e3, b[1] * 1e3, b[2] * 1e3, q[0],
-                   q[1], q[2], (double)elems * 2 / a[0] / 1e9, bw / 1e9, offset, nrows);
+                   q[1], q[2], (double)elems * 2 / a[0] / 1e9, bw / 1e9, offset, nrows, copies);
         }
         fflush(stdout);
         free(base);

@@ -48,7 +48,7 @@ else
   echo "bench: skipping bench_sched: it needs a trained drafter in $BUILD/demo/drafter (make demo trains one)" >&2
 fi
 echo "bench: speculation end to end on inflated stories260K (dim 2048, 24 layers, bf16; real acceptance)" >&2
-if [ -f "$BUILD/e2e/drafter/calibration.json" ]; then
+if [ -f "$BUILD/e2e/drafter-default/calibration.json" ]; then
   scripts/bench_e2e.sh "$BUILD"
 else
   echo "bench: skipping bench_e2e: it needs the drafter scripts/bench_e2e.sh trains once (make bench-e2e)" >&2
