@@ -41,7 +41,8 @@ test-asan: setup
 bench: build
 	./scripts/bench.sh
 
-# Speculation end to end on inflated stories260K (trains its drafter once, ~15 min on one core).
+# Speculation end to end on inflated stories260K (trains its drafter once: ~15 min with THREADS=2,
+# ~25 on one core).
 bench-e2e: build
 	./scripts/bench_e2e.sh $(BUILD)
 
