@@ -92,7 +92,13 @@ int main(int argc, char **argv) {
         const size_t elems = (size_t)rows * cols;
         const int copies = ncopies ? ncopies : (int)(((size_t)1 << 30) / (elems * 2)) + 1;
         // (elems·2 is a multiple of 64 for every shape: each copy sits at the same offset)
-        uint16_t *base = aligned_alloc(64, (elems * 2 * (size_t)copies + 127) / 64 * 64), *d = base + offset / 2;
+        uint16_t *base = aligned_alloc(64, (elems * 2 * (size_t)copies + 127) / 64 * 64);
+        if (!base) {
+            fprintf(stderr, "bench_bf16dp: %d copies of %s (%.1f GB) do not fit in memory\n", copies, names[s],
+                    (double)elems * 2 * copies / 1e9);
+            return 1;
+        }
+        uint16_t *d = base + offset / 2;
         for (size_t i = 0; i < elems * (size_t)copies; i++)
             d[i] = ds_f32_to_bf16((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
         float *x = malloc(sizeof(float) * 16 * cols), *y = malloc(sizeof(float) * 16 * rows);

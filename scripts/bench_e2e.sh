@@ -4,7 +4,7 @@
 #      "T = 1: what limits it"; once, cached in BUILD/e2e/drafter-default): datagen (16,000 target-written
 #      sequences on the training prompts, half of them sampled at temperature 1), train (the defaults:
 #      3200 steps; the final weights, so that nothing is chosen on the held-out prompts the bench
-#      decodes), calibrate (both classes); about 20 minutes with THREADS=2;
+#      decodes), calibrate (both classes); about 15 minutes with THREADS=2;
 #   2. `dspark inflate`: stories260K and that drafter grown to a realistic size (default: hidden 2048,
 #      FFN 5632, 24 layers, bf16), computing exactly what the small pair computes (BUILD/e2e/inflated-default-*);
 #   3. bench_e2e on the inflated pair: plain decoding, fixed lengths 1..7, threshold, auto, at
