@@ -112,6 +112,17 @@ static void gen_free(gen_state *g) {
     ds_model_free(g->model);
 }
 
+// Prompt rows prefilled per second.
+static double prompt_rate(const ds_seq_stats *t) { return t->prefill_s > 0 ? t->prefill_rows / t->prefill_s : 0; }
+
+// Generated tokens per second of the rounds after the prefill (as llama.cpp's eval rate): without a
+// drafter the first token comes out of the prefill, which computed the prompt's last row too.
+static double gen_rate(const ds_seq_stats *t, int n_prompt, int n_gen) {
+    const double s = t->draft_s + t->verify_s;
+    const int first_in_prefill = n_gen > 0 && t->prefill_rows + t->cached_tokens == n_prompt;
+    return s > 0 ? (n_gen - first_in_prefill) / s : 0;
+}
+
 static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats *t) {
     const ds_text_out *tx = ds_gen_text(g->gen);
     int n_prompt;
@@ -123,13 +134,12 @@ static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats
     for (int i = 0; i < n_prompt; i++) cJSON_AddItemToArray(pi, cJSON_CreateNumber(prompt_ids[i]));
     cJSON *ti = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < n_gen; i++) cJSON_AddItemToArray(ti, cJSON_CreateNumber(ds_text_out_token_id(tx, i)));
-    const double t_gen = t->draft_s + t->verify_s;
     const ds_finish_reason fr = ds_gen_finish_reason(g->gen);
     cJSON_AddStringToObject(o, "finish_reason", fr == DS_FINISH_STOP ? "stop" : fr == DS_FINISH_LENGTH ? "length" : "none");
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(o, "generated_tokens", n_gen);
-    cJSON_AddNumberToObject(o, "prompt_tok_per_s", t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0);
-    cJSON_AddNumberToObject(o, "gen_tok_per_s", t_gen > 0 ? n_gen / t_gen : 0);
+    cJSON_AddNumberToObject(o, "prompt_tok_per_s", prompt_rate(t));
+    cJSON_AddNumberToObject(o, "gen_tok_per_s", gen_rate(t, n_prompt, n_gen));
     cJSON_AddStringToObject(o, "spec", cli_spec_name(a->spec.kind));
     cJSON_AddNumberToObject(o, "rounds", t->rounds);
     cJSON_AddNumberToObject(o, "tau", t->tau);
@@ -239,10 +249,8 @@ int cmd_generate(int argc, char **argv) {
         putchar('\n');
     }
     fflush(stdout); // the text before the timings, also when both go to one log
-    const double t_gen = t->draft_s + t->verify_s;
     fprintf(stderr, "dspark: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n", n_prompt,
-            t->prefill_s > 0 ? (n_prompt - 1) / t->prefill_s : 0.0, n_gen, t_gen > 0 ? n_gen / t_gen : 0.0,
-            cli_interrupted ? ", interrupted" : "");
+            prompt_rate(t), n_gen, gen_rate(t, n_prompt, n_gen), cli_interrupted ? ", interrupted" : "");
     if (a.stats) print_stats(&a, t);
     gen_free(&g);
     return cli_interrupted ? 130 : 0;

@@ -56,7 +56,9 @@ typedef struct {
     int accepted_by_pos[64]; // ... and slot k was accepted
     double draft_s;          // time spent drafting (including context projection)
     double verify_s;         // time in target forwards and verification
-    double prefill_s;
+    double prefill_s;        // time in prefill forwards (plain decoding: the one that gave the first token too)
+    int prefill_rows;        // prompt rows they computed: the prompt less the cached rows, less its last
+                             // row unless the first token came out of the prefill (plain decoding)
     int cached_tokens;       // prompt rows taken from the prompt cache instead of prefilled
 } ds_seq_stats;
 

@@ -441,8 +441,8 @@ size_t ds_drafter_own_size(const ds_drafter *d, const draft_config *c) {
 // (A draft vocabulary's heads, made later from lm_head and markov_w2, copy the flag.)
 static void drafter_bf16_inputs(ds_drafter *d, int n_layers) {
     ds_weight *ws[] = {&d->lm_head, &d->fc, &d->markov_w2, &d->gate_proj, &d->joint_proj};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) ds_weight_bf16_inputs(ws[i]);
-    for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], ds_weight_bf16_inputs);
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) ds_weight_bf16_inputs(ws[i], NULL);
+    for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], ds_weight_bf16_inputs, NULL);
 }
 
 ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **out) {

@@ -455,6 +455,11 @@ static void matmul_affine(float *y, const float *x, const ds_weight *w, int n, f
     free(heap);
 }
 
+int ds_matmul_gemm_rows(const ds_weight *w) {
+    isa_get();
+    return w->type == DS_Q8_0 ? INT_MAX : gemm_min_rows(w->type, 0);
+}
+
 void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *scratch, int min_rows) {
     isa_get(); // one-time setup before the sgemm path and outside any parallel region
     const int gemm = n >= gemm_min_rows(w->type, min_rows) && w->type != DS_Q8_0;

@@ -64,6 +64,9 @@ void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *sc
 void ds_matmul_set_gemm_min_rows(int n);
 // The value set (0 = the defaults).
 int ds_matmul_gemm_min_rows_setting(void);
+// The fewest rows of a product ds_matmul (min_rows 0) sends to sgemm for w on this CPU and ISA,
+// INT_MAX if none: below it, a row's result never depends on the other rows of the product.
+int ds_matmul_gemm_rows(const ds_weight *w);
 
 // Rows ids[0..n-1] of w (each in 0..rows-1) copied, in that order, into a new weight *out of the same
 // type and layout (affine: the packed rows and their scales and biases). bufs[0..2] get the

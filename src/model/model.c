@@ -34,37 +34,51 @@
 
 // ---- lifetime ------------------------------------------------------------------------------------
 
-void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *)) {
+void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *, void *), void *ctx) {
     ds_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->ple_gate, &L->ple_proj};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) fn(ws[i]);
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) fn(ws[i], ctx);
 }
 
 // Every matrix of m a product reads (the embedding gather reads none), through fn.
-static void model_each_weight(ds_model *m, void (*fn)(ds_weight *)) {
-    for (int l = 0; l < m->info.n_layers; l++) ds_layer_each_weight(&m->layers[l], fn);
+static void model_each_weight(ds_model *m, void (*fn)(ds_weight *, void *), void *ctx) {
+    for (int l = 0; l < m->info.n_layers; l++) ds_layer_each_weight(&m->layers[l], fn, ctx);
     for (int e = 0; e < m->n_moe; e++) {
         ds_moe *E = &m->moe[e];
-        fn(&E->router);
-        fn(&E->shared_gate);
+        fn(&E->router, ctx);
+        fn(&E->shared_gate, ctx);
         for (int j = 0; j < E->n_experts; j++) {
-            fn(&E->gate[j]);
-            fn(&E->up[j]);
-            fn(&E->down[j]);
+            fn(&E->gate[j], ctx);
+            fn(&E->up[j], ctx);
+            fn(&E->down[j], ctx);
         }
     }
-    fn(&m->output);
-    fn(&m->ple_model_proj);
+    fn(&m->output, ctx);
+    fn(&m->ple_model_proj, ctx);
 }
 
 // ds_model_params.int8_inputs: every quantized matrix a product reads takes the integer path.
-static void weight_int8_inputs(ds_weight *w) {
+static void weight_int8_inputs(ds_weight *w, void *unused) {
+    (void)unused;
     if (w->data && (ds_weight_bits(w) || w->type == DS_Q8_0)) w->round_inputs = 1;
 }
 
 // ds_model_params.bf16_inputs: every BF16 matrix a product reads rounds its input to bf16
 // (kernels/matmul_bf16dp.h; the flag means nothing to the embedding gather, so a tied output is fine).
-void ds_weight_bf16_inputs(ds_weight *w) {
+void ds_weight_bf16_inputs(ds_weight *w, void *unused) {
+    (void)unused;
     if (w->data && w->type == DS_BF16) w->round_inputs = 1;
+}
+
+static void weight_gemm_rows(ds_weight *w, void *min_rows) {
+    if (!w->data) return;
+    const int r = ds_matmul_gemm_rows(w);
+    if (r < *(int *)min_rows) *(int *)min_rows = r;
+}
+
+int ds_model_gemm_rows(const ds_model *m) {
+    int r = INT_MAX;
+    model_each_weight((ds_model *)m, weight_gemm_rows, &r); // (reads only)
+    return r;
 }
 
 ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out) {
@@ -74,10 +88,10 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
     if (stat(path, &st) != 0) return ds_fail(DS_ERR_IO, "%s: no such file or directory", path);
     if (params) ds_set_threads(params->n_threads);
     ds_status s = S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
-    if (s == DS_OK && params && params->int8_inputs) model_each_weight(*out, weight_int8_inputs);
+    if (s == DS_OK && params && params->int8_inputs) model_each_weight(*out, weight_int8_inputs, NULL);
     if (s == DS_OK && params && params->bf16_inputs) {
         (*out)->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
-        model_each_weight(*out, ds_weight_bf16_inputs);
+        model_each_weight(*out, ds_weight_bf16_inputs, NULL);
     }
     if (s == DS_OK && !((*out)->path = strdup(path))) {
         ds_model_free(*out);

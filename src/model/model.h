@@ -114,11 +114,15 @@ struct ds_model {
 // Add a stop id (ignored when negative, already present, or the set is full).
 void ds_model_add_stop(ds_model *m, int32_t id);
 // Every matrix of layer L a product reads (the attention and MLP projections, the per-layer-input
-// gate and projection), through fn; a drafter's layers too.
-void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *));
+// gate and projection), through fn (with ctx); a drafter's layers too.
+void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *, void *), void *ctx);
 // Marks a BF16 matrix to round its products' inputs to bf16 (ds_model_params.bf16_inputs; the
 // VDPBF16PS kernel where the CPU has it, kernels/matmul_bf16dp.h); other matrices are left as they are.
-void ds_weight_bf16_inputs(ds_weight *w);
+void ds_weight_bf16_inputs(ds_weight *w, void *unused);
+// The fewest rows of a forward that send one of m's products to sgemm (ds_matmul_gemm_rows over its
+// matrices; INT_MAX if none, as for BF16 on AVX-512, the GGUF block types and Q8_0): a forward of
+// fewer rows computes every row bit for bit as it would alone, without batch_invariant.
+int ds_model_gemm_rows(const ds_model *m);
 
 // Shared by the loaders: size and check the config, take norms as f32, compute weight_bytes and
 // RoPE frequencies. Called after the weights are attached.

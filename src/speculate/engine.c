@@ -3,7 +3,7 @@
 //   add:    queue the prompt; rounds first prefill prompt[0..N-2] in chunks of 256 rows (taps to
 //           the drafter; at most 256 prompt rows per round over all sequences, so a long prompt
 //           never stalls the others for more than one chunk); anchor = prompt[N-1] at position
-//           s = N-1
+//           s = N-1 (plain decoding: the last chunk rides with the first round, see can_ride)
 //   round:  per sequence: feed pending tap rows to the drafter; draft d_0..d_{K-1}; choose ℓ
 //           ONE target forward over every sequence's rows [anchor, d_0..d_{ℓ-1}] (positions s..s+ℓ)
 //           per sequence: verify -> a accepted + next; commit d_0..d_{a-1}, next (stop at EOS or
@@ -52,6 +52,7 @@ typedef struct {
     int n_toks, cap_toks;
     int n_prompt, max_new, n_gen, taken;
     int n_prefilled;     // prompt rows in the target cache (prefill is done at n_prompt - 1)
+    int ride;            // the prompt's rows from n_prefilled on go with this round's anchor (can_ride)
     int cache_use;       // the prompt cache: 1 = look it up before the first chunk, 2 = looked (keep
                          // the prompt's whole chunks when prefill ends); 0 = off for this sequence
     ds_finish_reason reason;
@@ -707,6 +708,8 @@ static ds_status finish_round(ds_engine *e, seq *s) {
 }
 
 static int prefilling(const seq *s) { return s->n_prefilled < s->n_prompt - 1; }
+// Whether s takes part in this round: past its prefill, or its prompt's rest riding with it.
+static int in_round(const seq *s) { return s->used && !s->finished && (!prefilling(s) || s->ride); }
 
 // Whether every decoding sequence decodes greedily: its committed tokens are then the target's own
 // whatever is verified, so no schedule can change the output and the search may look past a drop
@@ -933,10 +936,25 @@ int ds_engine_prompt_cache(const ds_engine *e, ds_prompt_cache_stats *out) {
     return 1;
 }
 
+// Whether the rest of s's prompt rides with its first round instead of a chunk of its own: one
+// forward over [prompt rows n_prefilled .. N-2, anchor] whose last row's logits give the first
+// token, so plain decoding saves the one-row step after the prefill (65-80 ms of a 12-16-token
+// prompt's 260-330 ms on the inflated 2048 x 24 target, docs/results.md). Only when the round drafts
+// nothing for it (plain decoding: a drafter needs the prompt's taps before it drafts), without prompt
+// log-probabilities (they take every row's logits), for at most one chunk's rows, and for fewer rows
+// than any product would send to sgemm: the riding forward runs on the multi-row kernels
+// (batch_invariant), as the chunk and the one-row step would, so every row is the same bit for bit
+// and riding never changes a token (test_engine's test_ride).
+static int can_ride(const ds_engine *e, const seq *s) {
+    const int rows = s->n_prompt - s->n_prefilled; // the prompt's rest, the anchor included
+    return e->sp.kind == DS_SPEC_NONE && !s->plp && rows <= DS_PREFILL_CHUNK && rows < ds_model_gemm_rows(e->m);
+}
+
 // Prefill the next prompt chunks: sequences in order, each chunk min(DS_PREFILL_CHUNK, what is
-// left) rows in a forward of its own, until DS_PREFILL_CHUNK rows were done this round. A chunk
-// is always the same rows whatever else runs (the numerics of a sequence never depend on the
-// batch it shares a round with), and a long prompt delays the others' rounds by one chunk at most.
+// left) rows in a forward of its own, until DS_PREFILL_CHUNK rows were done this round (a riding
+// rest counts; it goes with the round). A chunk is always the same rows whatever else runs (the
+// numerics of a sequence never depend on the batch it shares a round with), and a long prompt
+// delays the others' rounds by one chunk at most.
 static ds_status prefill_chunks(ds_engine *e) {
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     ds_status st = DS_OK;
@@ -947,6 +965,10 @@ static ds_status prefill_chunks(ds_engine *e) {
         if (!s->used || s->finished || !prefilling(s)) continue;
         if (s->cache_use == 1 && (st = cache_lookup(e, s))) break;
         if (!prefilling(s)) continue;
+        if ((s->ride = can_ride(e, s))) {
+            budget -= s->n_prompt - s->n_prefilled;
+            continue;
+        }
         const int left = s->n_prompt - 1 - s->n_prefilled, rows = left < DS_PREFILL_CHUNK ? left : DS_PREFILL_CHUNK;
         ds_forward_seq f = {.kv = s->kv, .tokens = s->toks + s->n_prefilled, .n_tokens = rows};
         if (s->plp) {
@@ -962,6 +984,7 @@ static ds_status prefill_chunks(ds_engine *e) {
         const double t0 = now_s();
         if ((st = ds_model_forward(e->m, e->ws, &f, 1))) break;
         s->stats.prefill_s += now_s() - t0;
+        s->stats.prefill_rows += rows;
         if (s->plp && (st = record_prompt_logprobs(e, s, s->n_prefilled, rows))) break;
         s->n_prefilled += rows;
         if (di) s->n_pending += rows;
@@ -976,7 +999,7 @@ ds_status ds_engine_step(ds_engine *e) {
     if (st) return st;
     const double t_round = now_s(); // the round from drafting to its commit (prefill chunks excluded)
     int n = 0, R = 0; // R: sequences decoding (past their prefill)
-    for (int i = 0; i < e->n_seqs; i++) R += e->seqs[i].used && !e->seqs[i].finished && !prefilling(&e->seqs[i]);
+    for (int i = 0; i < e->n_seqs; i++) R += in_round(&e->seqs[i]);
     const int auto_sched =
         e->sp.schedule == DS_SCHEDULE_AUTO && e->sp.kind == DS_SPEC_DSPARK && ds_drafter_get_info(e->d)->has_confidence;
     if (auto_sched) {
@@ -995,7 +1018,7 @@ ds_status ds_engine_step(ds_engine *e) {
                                  : e->K;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
-        if (!s->used || s->finished || prefilling(s)) continue;
+        if (!in_round(s)) continue;
         if ((st = draft_prepare(e, s, K_cap))) return st;
     }
     if ((st = draft_batch(e))) return st;
@@ -1005,7 +1028,7 @@ ds_status ds_engine_step(ds_engine *e) {
     e->bt_append_s = 0;
     for (int i = 0; i < e->n_seqs; i++) { // grammar: the rows' states, ngram drafts cut where disallowed
         seq *s = &e->seqs[i];
-        if (!s->used || s->finished || prefilling(s) || !s->gm) continue;
+        if (!in_round(s) || !s->gm) continue;
         if (s->g_failed) {
             ds_grammar_matcher_fail(s->gm);
             seq_fail(s);
@@ -1016,7 +1039,7 @@ ds_status ds_engine_step(ds_engine *e) {
     const ds_drafter_info *di = e->d ? ds_drafter_get_info(e->d) : NULL;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
-        if (!s->used || s->finished || prefilling(s)) continue;
+        if (!in_round(s)) continue;
         ds_forward_seq *f = &e->fwd[n];
         s->rows[0] = s->toks[s->n_toks - 1];
         if (!s->tree) s->n_rows = s->ell + 1;
@@ -1025,6 +1048,11 @@ ds_status ds_engine_step(ds_engine *e) {
         *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->n_rows, .n_logits = s->n_rows,
                               .logits = s->p_logits, .batch_invariant = s->batch_invariant || s->tree,
                               .parent = s->tree ? s->par : NULL};
+        if (s->ride) { // the prompt's rest, then the anchor (ℓ = 0: nothing drafted)
+            f->tokens = s->toks + s->n_prefilled;
+            f->n_tokens = s->n_prompt - s->n_prefilled;
+            f->batch_invariant = 1;
+        }
         if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;
@@ -1036,6 +1064,14 @@ ds_status ds_engine_step(ds_engine *e) {
     const double t0 = now_s();
     if ((st = ds_model_forward(e->m, e->ws, e->fwd, n))) return st;
     const double t_fwd = now_s() - t0;
+    for (int j = 0; j < n; j++) { // riders: their prompt is in the cache now; the round was their prefill
+        seq *s = &e->seqs[e->fwd_owner[j]];
+        if (!s->ride) continue;
+        s->stats.prefill_rows += s->n_prompt - s->n_prefilled;
+        s->stats.prefill_s += t_fwd;
+        s->n_prefilled = s->n_prompt - 1;
+        if (s->cache_use && (st = cache_keep(e, s))) return st;
+    }
     e->round_tokens = 0;
     for (int j = 0; j < n; j++)
         if ((st = finish_round(e, &e->seqs[e->fwd_owner[j]]))) return st;
@@ -1044,7 +1080,9 @@ ds_status ds_engine_step(ds_engine *e) {
     const double dt = now_s() - t0;
     int B = 0;
     for (int j = 0; j < n; j++) {
-        e->seqs[e->fwd_owner[j]].stats.verify_s += dt;
+        seq *s = &e->seqs[e->fwd_owner[j]];
+        if (s->ride) s->ride = 0; // (its forward counted as prefill above)
+        else s->stats.verify_s += dt;
         B += e->fwd[j].n_tokens;
     }
     if (auto_sched) ds_cost_observe(&e->costs, B, t_fwd); // as the profile measures: the forward

@@ -118,6 +118,66 @@ static void test_chunked_prefill_with_drafter(void **state) {
     ds_engine_free(e);
 }
 
+// Greedy output and stats of one sequence through an engine of spec kind `kind` (the drafter for
+// DS_SPEC_DSPARK, a fixed schedule).
+static int decode_with(ds_spec_kind kind, const int32_t *prompt, int n_prompt, int max_new, int32_t *out,
+                       ds_seq_stats *stats) {
+    ds_spec_params sp = {.kind = kind, .schedule = DS_SCHEDULE_FIXED};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(g_m, kind == DS_SPEC_DSPARK ? g_d : NULL, &sp, &e), DS_OK);
+    const ds_sampler_params smp = ds_sampler_default();
+    int id, n = 0;
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = max_new,
+            .sp = &smp, .seed = 1}, &id), DS_OK);
+    while (!ds_engine_finished(e, id)) {
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        n += ds_engine_take(e, id, out + n, max_new - n);
+    }
+    *stats = *ds_engine_stats(e, id);
+    ds_engine_free(e);
+    return n;
+}
+
+// Plain decoding: a short prompt's rows go with its first round (one forward gives the first
+// token: the prefill computed all n_prompt rows, and one step gave a token); a prompt whose rest
+// would reach sgemm (stories260K is F32) keeps its chunk and the one-row step. Either way the tokens
+// are those of speculative decoding, which never rides (its drafter needs the prompt's taps first).
+static void test_ride(void **state) {
+    (void)state;
+    const int gemm_rows = ds_model_gemm_rows(g_m);
+    assert_true(gemm_rows > 2 && gemm_rows < 40); // (F32: sgemm from 10 rows)
+    const int lens[] = {1, 6, gemm_rows - 1, gemm_rows, 40};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        const int np = lens[i], rides = np > 1 && np < gemm_rows; // (a lone BOS has no rest to carry)
+        int32_t p[40], out[24], ref[24];
+        prompt_of(p, np, 11);
+        ds_seq_stats st, st_ref;
+        const int n = decode_with(DS_SPEC_NONE, p, np, 24, out, &st);
+        const int n_ref = decode_with(DS_SPEC_DSPARK, p, np, 24, ref, &st_ref);
+        assert_int_equal(st.prefill_rows, rides ? np : np - 1);
+        assert_int_equal(st.rounds, 24); // (the riding round counts: it committed a token)
+        assert_int_equal(st_ref.prefill_rows, np - 1);
+        assert_true(st_ref.drafted > 0);
+        assert_int_equal(n, n_ref);
+        assert_memory_equal(out, ref, sizeof(int32_t) * (size_t)n);
+        assert_int_equal(decode_with(DS_SPEC_NONE, p, np, 1, out, &st), 1); // finished by the riding round
+        assert_int_equal(out[0], ref[0]);
+    }
+    // One step of a plain engine: the short prompt's first token, without waiting a round.
+    int32_t p[6], tok;
+    prompt_of(p, 6, 3);
+    ds_spec_params sp = {.kind = DS_SPEC_NONE};
+    ds_engine *e;
+    assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
+    const ds_sampler_params smp = ds_sampler_default();
+    int id;
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = p, .n_prompt = 6, .max_new = 4, .sp = &smp, .seed = 1},
+                                   &id), DS_OK);
+    assert_int_equal(ds_engine_step(e), DS_OK);
+    assert_int_equal(ds_engine_take(e, id, &tok, 1), 1);
+    ds_engine_free(e);
+}
+
 // LENGTH at the budget; STOP with the stop id that ended it (stories260K's greedy stories never
 // reach EOS, so a token it does produce is made a stop id of the sequence, ds_seq_params.stop_ids;
 // a sequence without it, in the same engine, runs to its budget).
@@ -158,6 +218,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_chunked_prefill_with_drafter),
+        cmocka_unit_test(test_ride),
         cmocka_unit_test(test_finish_reasons),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
