@@ -52,3 +52,15 @@ void ds_mapfile_drop(const void *p, size_t n) {
     const uintptr_t b = ((uintptr_t)p + n) & ~((uintptr_t)page - 1);
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED); // advice: failing changes nothing that is computed
 }
+
+void ds_mapfile_populate(const void *p, size_t n) {
+#ifdef MADV_POPULATE_READ
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !p || !n) return;
+    const uintptr_t a = (uintptr_t)p & ~((uintptr_t)page - 1);
+    const uintptr_t b = ((uintptr_t)p + n + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    madvise((void *)a, b - a, MADV_POPULATE_READ); // advice: failing changes nothing that is computed
+#else
+    (void)p, (void)n;
+#endif
+}

@@ -432,7 +432,7 @@ static ds_status run(const char *target, const char *drafter, const char *tmp, c
     char tdir[4200], ddir[4200], path[4300];
     snprintf(tdir, sizeof tdir, "%s/target", tmp);
     snprintf(ddir, sizeof ddir, "%s/drafter", tmp);
-    ds_model_params mp = {0};
+    ds_model_params mp = {.no_populate = 1}; // (its weights are read once, to be written out)
     ds_status st = ds_model_load(target, &mp, &m);
     if (!st) st = ds_hf_export_check(m, target);
     if (!st) st = ds_drafter_load(drafter, m, &d);

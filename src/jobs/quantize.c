@@ -224,7 +224,7 @@ static ds_status open_st_dir(source *s, const char *src, const ds_quantize_param
 // tensors; Q8_0 sources are dequantized row by row while writing). The tokenizer travels as tokenizer.gguf (the
 // source's tokenizer.* metadata, no tensors), which the HF loader reads.
 static ds_status open_gguf(source *s, const char *src) {
-    ds_model_params mp = {0};
+    ds_model_params mp = {.no_populate = 1}; // (read once, in bounded memory)
     ds_status st = ds_model_load(src, &mp, &s->gguf);
     if (st || (st = ds_hf_export_check(s->gguf, src))) return st;
     for (int i = 0; i < ds_hf_count(s->gguf); i++) {
@@ -350,7 +350,7 @@ static ds_status smoke(const source *s, const char *tmp, const ds_quantize_param
     ds_status st;
     const ds_weight *w;
     if (p->target) {
-        ds_model_params mp = {0};
+        ds_model_params mp = {.no_populate = 1};
         if ((st = ds_model_load(tmp, &mp, &m))) return ds_fail_prefix(st, "load smoke test");
         w = &m->layers[0].wq;
     } else {
@@ -588,7 +588,8 @@ static ds_status quantize_gguf(const char *src, const char *out, const ds_quanti
     ds_status st = ds_gguf_writer_check(out); // before the (possibly long) load
     if (st) return st;
     ds_model *m = NULL;
-    if ((st = ds_model_load(src, NULL, &m))) return st;
+    const ds_model_params mp = {.n_threads = ds_threads(), .no_populate = 1}; // (read once)
+    if ((st = ds_model_load(src, &mp, &m))) return st;
     ds_gguf_export_params ep = {preset, src, p->skip_load_smoke, p->interrupted, p->progress, p->progress_ctx};
     st = ds_gguf_export(m, out, &ep, stats);
     ds_model_free(m);

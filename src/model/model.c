@@ -25,9 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "base/utf8.h"
+#include "io/mapfile.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
@@ -75,6 +77,28 @@ static void weight_gemm_rows(ds_weight *w, void *min_rows) {
     if (r < *(int *)min_rows) *(int *)min_rows = r;
 }
 
+static void weight_bytes_sum(ds_weight *w, void *sum) {
+    if (w->data) *(size_t *)sum += ds_weight_bytes(w);
+}
+
+static void weight_populate(ds_weight *w, void *unused) {
+    (void)unused;
+    if (w->data) ds_mapfile_populate(w->data, ds_weight_data_bytes(w));
+}
+
+// The matrices one decode step reads, entered into the page tables at load while they take at most
+// half the machine's memory: the first forward of a fresh process (a server's first request, a
+// `dspark generate`) otherwise pays a page fault per few pages of weights, ~120 ms of a 12-token
+// prompt's first forward on the inflated 2048 x 24 BF16 target (docs/results.md). The weights stay
+// mapped, not copied; llama.cpp maps with MAP_POPULATE alike. Embedding tables (a gather reads a few
+// rows: Gemma 4's per-layer ones are gigabytes) and larger-than-half-memory models are left to faults.
+static void model_populate(ds_model *m) {
+    size_t sum = 0;
+    model_each_weight(m, weight_bytes_sum, &sum);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && sum <= (size_t)pages * (size_t)page / 2) model_each_weight(m, weight_populate, NULL);
+}
+
 int ds_model_gemm_rows(const ds_model *m) {
     int r = INT_MAX;
     model_each_weight((ds_model *)m, weight_gemm_rows, &r); // (reads only)
@@ -93,6 +117,7 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
         (*out)->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
         model_each_weight(*out, ds_weight_bf16_inputs, NULL);
     }
+    if (s == DS_OK && !(params && params->no_populate)) model_populate(*out);
     if (s == DS_OK && !((*out)->path = strdup(path))) {
         ds_model_free(*out);
         *out = NULL;

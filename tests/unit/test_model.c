@@ -197,6 +197,48 @@ static void test_missing_file_message(void **state) {
     assert_non_null(strstr(ds_last_error(), "/nonexistent/model.gguf"));
 }
 
+// Rss (KiB) of each mapping of a file whose name ends with `name`, by start address (up to cap).
+static int file_mappings(const char *name, unsigned long *start, long *rss_kb, int cap) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[4608];
+    int n = 0, in = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3) { // a mapping's header line
+            const size_t len = strlen(line), nl = strlen(name);
+            in = len > nl + 1 && !strncmp(line + len - 1 - nl, name, nl) && n < cap;
+            if (in) start[n] = a, rss_kb[n++] = 0;
+        } else if (in && !strncmp(line, "Rss:", 4)) {
+            rss_kb[n - 1] = atol(line + 4);
+        }
+    }
+    if (f) fclose(f);
+    return n;
+}
+
+// ds_model_load enters the matrices a decode step reads into the page tables (ds_model_params
+// .no_populate off): the file's new mapping is resident for at least the weight bytes right after
+// the load, before any forward (a fresh process's first forward then takes no page faults).
+static void test_populated_at_load(void **state) {
+    (void)state;
+    unsigned long before[16], after[16];
+    long rss_before[16], rss_after[16];
+    const int nb = file_mappings("stories260K.gguf", before, rss_before, 16);
+    ds_model *m = NULL;
+    assert_int_equal(stories_load_with(&m, &(ds_model_params){.n_threads = 1}), 0);
+    const int na = file_mappings("stories260K.gguf", after, rss_after, 16);
+    assert_int_equal(na, nb + 1);
+    long rss = -1;
+    for (int i = 0; i < na; i++) {
+        int old = 0;
+        for (int j = 0; j < nb; j++) old |= after[i] == before[j];
+        if (!old) rss = rss_after[i];
+    }
+    assert_true(rss * 1024 >= (long)ds_model_get_info(m)->weight_bytes);
+    ds_model_free(m);
+}
+
 // ds_forward_seq.batch_invariant: with one sequence of a 16-row batch asking for it (past the
 // sgemm crossover of every weight type but the 16-bit ones), every row's logits are bitwise those
 // of the row run alone (the multi-row kernel's result for a row is a function of that row).
@@ -309,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_taps_consistent), cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_missing_file_message), cmocka_unit_test(test_batch_invariant),
         cmocka_unit_test(test_token_tree),
+        cmocka_unit_test(test_populated_at_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
