@@ -2,7 +2,7 @@
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
-//                [--isas avx512,avx512bf16] [--prefill P]
+//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -15,6 +15,8 @@
 // this way next to llama-bench's pp / tg).
 // For small models (which fit in cache) the bound is meaningless; the line then also reports the
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
+// --bf16-inputs 1 loads the model with ds_model_params.bf16_inputs (what DSPARK_BF16_INPUTS=1 does for
+// the CLI and the server: BF16 weights on VDPBF16PS where the CPU has it), without --isas's rounds.
 // --isas compares kernel paths (ds_matmul_force_isa names; the model is loaded with
 // ds_model_params.bf16_inputs, so "avx512bf16" runs BF16 on VDPBF16PS and "avx512" on f32 FMA) in one run: per thread count, R rounds,
 // each measuring every path once in turn (decode rate over N steps, 1- and 8-row forwards, medians
@@ -27,7 +29,8 @@
 // 256 / 512 on full layers, FFN 10240, vocab 262144, per-layer embeddings 256 wide, the last 18
 // layers KV-shared; ~15 GB: opt-in only, and a later --layers gives a reduced-layer variant). For a
 // PLE model the line also gives the table's bytes, the bytes of the one row a token reads (the only
-// part of the table in weight_bytes) and the resident memory after load (the table stays mapped:
+// part of the table in weight_bytes) and the resident memory after load (the matrices a decode step
+// reads are entered into the page tables at load, ds_model_params.no_populate; the table stays mapped:
 // a copy or widening would show there).
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +139,7 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     const char *model = NULL, *synth = NULL, *threads = "1,2", *isas = NULL;
     bench_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0, NULL};
-    int n = 64, repeats = 5, prefill = 0;
+    int n = 64, repeats = 5, prefill = 0, bf16 = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (bench_model_option(o, v, &s, &model, &synth)) continue;
@@ -145,6 +148,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--repeats")) repeats = atoi(v);
         else if (!strcmp(o, "--isas")) isas = v;
         else if (!strcmp(o, "--prefill")) prefill = atoi(v);
+        else if (!strcmp(o, "--bf16-inputs")) bf16 = atoi(v);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", o);
             return 2;
@@ -161,7 +165,7 @@ int main(int argc, char **argv) {
     ds_model *m;
     // --isas: BF16 weights opt in to rounded inputs, which only the avx512bf16 path acts on.
     const ds_model_params bf16_in = {.n_threads = 0, .bf16_inputs = 1};
-    if (ds_model_load(model, isas ? &bf16_in : NULL, &m)) {
+    if (ds_model_load(model, isas || bf16 ? &bf16_in : NULL, &m)) {
         fprintf(stderr, "bench_decode: %s\n", ds_last_error());
         return 1;
     }
