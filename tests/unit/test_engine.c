@@ -163,6 +163,32 @@ static void test_ride(void **state) {
         assert_int_equal(decode_with(DS_SPEC_NONE, p, np, 1, out, &st), 1); // finished by the riding round
         assert_int_equal(out[0], ref[0]);
     }
+    // A rest that rides after a whole chunk: the prompt cache keeps the chunk when the ride ends, and
+    // the same prompt again starts from it, to the same tokens.
+    {
+        int32_t p[260], out[2][16];
+        prompt_of(p, 260, 4);
+        ds_spec_params sp = {.kind = DS_SPEC_NONE, .prompt_cache_bytes = (size_t)64 << 20};
+        ds_engine *e;
+        assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
+        const ds_sampler_params smp = ds_sampler_default();
+        for (int k = 0; k < 2; k++) {
+            int id, n = 0;
+            assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = p, .n_prompt = 260, .max_new = 16, .sp = &smp,
+                    .seed = 1}, &id), DS_OK);
+            while (!ds_engine_finished(e, id)) {
+                assert_int_equal(ds_engine_step(e), DS_OK);
+                n += ds_engine_take(e, id, out[k] + n, 16 - n);
+            }
+            assert_int_equal(n, 16);
+            const ds_seq_stats *st = ds_engine_stats(e, id);
+            assert_int_equal(st->cached_tokens, k ? 256 : 0);
+            assert_int_equal(st->prefill_rows, k ? 4 : 260); // (the rest, 3 rows and the anchor, rode)
+            assert_int_equal(ds_engine_remove(e, id), DS_OK);
+        }
+        assert_memory_equal(out[0], out[1], sizeof out[0]);
+        ds_engine_free(e);
+    }
     // One step of a plain engine: the short prompt's first token, without waiting a round.
     int32_t p[6], tok;
     prompt_of(p, 6, 3);
