@@ -41,14 +41,23 @@
 //     bound by VDPBF16PS's latency (6 cycles on Zen 4, whose 512-bit units also run at half Zen 5's
 //     rate), three are not (a one-row forward 72-77 -> 64-65 ms; 3-4 rows stay at one: 81 against
 //     69-70 ms).
+//   Past the first 8 input rows (prefill, verification of several sequences) the Zen 4 tuning reads
+//   line-aligned weight rows by one aligned load per block (see seg: sh < 0): the first 8 rows' pass
+//   over the same rows (an item of the thread pool, >= 512 KiB of weights) left them in L2, where the
+//   second line load and the VPERMT2D only cost (the kernel's weights in L2: 0.65-0.68 VDPBF16PS per
+//   cycle for 8 rows joined, 0.76-0.79 by single loads); streamed from memory the joined lines win,
+//   so the first 8 rows keep them. A 16-token forward of the inflated 2048 x 24 target 70-71 ->
+//   75 tok/s, 64 tokens 77-78 -> 86-87 (one thread; two: 113-116 -> 121-134, 137-139 -> 153-161).
+//   Not measured on Zen 5, whose tuning keeps the joined lines.
 typedef struct {
     int x_bytes;    // input bytes kept in L1 while the weights stream (the column piece)
     int wide_whole; // 5-8 input rows (3 weight rows at a time): whole rows, no column pieces
     int pf_l2;      // weights prefetched into L2 (PREFETCHT1), else into L1 (PREFETCHT0) ...
     int pf_blocks;  // ... this many row blocks ahead, at the same columns
+    int hot_single; // input rows past the first 8: line-aligned weight rows by single loads
 } tuning;
 
-static const tuning g_tunings[2] = {{16384, 0, 0, 2}, {24576, 1, 1, 4}}; // 48 KiB L1, smaller
+static const tuning g_tunings[2] = {{16384, 0, 0, 2, 0}, {24576, 1, 1, 4, 1}}; // 48 KiB L1, smaller
 static int g_forced = -1;                                                  // ds_bf16dp_set_tuning
 
 static const tuning *tuning_get(void) { return &g_tunings[g_forced >= 0 ? g_forced : ds_cpu_prefetch_l2()]; }
@@ -266,7 +275,8 @@ TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void
         const float *xi = x + (size_t)i * cols;
         float *yi = y + (size_t)i * ldy;
         const uint16_t *xk = xb ? xb + (size_t)i * ps : NULL;
-        if (tn->pf_l2) blk_m(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, tn, m, 1);
-        else blk_m(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, sh, tn, m, 0);
+        const int shi = i > 0 && sh == 0 && tn->hot_single ? -1 : sh; // (the weights in L2 now)
+        if (tn->pf_l2) blk_m(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, shi, tn, m, 1);
+        else blk_m(yi, ldy, xi, xk, ps, tmp, W, cols, r0, r1, shi, tn, m, 0);
     }
 }
