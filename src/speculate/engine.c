@@ -995,6 +995,7 @@ static ds_status prefill_chunks(ds_engine *e) {
 }
 
 ds_status ds_engine_step(ds_engine *e) {
+    for (int i = 0; i < e->n_seqs; i++) e->seqs[i].ride = 0; // (decided anew each step, even after an error)
     ds_status st = prefill_chunks(e);
     if (st) return st;
     const double t_round = now_s(); // the round from drafting to its commit (prefill chunks excluded)
@@ -1081,8 +1082,7 @@ ds_status ds_engine_step(ds_engine *e) {
     int B = 0;
     for (int j = 0; j < n; j++) {
         seq *s = &e->seqs[e->fwd_owner[j]];
-        if (s->ride) s->ride = 0; // (its forward counted as prefill above)
-        else s->stats.verify_s += dt;
+        if (!s->ride) s->stats.verify_s += dt; // (a rider's forward counted as its prefill above)
         B += e->fwd[j].n_tokens;
     }
     if (auto_sched) ds_cost_observe(&e->costs, B, t_fwd); // as the profile measures: the forward
