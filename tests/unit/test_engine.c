@@ -35,21 +35,30 @@ static void prompt_of(int32_t *p, int n, int seed) {
     for (int i = 1; i < n; i++) p[i] = (int32_t)(3 + (i * 131 + seed * 17) % 500);
 }
 
-// Greedy output of one sequence decoded alone (no speculation).
-static int alone(const int32_t *prompt, int n_prompt, int max_new, int32_t *out) {
-    ds_spec_params sp = {.kind = DS_SPEC_NONE};
+// Greedy output and stats of one sequence through an engine of spec kind `kind` (the drafter for
+// DS_SPEC_DSPARK, a fixed schedule).
+static int decode_with(ds_spec_kind kind, const int32_t *prompt, int n_prompt, int max_new, int32_t *out,
+                       ds_seq_stats *stats) {
+    ds_spec_params sp = {.kind = kind, .schedule = DS_SCHEDULE_FIXED};
     ds_engine *e;
-    assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
+    assert_int_equal(ds_engine_init(g_m, kind == DS_SPEC_DSPARK ? g_d : NULL, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
     int id, n = 0;
-    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = max_new, .sp = &smp,
-            .seed = 1}, &id), DS_OK);
+    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = max_new,
+            .sp = &smp, .seed = 1}, &id), DS_OK);
     while (!ds_engine_finished(e, id)) {
         assert_int_equal(ds_engine_step(e), DS_OK);
         n += ds_engine_take(e, id, out + n, max_new - n);
     }
+    *stats = *ds_engine_stats(e, id);
     ds_engine_free(e);
     return n;
+}
+
+// Greedy output of one sequence decoded alone (no speculation).
+static int alone(const int32_t *prompt, int n_prompt, int max_new, int32_t *out) {
+    ds_seq_stats stats;
+    return decode_with(DS_SPEC_NONE, prompt, n_prompt, max_new, out, &stats);
 }
 
 // A 400-token prompt joins while a short one decodes: the short one still commits a token every
@@ -116,26 +125,6 @@ static void test_chunked_prefill_with_drafter(void **state) {
     assert_memory_equal(out, ref, sizeof(int32_t) * (size_t)n);
     assert_true(ds_engine_stats(e, id)->drafted > 0);
     ds_engine_free(e);
-}
-
-// Greedy output and stats of one sequence through an engine of spec kind `kind` (the drafter for
-// DS_SPEC_DSPARK, a fixed schedule).
-static int decode_with(ds_spec_kind kind, const int32_t *prompt, int n_prompt, int max_new, int32_t *out,
-                       ds_seq_stats *stats) {
-    ds_spec_params sp = {.kind = kind, .schedule = DS_SCHEDULE_FIXED};
-    ds_engine *e;
-    assert_int_equal(ds_engine_init(g_m, kind == DS_SPEC_DSPARK ? g_d : NULL, &sp, &e), DS_OK);
-    const ds_sampler_params smp = ds_sampler_default();
-    int id, n = 0;
-    assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = max_new,
-            .sp = &smp, .seed = 1}, &id), DS_OK);
-    while (!ds_engine_finished(e, id)) {
-        assert_int_equal(ds_engine_step(e), DS_OK);
-        n += ds_engine_take(e, id, out + n, max_new - n);
-    }
-    *stats = *ds_engine_stats(e, id);
-    ds_engine_free(e);
-    return n;
 }
 
 // Plain decoding: a short prompt's rows go with its first round (one forward gives the first
