@@ -37,10 +37,11 @@
 //     forwards, 1.0 this way; 8 rows 2.2, 1.75 this way; one thread), the input of 1-4 rows in
 //     pieces of at most 24 KiB, and 5-8 rows over whole rows (their pieces restart the weight
 //     streams at every piece: 8 rows of a 9728 x 2560 product 3.4-3.6 ms against 3.0-3.3 whole);
-//     1-2 input rows take 3 weight rows at a time there: one accumulator chain per weight block is
+//     2 input rows take 3 weight rows at a time there: one accumulator chain per weight block is
 //     bound by VDPBF16PS's latency (6 cycles on Zen 4, whose 512-bit units also run at half Zen 5's
-//     rate), three are not (a one-row forward 72-77 -> 64-65 ms; 3-4 rows stay at one: 81 against
-//     69-70 ms).
+//     rate), three are not (a one-row forward 72-77 -> 64-65 ms with the L2 prefetch; 3-4 rows stay
+//     at one: 81 against 69-70 ms); one input row reads one weight row at a time with no software
+//     prefetch at all, faster still (blk_m).
 //   Past the first 8 input rows (prefill, verification of several sequences) the Zen 4 tuning reads
 //   line-aligned weight rows by one aligned load per block (see seg: sh < 0): the first 8 rows' pass
 //   over the same rows (an item of the thread pool, >= 512 KiB of weights) left them in L2, where the
@@ -64,8 +65,9 @@ static const tuning *tuning_get(void) { return &g_tunings[g_forced >= 0 ? g_forc
 
 void ds_bf16dp_set_tuning(int which) { g_forced = which == 0 || which == 1 ? which : -1; }
 
-// Prefetch of the weight line at p into L2 or L1 (the hint must be a constant).
-#define PREFETCH_W(p, l2) ((l2) ? __builtin_prefetch((p), 0, 2) : __builtin_prefetch((p), 0, 3))
+// Prefetch of the weight line at p into L2 (l2 = 1) or L1 (0), or none (2: the hardware's prefetchers
+// alone); the hint must be a constant.
+#define PREFETCH_W(p, l2) ((l2) == 2 ? (void)0 : (l2) ? __builtin_prefetch((p), 0, 2) : __builtin_prefetch((p), 0, 3))
 
 int ds_bf16dp_supported(void) {
     __builtin_cpu_init();
@@ -240,13 +242,20 @@ TARGET __attribute__((always_inline)) static inline void blk(float *y, int ldy, 
 }
 
 // m (1-8) input rows, each count its own instance: 1 weight row at a time for up to 4, 3 for 5-8;
-// under the L2 tuning 3 for 1-2 rows as well.
+// under the L2 tuning 3 for 2 rows as well, and one input row reads one weight row at a time without
+// software prefetch: a single sequential stream, which the hardware's prefetchers follow best (plain
+// decoding of the inflated 2048 x 24 target 14.3-15.0 -> 15.1-16.5 tok/s on one thread, 18.7-24.8 ->
+// 28.2-29.0 on two, interleaved; the 3 weight rows prefetched into L2 that it replaces had beaten one
+// weight row with that prefetch, 72-77 -> 64-65 ms a forward, results.md).
 TARGET __attribute__((always_inline)) static inline void blk_m(float *y, int ldy, const float *x, const uint16_t *xk,
                                                                size_t xs, uint16_t *tmp, const uint16_t *W, int cols,
                                                                int r0, int r1, int sh, const tuning *tn, int m,
                                                                const int l2) {
     switch (m) {
-    case 1: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 1, l2 ? 3 : 1, l2); break;
+    case 1:
+        if (l2) blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 1, 1, 2);
+        else blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 1, 1, 0);
+        break;
     case 2: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 2, l2 ? 3 : 1, l2); break;
     case 3: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 3, 1, l2); break;
     case 4: blk(y, ldy, x, xk, xs, tmp, W, cols, r0, r1, sh, tn, 4, 1, l2); break;
