@@ -81,9 +81,11 @@ if [[ " $PHASES " == *" spec "* ]]; then
 fi
 LCPP_COMMIT=$(git -C "${LLAMA_CPP:-/nonexistent}" rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-# llama-bench: tokens per second of one test (its JSON output: avg_ts over -r 1 repetition).
+# llama-bench: tokens per second of one test (its JSON output: avg_ts over -r 1 repetition, after
+# its warm-up run: dspark enters the weights into the page tables at load, so neither side counts
+# page faults).
 lcpp() { # file threads pp tg
-  "$LLAMA_BENCH" -m "$1" -t "$2" -p "$3" -n "$4" -r 1 -o json --no-warmup 2>/dev/null |
+  "$LLAMA_BENCH" -m "$1" -t "$2" -p "$3" -n "$4" -r 1 -o json 2>/dev/null |
     /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["avg_ts"])'
 }
 # bench_decode on the file: its "prefill" / "decode" tokens per second.
