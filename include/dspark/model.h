@@ -59,9 +59,9 @@ typedef struct {
                      // VDPBF16PS where the CPU has AVX512-BF16 (llama.cpp's numerics for BF16; verifying
                      // 8 rows 1.4-2x cheaper); 0 (default): f32 inputs, one f32 FMA per weight.
     int no_populate; // 1: leave the weights to page faults (a job reading them once, as quantize, keeps
-                     // its resident memory bounded); 0 (default): the matrices a decode step reads enter
-                     // the page tables at load, while they take at most half the machine's memory (still
-                     // mapped, not copied), so the first forward pays no page faults
+                     // its resident memory bounded); 0 (default): the matrices products read (all
+                     // experts) enter the page tables at load, while they take at most half the
+                     // machine's memory (still mapped, not copied): the first forward takes no faults
 } ds_model_params;
 
 // Load a target model: `path` is a .gguf file or a Hugging Face directory (config.json +

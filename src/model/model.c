@@ -86,12 +86,13 @@ static void weight_populate(ds_weight *w, void *unused) {
     if (w->data) ds_mapfile_populate(w->data, ds_weight_data_bytes(w));
 }
 
-// The matrices one decode step reads, entered into the page tables at load while they take at most
-// half the machine's memory: the first forward of a fresh process (a server's first request, a
-// `dspark generate`) otherwise pays a page fault per few pages of weights, ~120 ms of a 12-token
-// prompt's first forward on the inflated 2048 x 24 BF16 target (docs/results.md). The weights stay
-// mapped, not copied; llama.cpp maps with MAP_POPULATE alike. Embedding tables (a gather reads a few
-// rows: Gemma 4's per-layer ones are gigabytes) and larger-than-half-memory models are left to faults.
+// The matrices products read (every expert of a MoE target), entered into the page tables at load
+// while they take at most half the machine's memory: the first forward of a fresh process (a
+// server's first request, a `dspark generate`) otherwise pays a page fault per few pages of
+// weights, ~120 ms of a 12-token prompt's first forward on the inflated 2048 x 24 BF16 target
+// (docs/results.md). The weights stay mapped, not copied; llama.cpp maps with MAP_POPULATE alike.
+// Embedding tables (a gather reads a few rows: Gemma 4's per-layer ones are gigabytes) and
+// larger-than-half-memory models are left to faults.
 static void model_populate(ds_model *m) {
     size_t sum = 0;
     model_each_weight(m, weight_bytes_sum, &sum);
