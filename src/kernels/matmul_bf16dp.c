@@ -78,7 +78,14 @@ int ds_bf16dp_supported(void) {
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
 }
 
-static inline int padded(int cols) { return (cols + BLK - 1) / BLK * BLK; }
+// The packed input's row stride (bf16 elements): cols rounded up to whole blocks, plus one cache line
+// where that is a multiple of 512 (1 KiB), so that 8 rows do not fall into the same few sets of L1
+// (8-way): at a 4 KiB stride all 8 rows of a block map to one set, and with the weight lines
+// streaming through it they evict each other.
+static inline int stride_of(int cols) {
+    const int p = (cols + BLK - 1) / BLK * BLK;
+    return p % 512 == 0 ? p + BLK : p;
+}
 
 // Mask of the valid lanes of the block at column j of a row of `len` columns (all 32 if whole).
 static inline __mmask32 block_mask(int j, int len) {
@@ -110,7 +117,7 @@ TARGET static void round_rows(uint16_t *xb, size_t ps, const float *x, size_t xs
 const float *ds_bf16dp_pack(float *buf, const float *x, int n, int cols) {
     if (cols < 16) return NULL; // the padded rows might not fit in n x cols floats
     uint16_t *xb = (uint16_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-    round_rows(xb, (size_t)padded(cols), x, (size_t)cols, n, cols);
+    round_rows(xb, (size_t)stride_of(cols), x, (size_t)cols, n, cols);
     return (const float *)(const void *)xb;
 }
 
@@ -269,7 +276,7 @@ TARGET __attribute__((always_inline)) static inline void blk_m(float *y, int ldy
 TARGET void ds_bf16dp_rows(float *y, int ldy, const float *x, int nb, const void *Wv, int cols, int r0, int r1,
                            const float *xp) {
     const uint16_t *W = Wv, *xb = (const uint16_t *)(const void *)xp;
-    const size_t ps = (size_t)padded(cols);
+    const size_t ps = (size_t)stride_of(cols);
     if (cols <= 0) {
         for (int k = 0; k < nb; k++)
             for (int r = r0; r < r1; r++) y[(size_t)k * ldy + r] = 0.0f;

@@ -155,13 +155,13 @@ static void test_round_emulation(void **state) {
     assert_int_equal(bad, 0);
 }
 
-// ds_bf16dp_pack: each row rounded by the emulation, the padding zero, the buffer's room respected
-// (n x cols + 16 floats) and NULL below 16 columns.
+// ds_bf16dp_pack: each row rounded by the emulation, the padding to whole blocks zero (a stride a
+// multiple of 512 gets one more block, unused), the buffer's room respected (n x cols + 16 floats) and NULL below 16 columns.
 static void test_pack(void **state) {
     if (!have_bf16()) skip();
-    const int cols_list[] = {15, 16, 17, 31, 32, 33, 100, 1025};
-    for (int ci = 0; ci < 8; ci++) {
-        const int cols = cols_list[ci], n = 5, ps = (cols + 31) / 32 * 32;
+    const int cols_list[] = {15, 16, 17, 31, 32, 33, 100, 481, 512, 1025, 2048};
+    for (int ci = 0; ci < 11; ci++) {
+        const int cols = cols_list[ci], n = 5, blocks = (cols + 31) / 32 * 32, ps = blocks + (blocks % 512 ? 0 : 32);
         float *x = xmalloc((size_t)n * cols * 4);
         uint32_t *xu = (uint32_t *)x;
         for (int k = 0; k < n * cols; k++) xu[k] = rnd_f32_bits();
@@ -175,7 +175,7 @@ static void test_pack(void **state) {
             assert_int_equal((uintptr_t)p % 64, 0);
             assert_true((const char *)(p + (size_t)n * ps) <= (const char *)(buf + room));
             for (int k = 0; k < n; k++)
-                for (int j = 0; j < ps; j++)
+                for (int j = 0; j < blocks; j++)
                     assert_int_equal(p[(size_t)k * ps + j], j < cols ? emu_round_bf16(xu[(size_t)k * cols + j]) : 0);
         }
         free(buf);
