@@ -29,6 +29,12 @@ static int g_pf_l2;
 // Input rows up to this size are read from L1 whole while the weights stream row by row (longest
 // streams); bigger inputs go segment by segment.
 #define DS_X_L1_BYTES 32768
+// The BF16 input packed for the f32-FMA kernel (packall_bf16): the row stride for `whole` columns,
+// one cache line more where the rows would be a multiple of 1 KiB apart (8 rows at such a stride
+// share L1's sets, where the weight lines streaming through evict them), and the room n such rows
+// take (64-byte alignment included).
+static inline int ds_pack_stride(int whole) { return whole % 256 == 0 ? whole + 16 : whole; }
+static inline size_t ds_pack_room(int n, int cols) { return (size_t)n * ((size_t)cols + 16) + 16; }
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 #define ISA avx512
@@ -296,7 +302,7 @@ static int gemm_tile_rows(const ds_weight *w) {
 // aligned.
 size_t ds_matmul_scratch_floats(const ds_weight *w) {
     if (w->type == DS_F32) return 0;
-    const size_t tile = (size_t)gemm_tile_rows(w) * (size_t)w->cols, pack = DS_PACK_ROWS * (size_t)w->cols + 16;
+    const size_t tile = (size_t)gemm_tile_rows(w) * (size_t)w->cols, pack = ds_pack_room(DS_PACK_ROWS, w->cols);
     return w->type == DS_BF16 && pack > tile ? pack : tile;
 }
 
@@ -473,7 +479,7 @@ void ds_matmul_ex(float *y, const float *x, const ds_weight *w, int n, float *sc
     // scratch (which the kernel path does not otherwise use); without room, the kernel packs per
     // segment itself, to the same numbers.
     const float *xp = NULL;
-    if (!gemm && w->type == DS_BF16 && scratch && (size_t)n * (size_t)w->cols + 16 <= ds_matmul_scratch_floats(w))
+    if (!gemm && w->type == DS_BF16 && scratch && ds_pack_room(n, w->cols) <= ds_matmul_scratch_floats(w))
         xp = bf16_isa(isa_get(), w)->pack(scratch, x, n, w->cols);
     matmul_run(y, x, w, n, scratch, gemm, xp, NULL);
 }
