@@ -4,6 +4,7 @@
 //
 //   bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]
 //             [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N] [--bf16-inputs 0|1]
+//             [--policies none,fixed3,auto,...]
 //
 // Policies: none (plain decoding, the baseline), fixed1..7 (draft L slots, verify all), threshold
 // (DeepSpec's static rule at --threshold, default 0.5), auto (Algorithm 1 over a cost table
@@ -19,6 +20,8 @@
 // checked against none's ("lossless"). A setup line reports the target's weight bytes per token,
 // the measured read bandwidth, the bound (bandwidth / weight bytes) and plain single-sequence decode
 // against it, and verify(8) / decode(1) from the cost table. JSON lines on stdout.
+// --policies runs only the named policies (none, the baseline, always runs; the summary line then
+// reports 0 for those left out).
 // --bf16-inputs 1 loads the target with ds_model_params.bf16_inputs (what DSPARK_BF16_INPUTS=1 does
 // for the CLI: a BF16 target's few-row products on VDPBF16PS, inputs rounded to bf16).
 #include <stdio.h>
@@ -111,13 +114,14 @@ int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: bench_e2e TARGET DRAFTER [--prompts FILE] [--conc 1,4,16] [--temps 0,1] [-n TOKENS]\n"
                         "                 [--repeats N] [--threads T] [--threshold C] [--requests N] [--tree N]\n"
-                        "                 [--bf16-inputs 0|1]\n");
+                        "                 [--bf16-inputs 0|1] [--policies none,fixed3,auto,...]\n");
         return 2;
     }
     const char *prompts_path = "docs/prompts/stories-heldout.txt";
     int conc[16] = {1, 4, 16}, n_conc = 3, temps[4] = {0, 1}, n_temps = 2, n = 32, reps = 3, threads = 1, n_req0 = 4;
     int tree = 0, bf16_inputs = 0;
     float threshold = 0.5f;
+    const char *policies = NULL;
     for (int i = 3; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (!strcmp(o, "--prompts")) prompts_path = v;
@@ -130,12 +134,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--requests")) n_req0 = atoi(v);
         else if (!strcmp(o, "--tree")) tree = atoi(v);
         else if (!strcmp(o, "--bf16-inputs")) bf16_inputs = atoi(v);
+        else if (!strcmp(o, "--policies")) policies = v;
         else {
             fprintf(stderr, "bench_e2e: unknown option %s\n", o);
             return 2;
         }
     }
     const int n_policies = tree > 0 ? N_POL : N_POL - 1;
+    int run_pol[N_POL]; // --policies: whether policy p runs
+    for (int p = 0; p < N_POL; p++) {
+        char buf[16];
+        const char *name = p == POL_TREE ? "auto_tree" : bench_policy_name(p, buf);
+        const size_t len = strlen(name);
+        run_pol[p] = !policies || p == 0;
+        for (const char *q = policies; q && *q && !run_pol[p]; q += strcspn(q, ",") + (q[strcspn(q, ",")] == ',')) {
+            run_pol[p] = strcspn(q, ",") == len && !strncmp(q, name, len);
+        }
+    }
     if (reps < 1 || reps > MAX_REPS || n < 1 || n_conc < 1 || n_temps < 1 || n_req0 < 1 || n_req0 > 4096 || tree < 0 ||
         tree > 16) {
         fprintf(stderr, "bench_e2e: need 1..%d repeats, -n >= 1, --conc and --temps lists\n", MAX_REPS);
@@ -199,6 +214,10 @@ int main(int argc, char **argv) {
             for (int rep = 0; rep < reps; rep++) {
                 fprintf(stderr, "bench_e2e: T = %g, R = %d, repeat %d/%d\n", temp, R, rep + 1, reps);
                 for (int p = 0; p < n_policies; p++) {
+                    if (!run_pol[p]) {
+                        rate[p][rep] = 0;
+                        continue;
+                    }
                     ds_spec_params sp = {.kind = p && p != 10 ? DS_SPEC_DSPARK : DS_SPEC_NONE};
                     if (p >= 1 && p <= 7) sp.draft_max = p;
                     if (p == 8) sp.schedule = DS_SCHEDULE_THRESHOLD, sp.conf_threshold = threshold;
@@ -216,6 +235,10 @@ int main(int argc, char **argv) {
             }
             double med[N_POL], rmed[N_POL];
             for (int p = 0; p < n_policies; p++) {
+                if (!run_pol[p]) {
+                    med[p] = rmed[p] = 0;
+                    continue;
+                }
                 double lo, hi, rlo, rhi;
                 char buf[16];
                 med[p] = median_of(rate[p], reps, &lo, &hi);

@@ -3,7 +3,8 @@
 //   add:    queue the prompt; rounds first prefill prompt[0..N-2] in chunks of 256 rows (taps to
 //           the drafter; at most 256 prompt rows per round over all sequences, so a long prompt
 //           never stalls the others for more than one chunk); anchor = prompt[N-1] at position
-//           s = N-1 (plain decoding: the last chunk rides with the first round, see can_ride)
+//           s = N-1 (plain decoding, and speculation while the auto gate drafts nothing: the last
+//           chunk rides with the first round, see can_ride)
 //   round:  per sequence: feed pending tap rows to the drafter; draft d_0..d_{K-1}; choose ℓ
 //           ONE target forward over every sequence's rows [anchor, d_0..d_{ℓ-1}] (positions s..s+ℓ)
 //           per sequence: verify -> a accepted + next; commit d_0..d_{a-1}, next (stop at EOS or
@@ -27,6 +28,7 @@
 #include "model/model.h"
 #include "sched/schedule.h"
 #include "sample/grammar.h"
+#include "speculate/engine_hooks.h"
 #include "speculate/ngram.h"
 #include "speculate/prompt_cache.h"
 #include "speculate/verify.h"
@@ -118,6 +120,8 @@ struct ds_engine {
     ds_round_observer observer;
     void *observer_ctx;
     ds_draft_gate gate;  // DS_SCHEDULE_AUTO: whether drafting pays (see schedule.h)
+    int gate_closed;     // ... and the last round's gate drafted nothing (new prompts may ride, can_ride)
+    int gate_force;      // ... or its decision forced (-1: not; engine_hooks.h)
     double tree_pred, tree_hit; // token trees: Σ β of the branches' first tokens tried, and how many
                                 // were accepted (decayed): β's calibration from past rounds
     ds_prompt_cache *pc; // NULL = off
@@ -170,6 +174,7 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
         return ds_fail(DS_ERR_INVALID, "draft length %d outside 0..%d", sp->draft_max, DS_MAX_DRAFT);
     ds_engine *e = ds_calloc(1, sizeof *e);
     if (!e) return DS_ERR_NOMEM;
+    e->gate_force = -1;
     e->m = m;
     e->sp = *sp;
     if (sp->kind == DS_SPEC_DSPARK) {
@@ -500,6 +505,7 @@ static ds_status draft_prepare(ds_engine *e, seq *s, int K_cap) {
     s->ell = 0;
     s->n_drafted = 0;
     s->tree = 0;
+    if (s->ride) return DS_OK; // (its prompt's taps come with this round: it drafts from the next)
     const int remaining = s->max_new - s->n_gen; // tokens this sequence may still commit
     int K = e->K < remaining - 1 ? e->K : remaining - 1;
     if (K > K_cap) K = K_cap;
@@ -939,15 +945,19 @@ int ds_engine_prompt_cache(const ds_engine *e, ds_prompt_cache_stats *out) {
 // Whether the rest of s's prompt rides with its first round instead of a chunk of its own: one
 // forward over [prompt rows n_prefilled .. N-2, anchor] whose last row's logits give the first
 // token, so plain decoding saves the one-row step after the prefill (65-80 ms of a 12-16-token
-// prompt's 260-330 ms on the inflated 2048 x 24 target, docs/results.md). Only when the round drafts
-// nothing for it (plain decoding: a drafter needs the prompt's taps before it drafts), without prompt
-// log-probabilities (they take every row's logits), for at most one chunk's rows, and for fewer rows
-// than any product would send to sgemm: the riding forward runs on the multi-row kernels
+// prompt's 260-330 ms on the inflated 2048 x 24 target, docs/results.md). Only where the first round
+// would draft nothing for it anyway, since a drafter needs the prompt's taps before it drafts: plain
+// decoding, and a DSpark engine whose auto gate drafted nothing last round (where drafting does not
+// pay, as at R = 4 and T = 1 on the inflated pair; a rider's rows' taps go to its drafter queue as
+// a chunk's would, and it drafts from its second round on, whatever the gate says now). Without
+// prompt log-probabilities (they take every row's logits), for at most one chunk's rows, and for
+// fewer rows than any product would send to sgemm: the riding forward runs on the multi-row kernels
 // (batch_invariant), as the chunk and the one-row step would, so every row is the same bit for bit
-// and riding never changes a token (test_engine's test_ride).
+// and riding never changes a token (test_engine's test_ride, test_ride_speculative).
 static int can_ride(const ds_engine *e, const seq *s) {
     const int rows = s->n_prompt - s->n_prefilled; // the prompt's rest, the anchor included
-    return e->sp.kind == DS_SPEC_NONE && !s->plp && rows <= DS_PREFILL_CHUNK && rows < ds_model_gemm_rows(e->m);
+    return (e->sp.kind == DS_SPEC_NONE || (e->sp.kind == DS_SPEC_DSPARK && e->gate_closed)) && !s->plp &&
+           rows <= DS_PREFILL_CHUNK && rows < ds_model_gemm_rows(e->m);
 }
 
 // Prefill the next prompt chunks: sequences in order, each chunk min(DS_PREFILL_CHUNK, what is
@@ -1012,11 +1022,13 @@ ds_status ds_engine_step(ds_engine *e) {
         e->costs.round_s = D > 0 ? D : 0;
     }
     const int greedy = auto_sched && all_greedy(e);
-    const int K_cap = auto_sched ? ds_gate_depth(&e->gate, &e->costs, R,
-                                                 (greedy ? ds_schedule_max_admissions_retrospective
-                                                         : ds_schedule_max_admissions)(&e->costs, R, e->K),
-                                                 !greedy)
-                                 : e->K;
+    const int K_cap = !auto_sched            ? e->K
+                      : e->gate_force >= 0 ? (e->gate_force < e->K ? e->gate_force : e->K)
+                                           : ds_gate_depth(&e->gate, &e->costs, R,
+                                                           (greedy ? ds_schedule_max_admissions_retrospective
+                                                                   : ds_schedule_max_admissions)(&e->costs, R, e->K),
+                                                           !greedy);
+    e->gate_closed = auto_sched && K_cap == 0;
     for (int i = 0; i < e->n_seqs; i++) {
         seq *s = &e->seqs[i];
         if (!in_round(s)) continue;
@@ -1049,15 +1061,19 @@ ds_status ds_engine_step(ds_engine *e) {
         *f = (ds_forward_seq){.kv = s->kv, .tokens = s->rows, .n_tokens = s->n_rows, .n_logits = s->n_rows,
                               .logits = s->p_logits, .batch_invariant = s->batch_invariant || s->tree,
                               .parent = s->tree ? s->par : NULL};
-        if (s->ride) { // the prompt's rest, then the anchor (ℓ = 0: nothing drafted)
-            f->tokens = s->toks + s->n_prefilled;
-            f->n_tokens = s->n_prompt - s->n_prefilled;
-            f->batch_invariant = 1;
-        }
         if (di) {
             f->tap_layers = di->tap_layers;
             f->n_taps = di->n_taps;
             f->taps = s->taps;
+        }
+        if (s->ride) { // the prompt's rest, then the anchor (ℓ = 0: nothing drafted)
+            f->tokens = s->toks + s->n_prefilled;
+            f->n_tokens = s->n_prompt - s->n_prefilled;
+            f->batch_invariant = 1;
+            if (di) { // the rows' taps straight into the queue, as a chunk's (the anchor's: see below)
+                if ((st = reserve_pending(e, s, f->n_tokens))) return st;
+                f->taps = s->pending + (size_t)s->n_pending * e->tap_w;
+            }
         }
         e->fwd_owner[n++] = i;
     }
@@ -1068,6 +1084,10 @@ ds_status ds_engine_step(ds_engine *e) {
     for (int j = 0; j < n; j++) { // riders: their prompt is in the cache now; the round was their prefill
         seq *s = &e->seqs[e->fwd_owner[j]];
         if (!s->ride) continue;
+        if (di) { // the rest's taps stay queued; the anchor's go where finish_round takes a round's
+            s->n_pending += s->n_prompt - 1 - s->n_prefilled;
+            memcpy(s->taps, s->pending + (size_t)s->n_pending * e->tap_w, sizeof(float) * (size_t)e->tap_w);
+        }
         s->stats.prefill_rows += s->n_prompt - s->n_prefilled;
         s->stats.prefill_s += t_fwd;
         s->n_prefilled = s->n_prompt - 1;
@@ -1099,6 +1119,8 @@ ds_finish_reason ds_engine_finish_reason(const ds_engine *e, int id, int32_t *st
     if (stop_token) *stop_token = s ? s->stop_token : -1;
     return s ? s->reason : DS_FINISH_NONE;
 }
+
+void ds_engine_force_gate(ds_engine *e, int depth) { e->gate_force = depth >= 0 ? depth : -1; }
 
 void ds_engine_set_observer(ds_engine *e, ds_round_observer fn, void *ctx) {
     e->observer = fn;

@@ -13,6 +13,7 @@
 #include "dspark.h"
 #include "stories.h"
 #include "model/model.h"
+#include "speculate/engine_hooks.h"
 
 static ds_model *g_m;
 static ds_drafter *g_d;
@@ -131,6 +132,64 @@ static void test_chunked_prefill_with_drafter(void **state) {
 // token: the prefill computed all n_prompt rows, and one step gave a token); a prompt whose rest
 // would reach sgemm (stories260K is F32) keeps its chunk and the one-row step. Either way the tokens
 // are those of speculative decoding, which never rides (its drafter needs the prompt's taps first).
+// The first round that drafts (the observer's first call with drafted slots): its confidences.
+typedef struct {
+    int n_drafted;
+    float conf[64];
+} first_draft;
+
+static void on_round(void *ctx, int id, int n_drafted, const float *conf, int ell, int accepted) {
+    (void)id, (void)ell, (void)accepted;
+    first_draft *f = ctx;
+    if (f->n_drafted || n_drafted <= 0 || !conf) return;
+    f->n_drafted = n_drafted < 64 ? n_drafted : 64;
+    memcpy(f->conf, conf, sizeof(float) * (size_t)f->n_drafted);
+}
+
+// While the auto schedule's gate drafts nothing, a speculative sequence's prompt rides with its
+// first round too, its rows' taps queued for the drafter. When drafting resumes, its first drafts'
+// confidences equal bit for bit those of the same sequence prefilled apart (prompt log-probabilities
+// turn riding off), and its tokens equal plain decoding's.
+static void test_ride_speculative(void **state) {
+    (void)state;
+    assert_true(ds_drafter_get_info(g_d)->has_confidence); // (the auto schedule needs it)
+    int32_t p[6], ref[16], out[16];
+    prompt_of(p, 6, 5);
+    const int n_ref = alone(p, 6, 16, ref);
+    ds_cost_table costs = {.bmax = 64};
+    for (int b = 1; b <= 64; b++) costs.sps[b] = 1.0 / (1e-3 + 1e-5 * b);
+    first_draft fd[2] = {{0}};
+    for (int plp = 0; plp < 2; plp++) {
+        ds_spec_params sp = {.kind = DS_SPEC_DSPARK, .schedule = DS_SCHEDULE_AUTO, .costs = &costs};
+        ds_engine *e;
+        assert_int_equal(ds_engine_init(g_m, g_d, &sp, &e), DS_OK);
+        ds_engine_set_observer(e, on_round, &fd[plp]);
+        ds_engine_force_gate(e, 0);
+        assert_int_equal(ds_engine_step(e), DS_OK); // (no sequence yet: a round that drafted nothing)
+        const ds_sampler_params smp = ds_sampler_default();
+        int id, n = 0;
+        assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = p, .n_prompt = 6, .max_new = 16, .sp = &smp,
+                .seed = 1}, &id), DS_OK);
+        if (plp) assert_int_equal(ds_engine_set_prompt_logprobs(e, id, 0), DS_OK);
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        n += ds_engine_take(e, id, out, 16);
+        assert_int_equal(n, 1); // the first token, from the riding round or the one after the chunk
+        assert_int_equal(ds_engine_stats(e, id)->prefill_rows, plp ? 5 : 6);
+        ds_engine_force_gate(e, 4);
+        while (!ds_engine_finished(e, id)) {
+            assert_int_equal(ds_engine_step(e), DS_OK);
+            n += ds_engine_take(e, id, out + n, 16 - n);
+        }
+        assert_int_equal(n, n_ref);
+        assert_memory_equal(out, ref, sizeof(int32_t) * (size_t)n);
+        assert_true(ds_engine_stats(e, id)->drafted > 0);
+        ds_engine_free(e);
+    }
+    assert_true(fd[0].n_drafted > 0);
+    assert_int_equal(fd[0].n_drafted, fd[1].n_drafted);
+    assert_memory_equal(fd[0].conf, fd[1].conf, sizeof(float) * (size_t)fd[0].n_drafted);
+}
+
 static void test_ride(void **state) {
     (void)state;
     const int gemm_rows = ds_model_gemm_rows(g_m);
@@ -234,6 +293,7 @@ int main(void) {
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_chunked_prefill_with_drafter),
         cmocka_unit_test(test_ride),
+        cmocka_unit_test(test_ride_speculative),
         cmocka_unit_test(test_finish_reasons),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
