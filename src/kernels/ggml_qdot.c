@@ -30,11 +30,19 @@
 #define INLINE __attribute__((always_inline)) static inline
 
 #define PF_AHEAD DS_QPREFETCH_BYTES // qmatmul.h
-#define PF_SB(p) (__builtin_prefetch((const char *)(p) + PF_AHEAD), __builtin_prefetch((const char *)(p) + PF_AHEAD + 64), \
-                  __builtin_prefetch((const char *)(p) + PF_AHEAD + 128))
-#define PF_SB_L2(p) (__builtin_prefetch((const char *)(p) + PF_AHEAD, 0, 2),                                    \
-                     __builtin_prefetch((const char *)(p) + PF_AHEAD + 64, 0, 2),                               \
-                     __builtin_prefetch((const char *)(p) + PF_AHEAD + 128, 0, 2))
+// The lines of the super-block of `bytes` at p, PF_AHEAD further on, into L1 (PF_SB_N) or L2: every
+// block's bytes from its own start, so consecutive blocks leave no line out (Q6_K's 210-byte blocks
+// need a fourth: with three, one line in 3.3 went unfetched and its load waited on memory; a one-row
+// pass over Q6_K 4096 x 4096 took 1079 us against Q4_K's 467 for 2/3 of the bytes).
+#define PF_SB_N(p, bytes)                                                                                  \
+    (__builtin_prefetch((const char *)(p) + PF_AHEAD), __builtin_prefetch((const char *)(p) + PF_AHEAD + 64), \
+     __builtin_prefetch((const char *)(p) + PF_AHEAD + 128),                                                 \
+     (bytes) > 192 ? __builtin_prefetch((const char *)(p) + PF_AHEAD + 192) : (void)0)
+#define PF_SB_L2_N(p, bytes)                                                                               \
+    (__builtin_prefetch((const char *)(p) + PF_AHEAD, 0, 2), __builtin_prefetch((const char *)(p) + PF_AHEAD + 64, 0, 2), \
+     __builtin_prefetch((const char *)(p) + PF_AHEAD + 128, 0, 2),                                           \
+     (bytes) > 192 ? __builtin_prefetch((const char *)(p) + PF_AHEAD + 192, 0, 2) : (void)0)
+#define PF_SB(p) PF_SB_N(p, sizeof *(p))
 
 // ---- Unpacking (AVX2) ------------------------------------------------------------------------------
 // 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15) in the low lane, high ones (16..31) in
@@ -627,6 +635,7 @@ VNNI_TARGET INLINE void kz_blk(const int T, __m256 acc[8], const int8_t *xq, con
     for (int sb = sb0; sb < sb1; sb++) {
         const uint8_t *b = row + (size_t)sb * bb;
         __builtin_prefetch(b + pf), __builtin_prefetch(b + pf + 64), __builtin_prefetch(b + pf + 128);
+        if (bb > 192) __builtin_prefetch(b + pf + 192);
         ksb s;
         ksb_prep(T, b, &s);
         __m512i a[8], mp[4];
@@ -646,12 +655,12 @@ VNNI_TARGET INLINE void kz_blk(const int T, __m256 acc[8], const int8_t *xq, con
 
 // One super-block of a one-row pass (kz_one): its integers into a (isum's lanes) and, with mins, the
 // half j % 2 of mp (imin's 8 lanes), its scales into d / dmin. The weights ahead are prefetched into
-// L2 (PF_SB_L2): a one-row forward of a Q4_K_M 2048 x 5632 x 24 target 34-37 -> 29-31 ms on Zen 4
+// L2 (PF_SB_L2_N): a one-row forward of a Q4_K_M 2048 x 5632 x 24 target 34-37 -> 29-31 ms on Zen 4
 // (one thread; not measured on Zen 5). Multi-row passes keep L1's prefetch (no gain there, and a
 // runtime choice between the two here ran no faster than L1's: code layout).
 VNNI_TARGET INLINE void kz_one_sb(const int T, const uint8_t *b, const int8_t *x, const int16_t *xb,
                                   const int j, __m512i *a, __m512i *mp, float *d, float *dmin) {
-    PF_SB_L2(b);
+    PF_SB_L2_N(b, T == KT_Q6 ? sizeof(ds_block_q6_k) : 0);
     ksb s;
     ksb_prep(T, b, &s);
     *d = s.d, *dmin = s.dmin;
@@ -712,7 +721,7 @@ VNNI_TARGET INLINE void kz_few(const int T, const int M, float *y, int ldy, cons
         }
         for (int j = 0; j < g; j++) {
             const uint8_t *b = row + (size_t)(s0 + j) * bb;
-            PF_SB(b);
+            PF_SB_N(b, bb);
             ksb s;
             ksb_prep(T, b, &s);
             d[j] = s.d, dmin[j] = s.dmin;
@@ -896,7 +905,8 @@ R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const d
         const int16_t *B = px->bs + (size_t)i * (cols / 16); // (nsb, 8, 8, 2)
         KZ_TILES((size_t)nsb * bb, 8, for (int sb = s0; sb < s1; sb++) {
             const uint8_t *blk = row + (size_t)sb * bb;
-            __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);
+            __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);   \
+            if (bb > 192) __builtin_prefetch(blk + pf + 192);
             __m256i isum, imin;
             float d, dmin;
             r8_sb(T, blk, X + (size_t)sb * 2048, B + (size_t)sb * 128, &isum, &imin, &d, &dmin);
