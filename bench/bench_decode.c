@@ -2,7 +2,7 @@
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
-//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1]
+//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1] [--int8-inputs 1]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -17,6 +17,8 @@
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
 // --bf16-inputs 1 loads the model with ds_model_params.bf16_inputs (what DSPARK_BF16_INPUTS=1 does for
 // the CLI and the server: BF16 weights on VDPBF16PS where the CPU has it), without --isas's rounds.
+// --int8-inputs 1 loads it with ds_model_params.int8_inputs (DSPARK_INT8_INPUTS=1: GGUF Q8_0 and MLX
+// affine weights on the integer kernels, the input rounded to int8 per block, as llama.cpp's Q8_0).
 // --isas compares kernel paths (ds_matmul_force_isa names; the model is loaded with
 // ds_model_params.bf16_inputs, so "avx512bf16" runs BF16 on VDPBF16PS and "avx512" on f32 FMA) in one run: per thread count, R rounds,
 // each measuring every path once in turn (decode rate over N steps, 1- and 8-row forwards, medians
@@ -139,7 +141,7 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     const char *model = NULL, *synth = NULL, *threads = "1,2", *isas = NULL;
     bench_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0, NULL};
-    int n = 64, repeats = 5, prefill = 0, bf16 = 0;
+    int n = 64, repeats = 5, prefill = 0, bf16 = 0, int8 = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (bench_model_option(o, v, &s, &model, &synth)) continue;
@@ -149,6 +151,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--isas")) isas = v;
         else if (!strcmp(o, "--prefill")) prefill = atoi(v);
         else if (!strcmp(o, "--bf16-inputs")) bf16 = atoi(v);
+        else if (!strcmp(o, "--int8-inputs")) int8 = atoi(v);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", o);
             return 2;
@@ -164,8 +167,8 @@ int main(int argc, char **argv) {
     }
     ds_model *m;
     // --isas: BF16 weights opt in to rounded inputs, which only the avx512bf16 path acts on.
-    const ds_model_params bf16_in = {.n_threads = 0, .bf16_inputs = 1};
-    if (ds_model_load(model, isas || bf16 ? &bf16_in : NULL, &m)) {
+    const ds_model_params params = {.n_threads = 0, .bf16_inputs = isas || bf16, .int8_inputs = int8};
+    if (ds_model_load(model, &params, &m)) {
         fprintf(stderr, "bench_decode: %s\n", ds_last_error());
         return 1;
     }

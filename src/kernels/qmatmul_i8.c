@@ -309,19 +309,23 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
 // ---- GGUF Q8_0 times the rounded input (blocks of 32, as llama.cpp's Q8_0 x Q8_0) ---------------
 // Per block b of a row: d_b·dx_b·Σ w_i r_i, the signed products formed as |w| (unsigned) times
 // r·sign(w) (signed), which VPDPBUSD and PMADDUBSW take (|w| ≤ 128, |r| ≤ 127: no saturation).
+// The scale d_b·dx_b is formed in the loop, from the block being read (a pass of its own over the
+// row's block scales, before the products, took a fifth of a one-row product: its scalar loop met
+// every line of the row first; dx: input row k's block scales at dx + k·dxs).
 #define DEFINE_Q80I_BLOCK(NAME, TARGET, IDOT)                                                                      \
     TARGET __attribute__((always_inline)) static inline void q80iblock_##NAME(                                \
         float *y, int ldy, const int8_t *xq, size_t xstride, const ds_block_q8_0 *blk, int nblk,             \
-        const float (*sd)[DS_QX_GROUPS], const int M, int acc) {                                              \
+        const float *dx, size_t dxs, const int M, int acc) {                                                  \
         __m256 a[8];                                                                                          \
         for (int k = 0; k < M; k++) a[k] = _mm256_setzero_ps();                                               \
         for (int b = 0; b < nblk; b++) {                                                                      \
             __builtin_prefetch((const char *)(blk + b) + DS_QPREFETCH_BYTES);                                \
             const __m256i w = _mm256_loadu_si256((const __m256i *)blk[b].qs), wa = _mm256_sign_epi8(w, w);    \
+            const float dw = _cvtsh_ss(blk[b].d);                                                             \
             for (int k = 0; k < M; k++) {                                                                     \
                 const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * xstride + (size_t)b * 32)); \
                 const __m256i p = IDOT(wa, _mm256_sign_epi8(x, w));                                           \
-                a[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sd[k][b]), a[k]);                \
+                a[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx[(size_t)k * dxs + b]), a[k]); \
             }                                                                                                 \
         }                                                                                                     \
         for (int k = 0; k < M; k++) {                                                                         \
@@ -333,32 +337,27 @@ static void qi_rows_scalar(float *y, int ldy, const ds_qx *px, int nb, const ds_
     TARGET static void q80i_rows_##NAME(float *y, int ldy, const ds_qx *px, int nb, const ds_weight *w, int r0, int r1) { \
         const int cols = w->cols, nblk = cols / 32, seg = cols < DS_QSEG ? cols : DS_QSEG;                   \
         const ds_block_q8_0 *W = w->data;                                                                     \
-        float sd[8][DS_QX_GROUPS], df[DS_QX_GROUPS];                                                          \
         for (int i = 0; i < nb; i += 8) {                                                                     \
             const int m = nb - i < 8 ? nb - i : 8, pass = nblk <= DS_QX_GROUPS ? cols : seg;                  \
             for (int p0 = 0; p0 < cols; p0 += pass) {                                                         \
-                const int len = cols - p0 < pass ? cols - p0 : pass, nbp = len / 32, b0 = p0 / 32;            \
+                const int len = cols - p0 < pass ? cols - p0 : pass, b0 = p0 / 32;                            \
                 for (int r = r0; r < r1; r++) {                                                               \
                     const ds_block_q8_0 *row = W + (size_t)r * nblk + b0;                                     \
-                    for (int b = 0; b < nbp; b++) df[b] = _cvtsh_ss(row[b].d); /* F16C */                      \
-                    for (int k = 0; k < m; k++) {                                                             \
-                        const float *dk = px->d + (size_t)(i + k) * nblk + b0;                                \
-                        for (int b = 0; b < nbp; b++) sd[k][b] = df[b] * dk[b];                               \
-                    }                                                                                         \
                     float *yi = y + (size_t)i * ldy + r;                                                      \
                     for (int s0 = 0; s0 < len; s0 += seg) {                                                   \
                         const int c0 = p0 + s0, sb = (len - s0 < seg ? len - s0 : seg) / 32;                  \
                         const int8_t *xs = px->q + (size_t)i * cols + c0;                                     \
-                        const float(*sds)[DS_QX_GROUPS] = (const float(*)[DS_QX_GROUPS])&sd[0][s0 / 32];      \
+                        const float *dx = px->d + (size_t)i * nblk + c0 / 32;                                 \
+                        const ds_block_q8_0 *rs = row + s0 / 32;                                              \
                         switch (m) {                                                                          \
-                        case 1: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 1, c0 > 0); break; \
-                        case 2: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 2, c0 > 0); break; \
-                        case 3: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 3, c0 > 0); break; \
-                        case 4: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 4, c0 > 0); break; \
-                        case 5: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 5, c0 > 0); break; \
-                        case 6: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 6, c0 > 0); break; \
-                        case 7: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 7, c0 > 0); break; \
-                        default: q80iblock_##NAME(yi, ldy, xs, cols, row + s0 / 32, sb, sds, 8, c0 > 0); break; \
+                        case 1: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 1, c0 > 0); break;      \
+                        case 2: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 2, c0 > 0); break;      \
+                        case 3: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 3, c0 > 0); break;      \
+                        case 4: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 4, c0 > 0); break;      \
+                        case 5: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 5, c0 > 0); break;      \
+                        case 6: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 6, c0 > 0); break;      \
+                        case 7: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 7, c0 > 0); break;      \
+                        default: q80iblock_##NAME(yi, ldy, xs, cols, rs, sb, dx, nblk, 8, c0 > 0); break;     \
                         }                                                                                     \
                     }                                                                                         \
                 }                                                                                             \
@@ -373,7 +372,7 @@ DEFINE_Q80I_ROWS(avx2, AVX2_TARGET)
 // is a masked negation; an odd last block goes through 256 bits.
 VNNI_TARGET __attribute__((always_inline)) static inline void q80iblock_vnni(float *y, int ldy, const int8_t *xq, size_t xstride,
                                                                            const ds_block_q8_0 *blk, int nblk,
-                                                                           const float (*sd)[DS_QX_GROUPS], const int M,
+                                                                           const float *dx, size_t dxs, const int M,
                                                                            int acc) {
     __m512 a[8];
     __m256 a1[8];
@@ -387,11 +386,13 @@ VNNI_TARGET __attribute__((always_inline)) static inline void q80iblock_vnni(flo
                                              _mm256_loadu_si256((const __m256i *)blk[b + 1].qs), 1);
         const __m512i wa = _mm512_abs_epi8(w);
         const __mmask64 neg = _mm512_movepi8_mask(w);
+        const __m128 dw = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(blk[b].d), blk[b + 1].d, 1)); // d_b, d_b+1
         for (int k = 0; k < M; k++) {
             const __m512i x = _mm512_loadu_si512((const void *)(xq + (size_t)k * xstride + (size_t)b * 32));
             const __m512i xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
             const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, xs);
-            const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)&sd[k][b]))));
+            const __m128 s2 = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)k * dxs + b))));
+            const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s2));
             a[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, a[k]);
         }
     }
@@ -400,7 +401,7 @@ VNNI_TARGET __attribute__((always_inline)) static inline void q80iblock_vnni(flo
         for (int k = 0; k < M; k++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (size_t)k * xstride + (size_t)b * 32));
             const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa, _mm256_sign_epi8(x, w));
-            a1[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sd[k][b]), a1[k]);
+            a1[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(blk[b].d) * dx[(size_t)k * dxs + b]), a1[k]);
         }
     }
     for (int k = 0; k < M; k++) {
