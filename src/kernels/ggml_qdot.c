@@ -905,7 +905,7 @@ R8_TARGET INLINE void r8_rows(const int T, size_t bb, float *y, int ldy, const d
         const int16_t *B = px->bs + (size_t)i * (cols / 16); // (nsb, 8, 8, 2)
         KZ_TILES((size_t)nsb * bb, 8, for (int sb = s0; sb < s1; sb++) {
             const uint8_t *blk = row + (size_t)sb * bb;
-            __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);   \
+            __builtin_prefetch(blk + pf), __builtin_prefetch(blk + pf + 64), __builtin_prefetch(blk + pf + 128);
             if (bb > 192) __builtin_prefetch(blk + pf + 192);
             __m256i isum, imin;
             float d, dmin;
