@@ -391,7 +391,8 @@ VNNI_TARGET __attribute__((always_inline)) static inline void q80iblock_vnni(flo
             const __m512i x = _mm512_loadu_si512((const void *)(xq + (size_t)k * xstride + (size_t)b * 32));
             const __m512i xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
             const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, xs);
-            const __m128 s2 = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)k * dxs + b))));
+            const __m128 dxb = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(dx + (size_t)k * dxs + b)));
+            const __m128 s2 = _mm_mul_ps(dw, dxb); // (the two floats need not be 8-byte aligned)
             const __m512 sv = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s2));
             a[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, a[k]);
         }
