@@ -36,6 +36,16 @@ static void prompt_of(int32_t *p, int n, int seed) {
     for (int i = 1; i < n; i++) p[i] = (int32_t)(3 + (i * 131 + seed * 17) % 500);
 }
 
+// Steps e until sequence id finishes, its tokens appended to out (n already there, room for cap):
+// the total.
+static int run_out(ds_engine *e, int id, int32_t *out, int n, int cap) {
+    while (!ds_engine_finished(e, id)) {
+        assert_int_equal(ds_engine_step(e), DS_OK);
+        n += ds_engine_take(e, id, out + n, cap - n);
+    }
+    return n;
+}
+
 // Greedy output and stats of one sequence through an engine of spec kind `kind` (the drafter for
 // DS_SPEC_DSPARK, a fixed schedule).
 static int decode_with(ds_spec_kind kind, const int32_t *prompt, int n_prompt, int max_new, int32_t *out,
@@ -44,13 +54,10 @@ static int decode_with(ds_spec_kind kind, const int32_t *prompt, int n_prompt, i
     ds_engine *e;
     assert_int_equal(ds_engine_init(g_m, kind == DS_SPEC_DSPARK ? g_d : NULL, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
-    int id, n = 0;
+    int id;
     assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = prompt, .n_prompt = n_prompt, .max_new = max_new,
             .sp = &smp, .seed = 1}, &id), DS_OK);
-    while (!ds_engine_finished(e, id)) {
-        assert_int_equal(ds_engine_step(e), DS_OK);
-        n += ds_engine_take(e, id, out + n, max_new - n);
-    }
+    const int n = run_out(e, id, out, 0, max_new);
     *stats = *ds_engine_stats(e, id);
     ds_engine_free(e);
     return n;
@@ -115,13 +122,10 @@ static void test_chunked_prefill_with_drafter(void **state) {
     ds_engine *e;
     assert_int_equal(ds_engine_init(g_m, g_d, &sp, &e), DS_OK);
     const ds_sampler_params smp = ds_sampler_default();
-    int id, n = 0;
+    int id;
     assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = pb, .n_prompt = 300, .max_new = 30, .sp = &smp,
             .seed = 1}, &id), DS_OK);
-    while (!ds_engine_finished(e, id)) {
-        assert_int_equal(ds_engine_step(e), DS_OK);
-        n += ds_engine_take(e, id, out + n, 64 - n);
-    }
+    const int n = run_out(e, id, out, 0, 64);
     assert_int_equal(n, n_ref);
     assert_memory_equal(out, ref, sizeof(int32_t) * (size_t)n);
     assert_true(ds_engine_stats(e, id)->drafted > 0);
@@ -176,10 +180,7 @@ static void test_ride_speculative(void **state) {
         assert_int_equal(n, 1); // the first token, from the riding round or the one after the chunk
         assert_int_equal(ds_engine_stats(e, id)->prefill_rows, plp ? 5 : 6);
         ds_engine_force_gate(e, 4);
-        while (!ds_engine_finished(e, id)) {
-            assert_int_equal(ds_engine_step(e), DS_OK);
-            n += ds_engine_take(e, id, out + n, 16 - n);
-        }
+        n = run_out(e, id, out, n, 16);
         assert_int_equal(n, n_ref);
         assert_memory_equal(out, ref, sizeof(int32_t) * (size_t)n);
         assert_true(ds_engine_stats(e, id)->drafted > 0);
@@ -221,13 +222,10 @@ static void test_ride(void **state) {
         assert_int_equal(ds_engine_init(g_m, NULL, &sp, &e), DS_OK);
         const ds_sampler_params smp = ds_sampler_default();
         for (int k = 0; k < 2; k++) {
-            int id, n = 0;
+            int id;
             assert_int_equal(ds_engine_add(e, &(ds_seq_params){.prompt = p, .n_prompt = 260, .max_new = 16, .sp = &smp,
                     .seed = 1}, &id), DS_OK);
-            while (!ds_engine_finished(e, id)) {
-                assert_int_equal(ds_engine_step(e), DS_OK);
-                n += ds_engine_take(e, id, out[k] + n, 16 - n);
-            }
+            const int n = run_out(e, id, out[k], 0, 16);
             assert_int_equal(n, 16);
             const ds_seq_stats *st = ds_engine_stats(e, id);
             assert_int_equal(st->cached_tokens, k ? 256 : 0);
