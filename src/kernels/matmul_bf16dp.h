@@ -31,10 +31,10 @@ int ds_bf16dp_supported(void);
 // n input rows (n, cols) rounded to bf16 into buf, at its first 64-byte boundary: row k at
 // k·stride uint16 elements, stride = cols rounded up to a multiple of 32 (the padding zero), plus
 // one unused block where that is a multiple of 512 (rows a multiple of 1 KiB apart share L1's
-// sets: 8-row products of 2048 columns on line-aligned weights ran 18-23% faster apart). Needs
-// n·cols + 16 floats of room (what matmul.c's BF16 pack gets), so returns NULL below 16 columns
-// (the kernel then rounds segment by segment itself, to the same numbers). The return value is the
-// bf16 rows, typed as the ISA table's packed input.
+// sets: 8-row products of 2048 columns ran 18-23% faster apart where the weights shared them).
+// Needs n·cols + 16 floats of room (what matmul.c's BF16 pack gets), so returns NULL below 16
+// columns (the kernel then rounds segment by segment itself, to the same numbers). The return value
+// is the bf16 rows, typed as the ISA table's packed input.
 const float *ds_bf16dp_pack(float *buf, const float *x, int n, int cols);
 
 // y[k·ldy + r] = x_k · W_r for r in [r0, r1), k in [0, nb): W (rows, cols) bf16; xp: x packed by
