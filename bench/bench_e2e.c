@@ -142,13 +142,19 @@ int main(int argc, char **argv) {
     }
     const int n_policies = tree > 0 ? N_POL : N_POL - 1;
     int run_pol[N_POL]; // --policies: whether policy p runs
-    for (int p = 0; p < N_POL; p++) {
-        char buf[16];
-        const char *name = p == POL_TREE ? "auto_tree" : bench_policy_name(p, buf);
-        const size_t len = strlen(name);
-        run_pol[p] = !policies || p == 0;
-        for (const char *q = policies; q && *q && !run_pol[p]; q += strcspn(q, ",") + (q[strcspn(q, ",")] == ',')) {
-            run_pol[p] = strcspn(q, ",") == len && !strncmp(q, name, len);
+    for (int p = 0; p < N_POL; p++) run_pol[p] = !policies || p == 0;
+    for (const char *q = policies; q && *q; q += strcspn(q, ",") + (q[strcspn(q, ",")] == ',')) {
+        const size_t len = strcspn(q, ",");
+        int found = 0;
+        for (int p = 0; p < N_POL && !found; p++) {
+            char buf[16];
+            const char *name = p == POL_TREE ? "auto_tree" : bench_policy_name(p, buf);
+            if ((found = len == strlen(name) && !strncmp(q, name, len))) run_pol[p] = 1;
+        }
+        if (!found) {
+            fprintf(stderr, "bench_e2e: --policies: unknown policy '%.*s' (none, fixed1..fixed7, threshold, auto, "
+                            "none_control, auto_tree)\n", (int)len, q);
+            return 2;
         }
     }
     if (reps < 1 || reps > MAX_REPS || n < 1 || n_conc < 1 || n_temps < 1 || n_req0 < 1 || n_req0 > 4096 || tree < 0 ||
