@@ -2,7 +2,7 @@
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
-//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1] [--int8-inputs 1]
+//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1] [--int8-inputs 1|-1]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -17,8 +17,9 @@
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
 // --bf16-inputs 1 loads the model with ds_model_params.bf16_inputs (what DSPARK_BF16_INPUTS=1 does for
 // the CLI and the server: BF16 weights on VDPBF16PS where the CPU has it), without --isas's rounds.
-// --int8-inputs 1 loads it with ds_model_params.int8_inputs (DSPARK_INT8_INPUTS=1: GGUF Q8_0 and MLX
-// affine weights on the integer kernels, the input rounded to int8 per block, as llama.cpp's Q8_0).
+// --int8-inputs 1 / -1 loads it with ds_model_params.int8_inputs 1 / -1 (DSPARK_INT8_INPUTS=1: MLX
+// affine weights on the integer kernels too; =0: GGUF Q8_0 and MLX affine weights on f32 inputs; by
+// default Q8_0 rounds its input to int8 per block, as llama.cpp's Q8_0 x Q8_0).
 // --isas compares kernel paths (ds_matmul_force_isa names; the model is loaded with
 // ds_model_params.bf16_inputs, so "avx512bf16" runs BF16 on VDPBF16PS and "avx512" on f32 FMA) in one run: per thread count, R rounds,
 // each measuring every path once in turn (decode rate over N steps, 1- and 8-row forwards, medians

@@ -40,7 +40,7 @@ void cli_gen_show(void *ctx, long i, const ds_gen *g);
 int cli_spec_finish(ds_spec_params *spec, ds_cost_table *costs, unsigned given, const char *drafter);
 const char *cli_spec_name(ds_spec_kind k);
 // The model parameters every command loads a target with: `threads`, and the input rounding asked
-// for by DSPARK_INT8_INPUTS=1 / DSPARK_BF16_INPUTS=1 (so `dspark profile` times the kernels that
+// for by DSPARK_INT8_INPUTS=1 or 0 / DSPARK_BF16_INPUTS=1 (so `dspark profile` times the kernels that
 // generate, eval and serve then run).
 ds_model_params cli_model_params(long threads);
 // The target for a command that takes text (the default model when model_arg is NULL), with

@@ -206,11 +206,12 @@ int cli_check_writable(const char *file) {
 }
 
 ds_model_params cli_model_params(long threads) {
-    // DSPARK_INT8_INPUTS=1: quantized targets' products on int8-rounded inputs (ds_model_params).
+    // DSPARK_INT8_INPUTS=1: MLX affine targets' products on int8-rounded inputs too; =0: GGUF Q8_0 and
+    // MLX affine products on f32 inputs; unset: the default (ds_model_params.int8_inputs = 0).
     // DSPARK_BF16_INPUTS=1: BF16 targets' few-row products on bf16-rounded inputs (VDPBF16PS).
     const char *i8 = getenv("DSPARK_INT8_INPUTS"), *b16 = getenv("DSPARK_BF16_INPUTS");
-    return (ds_model_params){.n_threads = (int)threads, .int8_inputs = i8 && !strcmp(i8, "1"),
-                             .bf16_inputs = b16 && !strcmp(b16, "1")};
+    const int int8 = !i8 ? 0 : !strcmp(i8, "1") ? 1 : !strcmp(i8, "0") ? -1 : 0;
+    return (ds_model_params){.n_threads = (int)threads, .int8_inputs = int8, .bf16_inputs = b16 && !strcmp(b16, "1")};
 }
 
 ds_model *cli_load_text_model(const char *model_arg, long threads) {

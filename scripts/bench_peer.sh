@@ -34,8 +34,9 @@
 #     differ where their arithmetic rounds differently, and the summary says whether they agree).
 # DSPARK_BF16_INPUTS=1: dspark's BF16 products on VDPBF16PS, as llama.cpp's (bench_decode --bf16-inputs
 # 1 in the first three phases, the variable itself for dspark serve); without it dspark keeps f32 inputs.
-# DSPARK_INT8_INPUTS=1 likewise: Q8_0 (and MLX affine) products on int8-rounded inputs, as llama.cpp's
-# Q8_0 x Q8_0 (bench_decode --int8-inputs 1).
+# dspark's GGUF Q8_0 products round their inputs to int8 per block by default, as llama.cpp's Q8_0 x Q8_0;
+# DSPARK_INT8_INPUTS=0 puts them on f32 inputs (bench_decode --int8-inputs -1, the variable itself
+# for dspark serve), DSPARK_INT8_INPUTS=1 MLX affine targets on int8 too (--int8-inputs 1).
 # Both sides run with n_ctx >= PP + TG, one sequence, CPU only. One JSON line per measurement on
 # stdout, then one summary line per (file, threads, phase) with the medians, min/max and the ratio
 # dspark / llama.cpp (tokens per second; > 1: dspark is faster). Progress on stderr.
@@ -94,7 +95,8 @@ lcpp() { # file threads pp tg
 dsp() { # file threads pp tg
   local args=(--model "$1" --threads "$2")
   [ "${DSPARK_BF16_INPUTS:-0}" = 1 ] && args+=(--bf16-inputs 1) # (as the server reads it, below)
-  [ "${DSPARK_INT8_INPUTS:-0}" = 1 ] && args+=(--int8-inputs 1)
+  [ "${DSPARK_INT8_INPUTS:-}" = 1 ] && args+=(--int8-inputs 1)
+  [ "${DSPARK_INT8_INPUTS:-}" = 0 ] && args+=(--int8-inputs -1)
   if [ "$3" -gt 0 ]; then args+=(--prefill "$3" -n 0 --repeats 3); else args+=(-n "$4" --repeats 1); fi
   "$BUILD/bin/bench_decode" "${args[@]}" 2>/dev/null |
     /usr/bin/python3 -c '

@@ -51,10 +51,14 @@ typedef struct {
 typedef struct {
     int n_threads;   // shorthand: ds_model_load calls ds_set_threads(n_threads) (0 = all cores); pass
                      // NULL params to keep the process's count as it is
-    int int8_inputs; // 1: products with quantized weights (MLX affine, GGUF Q8_0) round their inputs to
-                     // int8 per group and run on integer dot products (llama.cpp's numerics for Q8_0;
-                     // 1.4-3x faster at verification sizes); 0 (default): f32 inputs (MLX's numerics).
-                     // Drafters always take the integer path (their numbers only steer proposals).
+    int int8_inputs; // Which few-row products with quantized weights round their inputs to int8 per
+                     // group and run on integer dot products (kernels/qmatmul.h). 0 (default): every
+                     // GGUF block type, Q8_0 included (llama.cpp's numerics and speed: decoding a Q8_0
+                     // file 1.4x faster than on f32 inputs), MLX affine weights on f32 inputs (MLX's
+                     // numerics); 1: MLX affine weights too (1.4-3x faster at verification sizes);
+                     // -1: f32 inputs wherever a kernel has them (GGUF Q8_0 and MLX affine; the other
+                     // GGUF block types have only the integer kernels, as in llama.cpp). Drafters
+                     // always take the integer path (their numbers only steer proposals).
     int bf16_inputs; // 1: few-row products with BF16 weights round their inputs to bf16 and run on
                      // VDPBF16PS where the CPU has AVX512-BF16 (llama.cpp's numerics for BF16; verifying
                      // 8 rows 1.4-2x cheaper); 0 (default): f32 inputs, one f32 FMA per weight.

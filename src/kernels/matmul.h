@@ -22,11 +22,13 @@ typedef struct {
     const void *biases;   // (rows, cols / group_size)
     int round_inputs;     // affine / Q8_0: few-row products round the input to int8 per group (Q8_0:
                           // block) and run on integer dot products (kernels/qmatmul.h); 0: f32 inputs.
-                          // Set by the loaders (src/model/load_gguf.c, st_weights.c, draft/load.c):
-                          // drafters' affine weights and every GGUF block type (llama.cpp's
+                          // Set by ds_model_load (src/model/model.c) and the drafter loaders
+                          // (src/draft/load.c, load_gguf.c): drafters' affine weights and every GGUF
+                          // block type (llama.cpp's
                           // numerics; Q8_0 and the other 32-blocks per 32, K-quants and IQ4_XS per
-                          // 256); affine targets keep f32 inputs (MLX's) unless
-                          // ds_model_params.int8_inputs (DSPARK_INT8_INPUTS=1) asks.
+                          // 256: the other block types have no f32-input kernel, Q8_0 keeps f32
+                          // inputs only with ds_model_params.int8_inputs = -1); affine targets keep
+                          // f32 inputs (MLX's) unless ds_model_params.int8_inputs = 1 asks.
                           // BF16: on the "avx512bf16" ISA (CPUs with AVX512-BF16), few-row products
                           // round the input to bf16 once per product (round to nearest even, relative
                           // error <= 2^-9 per element) and run on VDPBF16PS (kernels/matmul_bf16dp.h);

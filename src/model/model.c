@@ -58,10 +58,12 @@ static void model_each_weight(ds_model *m, void (*fn)(ds_weight *, void *), void
     fn(&m->ple_model_proj, ctx);
 }
 
-// ds_model_params.int8_inputs: every quantized matrix a product reads takes the integer path.
-static void weight_int8_inputs(ds_weight *w, void *unused) {
-    (void)unused;
-    if (w->data && (ds_weight_bits(w) || w->type == DS_Q8_0)) w->round_inputs = 1;
+// ds_model_params.int8_inputs: which quantized matrices' products take the integer path. The other
+// GGUF block types have no other kernel (the loader leaves their flag unset: it means nothing to them).
+static void weight_int8_inputs(ds_weight *w, void *level) {
+    const int l = *(const int *)level;
+    if (w->data && w->type == DS_Q8_0) w->round_inputs = l >= 0;
+    if (w->data && ds_weight_bits(w)) w->round_inputs = l > 0;
 }
 
 // ds_model_params.bf16_inputs: every BF16 matrix a product reads rounds its input to bf16
@@ -113,7 +115,8 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
     if (stat(path, &st) != 0) return ds_fail(DS_ERR_IO, "%s: no such file or directory", path);
     if (params) ds_set_threads(params->n_threads);
     ds_status s = S_ISDIR(st.st_mode) ? ds_model_load_hf(path, out) : ds_model_load_gguf(path, out);
-    if (s == DS_OK && params && params->int8_inputs) model_each_weight(*out, weight_int8_inputs, NULL);
+    int i8 = params ? params->int8_inputs : 0;
+    if (s == DS_OK) model_each_weight(*out, weight_int8_inputs, &i8);
     if (s == DS_OK && params && params->bf16_inputs) {
         (*out)->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
         model_each_weight(*out, ds_weight_bf16_inputs, NULL);

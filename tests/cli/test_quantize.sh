@@ -190,6 +190,22 @@ i8plain=$(DSPARK_INT8_INPUTS=1 "$BIN" generate -m "$TMP/t8" -p "Once upon a time
 i8spec=$(DSPARK_INT8_INPUTS=1 "$BIN" generate -m "$TMP/t8" -d "$TMP/q8" -p "Once upon a time" -n 48 --temp 0 2>"$TMP/g3.err") ||
   fail "quantized drafter on the int8-input target: $(cat "$TMP/g3.err")"
 [ -n "$i8plain" ] && [ "$i8spec" = "$i8plain" ] || fail "speculative greedy text on the int8-input target differs"
+# A GGUF Q8_0 target: its products round their inputs to int8 per block by default (llama.cpp's
+# numerics, as every other GGUF block type), DSPARK_INT8_INPUTS=0 puts them on f32 inputs, =1 changes
+# nothing more there (it adds MLX affine weights). Speculation is lossless on both paths.
+"$BIN" quantize "$MODEL" "$TMP/s8.gguf" --gguf Q8_0 >/dev/null 2>"$TMP/s8.err" || fail "quantize --gguf Q8_0: $(cat "$TMP/s8.err")"
+lpg() { "$BIN" generate -m "$TMP/s8.gguf" -p "Once upon a time" -n 8 --temp 0 --json --logprobs 0 2>/dev/null |
+  py 'import json, sys; print(json.load(sys.stdin)["logprobs"])'; }
+lpg_def=$(lpg) && lpg_f32=$(DSPARK_INT8_INPUTS=0 lpg) && lpg_one=$(DSPARK_INT8_INPUTS=1 lpg) ||
+  fail "generate --logprobs on the Q8_0 GGUF"
+[ -n "$lpg_def" ] && [ "$lpg_def" != "$lpg_f32" ] || fail "DSPARK_INT8_INPUTS=0 did not change the Q8_0 file's numbers"
+[ "$lpg_def" = "$lpg_one" ] || fail "DSPARK_INT8_INPUTS=1 changed the Q8_0 file's numbers (default: int8 already)"
+for v in "" 0; do
+  gplain=$(DSPARK_INT8_INPUTS=$v "$BIN" generate -m "$TMP/s8.gguf" -p "Once upon a time" -n 48 --temp 0 2>/dev/null)
+  gspec=$(DSPARK_INT8_INPUTS=$v "$BIN" generate -m "$TMP/s8.gguf" -d "$TMP/q8" -p "Once upon a time" -n 48 --temp 0 \
+    2>"$TMP/g4.err") || fail "quantized drafter on the Q8_0 GGUF (DSPARK_INT8_INPUTS='$v'): $(tail -1 "$TMP/g4.err")"
+  [ -n "$gplain" ] && [ "$gspec" = "$gplain" ] || fail "speculative greedy text on the Q8_0 GGUF differs (DSPARK_INT8_INPUTS='$v')"
+done
 refuse "already quantized" "already quantized" "$TMP/o8" "$TMP/t8" "$TMP/o8" --target --bits 4 --group-size 64
 refuse "target in drafter mode" "use --target" "$TMP/o9" "$TMP/t8" "$TMP/o9" --bits 4 --group-size 64
 
