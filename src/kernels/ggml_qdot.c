@@ -746,20 +746,22 @@ VNNI_TARGET INLINE void kz_few(const int T, const int M, float *y, int ldy, cons
 
 // Several input rows are walked in tiles (kz_blk and the DS_QX_R8 kernel): a block of 8 input rows is
 // 2 KB per super-block, so a long row's (12288 columns: 96 KB) would not stay in L1 while the weight
-// rows pass by. Where the XR input rows read per super-block exceed 32 KB, they are walked in column
-// tiles of KZ_TILE_SB super-blocks (8 rows: 32 KB of input), up to KZ_TILE_ROWS weight rows at a time, their accumulators kept between tiles (the
-// same operations in the same order per row, so the same bits), each row prefetching the one two
-// rows on in its tile (else, untiled, 12 KB ahead as everywhere). Measured (2048 x 5632 Q6_K, 8 rows,
-// from DRAM): untiled 3.8 one-row products.
-#define KZ_TILE_SB 16
+// rows pass by. Where the XR input rows read per super-block exceed a tile, they are walked in column
+// tiles of tile_sb super-blocks, up to KZ_TILE_ROWS weight rows at a time, their accumulators kept
+// between tiles (the same operations in the same order per row, so the same bits), each row
+// prefetching the one two rows on in its tile (else, untiled, 12 KB ahead as everywhere). Measured
+// (2048 x 5632 Q6_K, 8 rows, from DRAM): untiled 3.8 one-row products. A tile of 8 rows is 32 KB
+// (16 super-blocks) where L1 has 48 KB (Zen 5), 16 KB (8) where it is smaller (Zen 4's 32 KB: a
+// 32 KB tile left the input to L2, and 8 rows of Q4_K 4096 wide, in L2, took 22.2 ns per super-block
+// and weight row against 17.8 with 16 KB tiles; Q6_K's kz_blk, bound by its multiplies, the same).
 #define KZ_TILE_ROWS 32
 #define KZ_TILES(RB, XR, ...)                                                                                \
-    for (int rg = r0; rg < r1; rg += KZ_TILE_ROWS) {                                                         \
-        const int re = r1 - rg < KZ_TILE_ROWS ? r1 : rg + KZ_TILE_ROWS, tiled = (XR) * nsb > 8 * KZ_TILE_SB; \
+    for (int rg = r0, tile_sb = ds_cpu_prefetch_l2() ? 8 : 16; rg < r1; rg += KZ_TILE_ROWS) {               \
+        const int re = r1 - rg < KZ_TILE_ROWS ? r1 : rg + KZ_TILE_ROWS, tiled = (XR) * nsb > 8 * tile_sb;   \
         for (int r = 0; r < re - rg; r++)                                                                    \
             for (int j = 0; j < 8; j++) tacc[r][j] = _mm256_setzero_ps();                                    \
-        for (int s0 = 0; s0 < nsb; s0 += KZ_TILE_SB) {                                                       \
-            const int s1 = tiled ? (nsb - s0 < KZ_TILE_SB ? nsb : s0 + KZ_TILE_SB) : nsb;                   \
+        for (int s0 = 0; s0 < nsb; s0 += tile_sb) {                                                          \
+            const int s1 = tiled ? (nsb - s0 < tile_sb ? nsb : s0 + tile_sb) : nsb;                         \
             for (int r = rg; r < re; r++) {                                                                  \
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (RB);                            \
                 const size_t pf = tiled && r + 2 < re ? 2 * (RB) : PF_AHEAD;                                 \
