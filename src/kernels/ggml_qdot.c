@@ -485,12 +485,15 @@ VNNI_TARGET INLINE void k45_unpack(const int T, const void *blk, __m512i w[4]) {
     }
     if (T == KT_Q5) { // fifth bits: chunk c (64 elements) has bit 2c (low nibbles) and 2c + 1 (high)
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)((const ds_block_q5_k *)blk)->qh));
+        // bit k of each qh byte moved to bit 4 (a shift of 16-bit lanes: the bit that lands on bit 4
+        // of a byte comes from the same byte) and ORed in by one VPTERNLOG (w | (s & 0x10)), where a
+        // VPTESTMB + masked VPADDB per vector was: a one-row pass over Q5_K 4096 x 4096 8.9 -> 8.0 ns
+        // per super-block in L2, 10.8 -> 8.6 from memory; 2-3 rows 3-4% slower in L2 (Zen 4)
         const __m512i v16 = _mm512_set1_epi8(16);
-        for (int n = 0; n < 4; n++) { // w[n]: chunks 2(n / 2) and 2(n / 2) + 1, nibble n % 2
-            const int c0 = 2 * (n / 2), nib = n % 2;
-            const __mmask64 m = _mm512_test_epi8_mask(qh, BITS2(1 << (2 * c0 + nib), 1 << (2 * c0 + 2 + nib)));
-            w[n] = _mm512_mask_add_epi8(w[n], m, w[n], v16);
-        }
+        w[0] = _mm512_ternarylogic_epi32(w[0], _mm512_sllv_epi16(qh, SHIFTS2(4, 2)), v16, 0xF8); // bits 0, 2
+        w[1] = _mm512_ternarylogic_epi32(w[1], _mm512_sllv_epi16(qh, SHIFTS2(3, 1)), v16, 0xF8); // bits 1, 3
+        w[2] = _mm512_ternarylogic_epi32(w[2], _mm512_srlv_epi16(qh, SHIFTS2(0, 2)), v16, 0xF8); // bits 4, 6
+        w[3] = _mm512_ternarylogic_epi32(w[3], _mm512_srlv_epi16(qh, SHIFTS2(1, 3)), v16, 0xF8); // bits 5, 7
     }
 }
 
