@@ -510,6 +510,31 @@ VNNI_TARGET INLINE void q6_unpack(const ds_block_q6_k *b, __m512i w[4]) {
     }
 }
 
+// Q3_K's 16 scales minus 32 (ds_ggml_q3k_scales: sub-block i = 4g + k: low nibble of scales[k + 4(g & 1)]
+// shifted by 4(g >> 1), bits 2g..2g+1 of scales[8 + k] on top) as int16, computed in registers from
+// the 16 bytes that end the block (scales at 2..13; d after them), not through an array on the stack
+// (16 scalar stores read back as one vector wait for the stores: no forwarding).
+VNNI_TARGET INLINE __m256i q3k_scales_v(const ds_block_q3_k *b) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b->scales - 2));
+    const __m128i lo = _mm_shuffle_epi8(v, _mm_setr_epi8(2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9));
+    const __m128i hi = _mm_shuffle_epi8(v, _mm_setr_epi8(10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13));
+    const __m256i l = _mm256_and_si256(_mm256_srlv_epi16(_mm256_cvtepu8_epi16(lo), _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4)),
+                                       _mm256_set1_epi16(0xF));
+    const __m256i h = _mm256_and_si256(_mm256_srlv_epi16(_mm256_cvtepu8_epi16(hi), _mm256_setr_epi16(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6)),
+                                       _mm256_set1_epi16(3));
+    return _mm256_sub_epi16(_mm256_or_si256(l, _mm256_slli_epi16(h, 4)), _mm256_set1_epi16(32));
+}
+// IQ4_XS's 8 scales minus 32 (low nibble of scales_l[ib / 2], the high one for odd ib, | bits
+// 2ib..2ib+1 of scales_h << 4) as int16 in lanes 0..7, in registers from the block's first 8 bytes.
+VNNI_TARGET INLINE __m128i iq4xs_scales_v(const ds_block_iq4_xs *b) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)b); // d, scales_h, scales_l[4]
+    const __m128i l = _mm_shuffle_epi8(v, _mm_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1));
+    const __m128i h = _mm_shuffle_epi8(v, _mm_setr_epi8(2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi16(l, _mm_setr_epi16(0, 4, 0, 4, 0, 4, 0, 4)), _mm_set1_epi16(0xF));
+    const __m128i hb = _mm_and_si128(_mm_srlv_epi16(h, _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)), _mm_set1_epi16(3));
+    return _mm_sub_epi16(_mm_or_si128(lo, _mm_slli_epi16(hb, 4)), _mm_set1_epi16(32));
+}
+
 VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     const __m512i lo4 = _mm512_set1_epi8(0x0F);
     s->off = s->mn = _mm256_setzero_si256();
@@ -536,11 +561,7 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
         __m256i s16;
         if (T == KT_Q3) {
             const ds_block_q3_k *b = blk;
-            int sc[16];
-            ds_ggml_q3k_scales(b->scales, sc);
-            int16_t t16[16];
-            for (int j = 0; j < 16; j++) t16[j] = (int16_t)(sc[j] - 32);
-            s16 = _mm256_loadu_si256((const __m256i *)t16);
+            s16 = q3k_scales_v(b);
             s->off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 2));
             s->d = _cvtsh_ss(b->d);
             qs = b->qs;
@@ -570,10 +591,7 @@ VNNI_TARGET INLINE void ksb_prep(const int T, const void *blk, ksb *s) {
     } else { // IQ4_XS
         const ds_block_iq4_xs *b = blk;
         s->d = _cvtsh_ss(b->d);
-        int16_t l8[8];
-        for (int ib = 0; ib < 8; ib++)
-            l8[ib] = (int16_t)((((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((b->scales_h >> 2 * ib) & 3) << 4)) - 32);
-        scales_per32(_mm_loadu_si128((const __m128i *)l8), s->sc);
+        scales_per32(iq4xs_scales_v(b), s->sc);
         const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ds_iq4nl_values));
         for (int h = 0; h < 2; h++) { // 64 bytes: sub-blocks 4h..4h+3, 16 bytes each (low nibbles 0..15, high 16..31)
             const __m512i raw = _mm512_loadu_si512((const void *)(b->qs + 64 * h));
