@@ -164,15 +164,17 @@ DEF_K32_BOTH(iq4_nl, ds_block_iq4_nl, 1, 0)
 // The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K / Q5_K super-block, 6 bits each
 // (ds_ggml_scale_min_k4 on 32-bit words: scales 0-3 and mins 0-3 are the low 6 bits of bytes 0-3 and
 // 4-7; scales 4-7 the low nibbles of bytes 8-11 with the top 2 bits of bytes 0-3; mins 4-7 the high
-// nibbles of bytes 8-11 with the top 2 bits of bytes 4-7).
-static inline void k4_scales(const uint8_t *packed, uint8_t out[16]) {
-    uint32_t u[3], o[4];
-    memcpy(u, packed, 12);
-    o[0] = u[0] & 0x3f3f3f3fu;
-    o[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    o[2] = u[1] & 0x3f3f3f3fu;
-    o[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    memcpy(out, o, 16);
+// nibbles of bytes 8-11 with the top 2 bits of bytes 4-7), from a 16-byte load at the packed scales
+// (the 4 bytes past them are the block's quants, read and discarded). In registers: built in a
+// stack array by scalar stores and loaded back as one vector, they waited on the stores (no store
+// forwarding) in every super-block.
+AVX2_TARGET INLINE __m128i k4_scales_v(const uint8_t *packed) {
+    const __m128i u = _mm_loadu_si128((const __m128i *)packed); // u0, u1, u2, -
+    const __m128i lo6 = _mm_and_si128(u, _mm_set1_epi32(0x3f3f3f3f)); // scales 0-3, mins 0-3
+    const __m128i hi2 = _mm_and_si128(_mm_srli_epi32(u, 2), _mm_set1_epi32(0x30303030)); // top 2 bits of u0 / u1, at 4-5
+    const __m128i u2 = _mm_srlv_epi32(_mm_shuffle_epi32(u, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+    const __m128i o13 = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi32(0x0f0f0f0f)), hi2); // scales 4-7, mins 4-7
+    return _mm_unpacklo_epi32(lo6, o13);
 }
 
 // Q4_K / Q5_K (HIGH = 1: the fifth bits of qh). Sub-blocks of 32: one scale per chunk; mins per 32
@@ -187,9 +189,9 @@ static inline void k4_scales(const uint8_t *packed, uint8_t out[16]) {
         for (int sb = 0; sb < nsb; sb++) {                                                                    \
             const BT *b = row + sb;                                                                           \
             PF_SB(b);                                                                                         \
-            uint8_t sm[16];                                                                                   \
-            k4_scales(b->scales, sm);                                                                         \
-            const __m128i smv = _mm_loadu_si128((const __m128i *)sm);                                         \
+            uint8_t sm[16]; /* (the scalar reads below are forwarded from this one store) */                  \
+            const __m128i smv = k4_scales_v(b->scales);                                                       \
+            _mm_storeu_si128((__m128i *)sm, smv);                                                             \
             const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_srli_si128(smv, 8), _mm_srli_si128(smv, 8))); \
             const float dd = _cvtsh_ss(b->d), dm = _cvtsh_ss(b->dmin);                                        \
             __m256i is[4];                                                                                    \
@@ -274,6 +276,24 @@ AVX2_TARGET INLINE void kq6k_blk(float *y, int ldy, const int8_t *xq, const floa
     for (int k = 0; k < M; k++) y[(size_t)k * ldy] = ds_hsum256(acc[k]);
 }
 
+// q3k_scales_v (below, the VNNI kernels' version) without AVX-512's 16-bit variable shifts: in 32-bit
+// lanes, then packed (on the VNNI kernels this one took 12-20% more time per super-block).
+AVX2_TARGET INLINE __m256i q3k_scales_avx2(const ds_block_q3_k *b) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b->scales - 2));
+    const __m128i lo = _mm_shuffle_epi8(v, _mm_setr_epi8(2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9));
+    const __m128i hi = _mm_shuffle_epi8(v, _mm_setr_epi8(10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13));
+    __m256i h32[2];
+    for (int p = 0; p < 2; p++) { // sub-blocks 8p..8p+7 as int32
+        const __m256i l = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8 * p)), 4 * p),
+                                           _mm256_set1_epi32(0xF));
+        const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8 * p)),
+                                                             _mm256_setr_epi32(4 * p, 4 * p, 4 * p, 4 * p, 4 * p + 2, 4 * p + 2, 4 * p + 2, 4 * p + 2)),
+                                           _mm256_set1_epi32(3));
+        h32[p] = _mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(h, 4)), _mm256_set1_epi32(32));
+    }
+    return _mm256_permute4x64_epi64(_mm256_packs_epi32(h32[0], h32[1]), 0xD8); // lanes in order
+}
+
 // Q3_K: u = low 2 bits | high bit << 2 (0..7), q = u - 4: Σ sc·q·r = Σ sc·u·r - 4·Σ_j sc_j·bs_j.
 AVX2_TARGET INLINE void kq3k_blk(float *y, int ldy, const int8_t *xq, const float *xd, const int16_t *xb, int cols,
                                  const ds_block_q3_k *row, const int M) {
@@ -284,11 +304,9 @@ AVX2_TARGET INLINE void kq3k_blk(float *y, int ldy, const int8_t *xq, const floa
     for (int sb = 0; sb < nsb; sb++) {
         const ds_block_q3_k *b = row + sb;
         PF_SB(b);
-        int sc[16];
-        ds_ggml_q3k_scales(b->scales, sc);
-        int16_t s16[16];
-        for (int j = 0; j < 16; j++) s16[j] = (int16_t)(sc[j] - 32);
-        const __m256i sc16 = _mm256_loadu_si256((const __m256i *)s16);
+        int16_t s16[16]; // (the scalar reads below are forwarded from this one store)
+        const __m256i sc16 = q3k_scales_avx2(b);
+        _mm256_storeu_si256((__m256i *)s16, sc16);
         const float dd = _cvtsh_ss(b->d);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
         __m256i is[4];
@@ -429,17 +447,6 @@ typedef struct {
     __m256i off, mn;   // (16) int16 per 16 elements: offset (bs·off joins isum) and min (bs·mn = imin)
     float d, dmin;
 } ksb;
-
-// k4_scales in one vector (bytes 0..7 the scales, 8..15 the mins), from a 16-byte load at the packed
-// scales (the 4 bytes past them are the block's quants, read and discarded).
-VNNI_TARGET INLINE __m128i k4_scales_v(const uint8_t *packed) {
-    const __m128i u = _mm_loadu_si128((const __m128i *)packed); // u0, u1, u2, -
-    const __m128i lo6 = _mm_and_si128(u, _mm_set1_epi32(0x3f3f3f3f)); // scales 0-3, mins 0-3
-    const __m128i hi2 = _mm_and_si128(_mm_srli_epi32(u, 2), _mm_set1_epi32(0x30303030)); // top 2 bits of u0 / u1, at 4-5
-    const __m128i u2 = _mm_srlv_epi32(_mm_shuffle_epi32(u, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
-    const __m128i o13 = _mm_or_si128(_mm_and_si128(u2, _mm_set1_epi32(0x0f0f0f0f)), hi2); // scales 4-7, mins 4-7
-    return _mm_unpacklo_epi32(lo6, o13);
-}
 
 // The int16 scale vector of VPMADDUBSW lanes for 64 elements from 16 int16 per-16 scales s16 (lane
 // L covers elements 2L, 2L + 1: sub-block of 16 index 4n + L/8).
