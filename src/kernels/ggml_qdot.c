@@ -495,7 +495,7 @@ VNNI_TARGET INLINE void k45_unpack(const int T, const void *blk, __m512i w[4]) {
         // bit k of each qh byte moved to bit 4 (a shift of 16-bit lanes: the bit that lands on bit 4
         // of a byte comes from the same byte) and ORed in by one VPTERNLOG (w | (s & 0x10)), where a
         // VPTESTMB + masked VPADDB per vector was: a one-row pass over Q5_K 4096 x 4096 8.9 -> 8.0 ns
-        // per super-block in L2, 10.8 -> 8.6 from memory; 2-3 rows 3-4% slower in L2 (Zen 4)
+        // per super-block in L2, 9.6 -> 8.8 from memory; 2-3 rows 3-4% slower (Zen 4)
         const __m512i v16 = _mm512_set1_epi8(16);
         w[0] = _mm512_ternarylogic_epi32(w[0], _mm512_sllv_epi16(qh, SHIFTS2(4, 2)), v16, 0xF8); // bits 0, 2
         w[1] = _mm512_ternarylogic_epi32(w[1], _mm512_sllv_epi16(qh, SHIFTS2(3, 1)), v16, 0xF8); // bits 1, 3
@@ -686,7 +686,8 @@ VNNI_TARGET INLINE void kz_blk(const int T, __m256 acc[8], const int8_t *xq, con
 // half (Q4_K / Q5_K at 0 and Q2_K at 80 with dmin in the high half; IQ4_XS at 0) or, where d ends the
 // block (Q3_K, Q6_K), in the high half of the 4 bytes before its end. Kept in arrays instead (8
 // scalar stores read back as one vector: no store forwarding), a one-row pass over Q4_K / Q5_K
-// 4096 x 4096 streamed from memory took 7.0 / 9.0 ns per super-block against 5.9 / 7.75 (Zen 4).
+// 4096 x 4096 in L2 took 6.9 / 7.9 ns per super-block against 6.2 / 7.5, and decoding a Q4_K_M
+// file 3-11% longer (Zen 4, docs/results.md).
 VNNI_TARGET INLINE void kz_scales8(const int T, const uint8_t *blk, size_t bb, __mmask8 live, __m256 *d, __m256 *dmin) {
     const int off = T == KT_Q2 ? 80 : T == KT_Q3 ? 106 : T == KT_Q6 ? 206 : 0, high = T == KT_Q3 || T == KT_Q6;
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)bb));
