@@ -282,15 +282,14 @@ AVX2_TARGET INLINE __m256i q3k_scales_avx2(const ds_block_q3_k *b) {
     const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b->scales - 2));
     const __m128i lo = _mm_shuffle_epi8(v, _mm_setr_epi8(2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9));
     const __m128i hi = _mm_shuffle_epi8(v, _mm_setr_epi8(10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11, 12, 13));
-    __m256i h32[2];
-    for (int p = 0; p < 2; p++) { // sub-blocks 8p..8p+7 as int32
-        const __m256i l = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8 * p)), 4 * p),
-                                           _mm256_set1_epi32(0xF));
-        const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8 * p)),
-                                                             _mm256_setr_epi32(4 * p, 4 * p, 4 * p, 4 * p, 4 * p + 2, 4 * p + 2, 4 * p + 2, 4 * p + 2)),
-                                           _mm256_set1_epi32(3));
-        h32[p] = _mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(h, 4)), _mm256_set1_epi32(32));
-    }
+    // sub-blocks 0..7 and 8..15 as int32 (written out: the shifts' counts must be constants)
+    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+    const __m256i l0 = _mm256_and_si256(_mm256_cvtepu8_epi32(lo), m4);
+    const __m256i l1 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), 4), m4);
+    const __m256i h0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(hi), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m2);
+    const __m256i h1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)), m2);
+    const __m256i h32[2] = {_mm256_sub_epi32(_mm256_or_si256(l0, _mm256_slli_epi32(h0, 4)), k32),
+                            _mm256_sub_epi32(_mm256_or_si256(l1, _mm256_slli_epi32(h1, 4)), k32)};
     return _mm256_permute4x64_epi64(_mm256_packs_epi32(h32[0], h32[1]), 0xD8); // lanes in order
 }
 
