@@ -210,6 +210,9 @@ int main(int argc, char **argv) {
             const double bound = bw / (double)in->weight_bytes;
             printf(", \"read_gb_per_s\": %.2f, \"bound_tok_per_s\": %.2f, \"fraction_of_bound\": %.3f", bw / 1e9, bound,
                    tps / bound);
+            // (the share of the populated matrices mapped by huge pages, and whether the load re-read them)
+            printf(", \"huge_share\": %.2f, \"reread\": %d", m->huge.resident ? (double)m->huge.huge / (double)m->huge.resident : 0,
+                   m->huge.reread);
         }
         // Speculative decoding lives on this ratio: verifying a block of 7 drafts (8 rows) should
         // cost about one decode step when decoding is memory-bound.

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,8 +117,9 @@ static inline float bench_read_part(void *ctx, int t, int nt) {
 // Best-of-5 read bandwidth (bytes/s) over 1 GiB (far beyond the caches), with `threads`.
 static inline double bench_read_bandwidth(int threads) {
     const size_t n = (size_t)1 << 28; // 1 GiB of floats
-    float *buf = aligned_alloc(64, n * sizeof(float));
+    float *buf = aligned_alloc((size_t)2 << 20, n * sizeof(float));
     if (!buf) return 0;
+    madvise(buf, n * sizeof(float), MADV_HUGEPAGE); // (as the loader maps weights: ds_mapfile_populate_huge)
     memset(buf, 0, n * sizeof(float));
     bench_read_job j = {buf, n};
     const double best = bench_best_rate(threads, bench_read_part, &j, (double)n * sizeof(float));

@@ -176,7 +176,13 @@ static void print_json(const gen_args *a, const gen_state *g, const ds_seq_stats
     cJSON_Delete(o);
 }
 
-static void print_stats(const gen_args *a, const ds_seq_stats *t) {
+static void print_stats(const gen_args *a, const ds_seq_stats *t, const ds_model *m) {
+    size_t resident, huge;
+    int reread;
+    ds_model_memory(m, &resident, &huge, &reread);
+    if (resident)
+        fprintf(stderr, "dspark: weights: %.1f MB resident, %.0f%% in huge pages%s\n", resident / 1e6,
+                100.0 * (double)huge / (double)resident, reread ? " (read again into huge pages at load)" : "");
     fprintf(stderr, "dspark: spec %s: %d rounds, tau %.3f, %d/%d drafts accepted; draft %.1f ms, verify %.1f ms\n",
             cli_spec_name(a->spec.kind), t->rounds, t->tau, t->accepted, t->drafted, t->draft_s * 1e3, t->verify_s * 1e3);
     if (a->spec.tree_branches)
@@ -251,7 +257,7 @@ int cmd_generate(int argc, char **argv) {
     fflush(stdout); // the text before the timings, also when both go to one log
     fprintf(stderr, "dspark: prompt %d tokens (%.1f tok/s), generated %d tokens (%.1f tok/s)%s\n", n_prompt,
             prompt_rate(t), n_gen, gen_rate(t, n_prompt, n_gen), cli_interrupted ? ", interrupted" : "");
-    if (a.stats) print_stats(&a, t);
+    if (a.stats) print_stats(&a, t, g.model);
     gen_free(&g);
     return cli_interrupted ? 130 : 0;
 fail:

@@ -73,6 +73,11 @@ typedef struct {
 ds_status ds_model_load(const char *path, const ds_model_params *params, ds_model **out);
 void ds_model_free(ds_model *m);
 const ds_model_info *ds_model_get_info(const ds_model *m);
+// How the load left the matrices a decode step reads: bytes resident, of which mapped by huge pages,
+// and whether their small cached pages were dropped and read again into huge ones (the load does that
+// where the kernel can: docs/architecture.md, "Weights in huge pages"). All 0 when the load left them
+// to page faults (ds_model_params.no_populate, or more than half the machine's memory).
+void ds_model_memory(const ds_model *m, size_t *resident, size_t *huge, int *reread);
 // The model's tokenizer, or NULL when the checkpoint has none we support.
 const ds_tokenizer *ds_model_tokenizer(const ds_model *m);
 // Whether generating `id` ends a sequence: the EOS id, and any further stop ids the checkpoint

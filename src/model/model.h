@@ -3,6 +3,7 @@
 #define DS_MODEL_MODEL_H
 
 #include "dspark/model.h"
+#include "io/mapfile.h"
 #include "kernels/matmul.h"
 #include "model/kvcache.h"
 
@@ -107,6 +108,7 @@ struct ds_model {
     ds_tokenizer *tok;   // NULL when the checkpoint has no tokenizer we support
     float *owned;        // every f32 vector converted at load (norms), one allocation
     size_t owned_used, owned_cap;
+    ds_huge_report huge; // how the load populated the matrices (resident bytes, huge-mapped, re-read)
     void *backing;       // the mapped file(s): ds_gguf* or ds_safetensors*
     void (*backing_free)(void *);
 };

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "base/utf8.h"
 #include "io/atomic.h"
 #include "io/json.h"
+#include "io/mapfile.h"
 
 static char g_dir[512];
 
@@ -367,6 +369,53 @@ static void test_text_escape(void **state) {
     assert_string_equal(ds_last_error(), "loading \\rx: m.gguf: architecture 'll\\nma\\xFF' is not supported");
 }
 
+// ds_mapfile_populate_huge drops and reads again only pages of mapped files: an anonymous buffer
+// passed among the ranges keeps its bytes (MADV_DONTNEED would zero it), and the file reads the same.
+// The file is left in small cached pages first (written, synced, dropped, read back 4 KiB at a time
+// with readahead off), so that where the kernel caches files in huge pages the drop does happen.
+static uint8_t byte_at(size_t i) { return (uint8_t)(i * 2654435761u >> 13); }
+
+static void test_huge_drops_only_file_pages(void **state) {
+    (void)state;
+    const size_t size = (size_t)24 << 20, chunk = 4096;
+    char path[600];
+    path_of(path, sizeof path, "huge.bin");
+    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0644);
+    assert_true(fd >= 0);
+    uint8_t *buf = malloc(chunk);
+    assert_non_null(buf);
+    for (size_t off = 0; off < size; off += chunk) {
+        for (size_t i = 0; i < chunk; i++) buf[i] = byte_at(off + i);
+        assert_int_equal(write(fd, buf, chunk), (ssize_t)chunk);
+    }
+    assert_int_equal(fsync(fd), 0);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    for (size_t off = 0; off < size; off += chunk) assert_int_equal(pread(fd, buf, 1, (off_t)off), 1);
+    close(fd);
+    free(buf);
+
+    ds_mapfile m;
+    assert_int_equal(ds_mapfile_open(&m, path), DS_OK);
+    const size_t an = (size_t)16 << 20;
+    uint8_t *anon = malloc(an);
+    assert_non_null(anon);
+    for (size_t i = 0; i < an; i++) anon[i] = byte_at(i + 7);
+    const void *p[] = {m.data + 3 * 4096 + 5, anon + 1, m.data + (size / 2), anon + an / 2};
+    const size_t n[] = {size / 2 - 3 * 4096 - 5, an / 2 - 1, size / 2, an / 2};
+    ds_huge_report r;
+    ds_mapfile_populate_huge(p, n, 4, &r);
+    for (size_t i = 0; i < an; i++)
+        if (anon[i] != byte_at(i + 7)) fail_msg("anonymous byte %zu changed", i);
+    for (size_t i = 0; i < size; i++)
+        if (m.data[i] != byte_at(i)) fail_msg("file byte %zu reads differently", i);
+    // The anonymous buffer is no file's page: never counted.
+    assert_true(r.resident <= size);
+    print_message("populate_huge: %zu of %zu resident bytes huge, re-read %d\n", r.huge, r.resident, r.reread);
+    free(anon);
+    ds_mapfile_close(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regular_and_new),
@@ -379,6 +428,7 @@ int main(void) {
         cmocka_unit_test(test_json_int_range),
         cmocka_unit_test(test_json_nul_escape),
         cmocka_unit_test(test_text_escape),
+        cmocka_unit_test(test_huge_drops_only_file_pages),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
