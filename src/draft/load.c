@@ -12,6 +12,7 @@
 #include "base/utf8.h"
 #include "draft/calibration.h"
 #include "draft/drafter.h"
+#include "io/mapfile.h"
 #include "io/json.h"
 #include "kernels/half.h"
 #include "model/model.h"
@@ -445,6 +446,34 @@ static void drafter_bf16_inputs(ds_drafter *d, int n_layers) {
     for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], ds_weight_bf16_inputs, NULL);
 }
 
+// The matrices a drafting round reads (every round: the backbone, the heads), entered into the page
+// tables now and in huge pages where the kernel can (io/mapfile.h), as the target's are: the first
+// round takes no page faults, and each round streams them as fast as the target's. Not the embedding
+// and Markov lookup tables (a gather reads a few rows).
+typedef struct {
+    const void **p;
+    size_t *n;
+    int count;
+} drafter_ranges;
+
+static void drafter_range(ds_weight *w, void *ranges) {
+    drafter_ranges *r = ranges;
+    if (w->data) r->p[r->count] = w->data, r->n[r->count++] = ds_weight_data_bytes(w);
+}
+
+static void drafter_populate(ds_drafter *d, int n_layers) {
+    const int cap = 5 + 16 * n_layers; // (ds_layer_each_weight passes 9 matrices per layer)
+    drafter_ranges r = {malloc((size_t)cap * sizeof *r.p), malloc((size_t)cap * sizeof *r.n), 0};
+    if (r.p && r.n) {
+        ds_weight *ws[] = {&d->lm_head, &d->fc, &d->markov_w2, &d->gate_proj, &d->joint_proj};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) drafter_range(ws[i], &r);
+        for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], drafter_range, &r);
+        ds_mapfile_populate_huge(r.p, r.n, r.count, NULL);
+    }
+    free(r.p);
+    free(r.n);
+}
+
 ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **out) {
     *out = NULL;
     ds_drafter *d = ds_calloc(1, sizeof *d);
@@ -470,6 +499,7 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     }
     if ((st = gguf ? ds_drafter_gguf_tensors(d, &c, target) : load_tensors(d, &c, dir))) goto fail;
     if (target && target->bf16_inputs) drafter_bf16_inputs(d, c.layers);
+    if (target) drafter_populate(d, c.layers); // (quantize's smoke test, no target, reads it once)
 
     // Numerics fixed by the format (docs/formats/deepspec-checkpoint.md §3-4).
     if (d->style == DS_STYLE_GEMMA4) {

@@ -23,26 +23,24 @@ void ds_mapfile_drop(const void *p, size_t n);
 // faults. Advice: on a kernel without it (before Linux 5.14) nothing happens.
 void ds_mapfile_populate(const void *p, size_t n);
 
-// Huge pages for mapped weights. A decode step streams every weight once; read through 4 KiB pages
-// one core reaches ~0.65 of the bandwidth it reaches through 2 MiB ones (Zen 4, Q4_K_M file of 510 MB:
-// 26-30 against 39-44 tok/s, docs/results.md), because each 4 KiB page is a separate TLB entry and a
-// new hardware prefetch stream. Linux (6.x, ext4 / xfs / tmpfs) caches a file in huge folios and maps
-// them with huge pages when it reads the file into a mapping advised MADV_HUGEPAGE; but a file still
-// cached from being written or downloaded sits in small folios, and stays so while it is cached.
+// Huge pages for mapped weights. A decode step streams every weight once; through 4 KiB pages one
+// core reads them at ~0.65-0.8 of its rate through 2 MiB ones (Zen 4, docs/results.md "Weights in
+// huge pages"): each 4 KiB page is a TLB entry of its own and a new hardware prefetch stream. Linux
+// (6.x; ext4, xfs, tmpfs) caches a file in huge folios and maps them huge when it reads the file into
+// a mapping advised MADV_HUGEPAGE; but pages still cached from the file being written or downloaded
+// are small, and stay so while they are cached.
 typedef struct {
-    size_t resident; // bytes of the mappings holding the ranges, resident after populating
-    size_t huge;     // of which mapped by huge pages (smaps' FilePmdMapped)
-    int reread;      // 1: the ranges' small cached pages were dropped and read again into huge ones
+    size_t resident; // bytes of the ranges present after populating (0: the kernel cannot say)
+    size_t huge;     // of which mapped by huge pages
+    int reread;      // 1: some of their small cached pages were dropped and came back huge
 } ds_huge_report;
 // Populate the ranges [p[i], p[i] + n[i]) as ds_mapfile_populate does, in huge pages where the kernel
-// can: the ranges, widened to huge page bounds, are advised MADV_HUGEPAGE; if under half of what is
-// then resident is huge, one huge window is dropped (MADV_PAGEOUT, which leaves pages other processes
-// map, and files this user cannot write, alone) and read again; if that one came back huge, every range
-// is. Advice throughout: what the mapping reads never changes, and on a kernel without these calls it
-// is a plain populate. Fills *r when r is not NULL.
+// can: each range's whole huge pages inside its read-only file mapping are advised MADV_HUGEPAGE, and
+// those that came in small pages (found with PAGEMAP_SCAN, Linux 6.7) are dropped (MADV_PAGEOUT: it
+// leaves pages other processes map, and files this user may not write, alone) and read again, once
+// one of the first four so treated came back huge. Nothing outside read-only mappings of files is
+// touched. Advice throughout: what the mapping reads never changes, and on a kernel without these
+// calls it is a plain populate. Fills *r when r is not NULL.
 void ds_mapfile_populate_huge(const void *const *p, const size_t *n, int count, ds_huge_report *r);
-// Resident and huge-mapped bytes of the mappings holding the pointers p[0..count) (each mapping
-// counted once; 0 where /proc/self/smaps cannot be read).
-void ds_mapfile_huge_share(const void *const *p, int count, size_t *resident, size_t *huge);
 
 #endif
