@@ -2,13 +2,15 @@
 //
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
-//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1] [--int8-inputs 1|-1]
+//                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1] [--int8-inputs 1|-1] [--depth D]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
 // run. Prints one JSON object per line: the ratio decode/bound is the figure of merit (decode is
 // memory-bound for realistic sizes). With --synthetic, a random-weight Llama of the given shape is
 // written as a Hugging Face directory first (if DIR does not hold one): weights do not change cost.
+// --depth D decodes with D more tokens in the cache first (llama-bench's -d: the attention's share at
+// that context; the bound stays the weights').
 // --prefill P first prints a "prefill" line per thread count: tokens/s of one forward over P new
 // tokens from an empty cache (median of R), the product path a prompt of P tokens takes (many rows:
 // sgemm on widened tiles); -n 0 then skips the decode line (scripts/bench_peer.sh runs both phases
@@ -142,7 +144,7 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     const char *model = NULL, *synth = NULL, *threads = "1,2", *isas = NULL;
     bench_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0, NULL};
-    int n = 64, repeats = 5, prefill = 0, bf16 = 0, int8 = 0;
+    int n = 64, repeats = 5, prefill = 0, bf16 = 0, int8 = 0, depth = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (bench_model_option(o, v, &s, &model, &synth)) continue;
@@ -153,6 +155,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--prefill")) prefill = atoi(v);
         else if (!strcmp(o, "--bf16-inputs")) bf16 = atoi(v);
         else if (!strcmp(o, "--int8-inputs")) int8 = atoi(v);
+        else if (!strcmp(o, "--depth")) depth = atoi(v);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", o);
             return 2;
@@ -162,7 +165,7 @@ int main(int argc, char **argv) {
         if (bench_make_synthetic(synth, &s)) return 1;
         model = synth;
     }
-    if (!model || repeats < 1 || n < 0 || prefill < 0 || (n == 0 && prefill == 0)) {
+    if (!model || repeats < 1 || n < 0 || prefill < 0 || depth < 0 || (n == 0 && prefill == 0)) {
         fprintf(stderr, "usage: bench_decode (--model PATH | --synthetic DIR [shape options]) [--threads 1,2] [-n N]\n");
         return 2;
     }
@@ -194,10 +197,10 @@ int main(int argc, char **argv) {
             p++;
             continue;
         }
-        const double tps = bench_decode_tps(m, n, repeats);
+        const double tps = bench_decode_tps_at(m, n, repeats, depth);
         printf("{\"bench\": \"decode\", \"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"threads\": %d, "
-               "\"isa\": \"%s\", \"tokens\": %d, \"tok_per_s\": %.1f",
-               in->name, ds_dtype_name(in->weight_type), in->weight_bytes, t, ds_matmul_isa(), n, tps);
+               "\"isa\": \"%s\", \"depth\": %d, \"tokens\": %d, \"tok_per_s\": %.1f",
+               in->name, ds_dtype_name(in->weight_type), in->weight_bytes, t, ds_matmul_isa(), depth, n, tps);
         if (small) {
             const char *isa = ds_matmul_isa();
             char saved[16];

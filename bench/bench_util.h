@@ -516,19 +516,24 @@ done:
 // ---- decode timing ------------------------------------------------------------------------------
 
 // Median tokens/s of `repeats` runs of n greedy decode steps after an 8-token prefill; 0 on failure.
-static inline double bench_decode_tps(ds_model *m, int n, int repeats) {
+// ... with `depth` more tokens in the cache before the timed steps (prefilled 256 at a time): the
+// attention's share at that context, as llama-bench's -d.
+static inline double bench_decode_tps_at(ds_model *m, int n, int repeats, int depth) {
     const ds_model_info *in = ds_model_get_info(m);
     ds_kv *kv;
     ds_workspace *ws;
     float *logits = malloc(sizeof(float) * in->vocab_size);
     double *rates = malloc(sizeof(double) * repeats);
-    if (ds_kv_init(m, n + 16, &kv) || ds_workspace_init(m, &ws)) return 0;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)(depth + 8));
+    if (!logits || !rates || !prompt || ds_kv_init(m, n + depth + 16, &kv) || ds_workspace_init(m, &ws)) return 0;
+    for (int i = 0; i < depth + 8; i++) prompt[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
     for (int r = 0; r < repeats; r++) {
         ds_kv_truncate(kv, 0);
-        int32_t prompt[8];
-        for (int i = 0; i < 8; i++) prompt[i] = (int32_t)((i * 7919 + 1) % in->vocab_size);
-        ds_forward_seq pf = {.kv = kv, .tokens = prompt, .n_tokens = 8, .n_logits = 1, .logits = logits};
-        ds_model_forward(m, ws, &pf, 1);
+        for (int at = 0; at < depth + 8; at += 256) {
+            const int k = depth + 8 - at < 256 ? depth + 8 - at : 256;
+            ds_forward_seq pf = {.kv = kv, .tokens = prompt + at, .n_tokens = k, .n_logits = 1, .logits = logits};
+            ds_model_forward(m, ws, &pf, 1);
+        }
         const double t0 = bench_now();
         for (int i = 0; i < n; i++) {
             int32_t next = ds_argmax(logits, in->vocab_size);
@@ -543,8 +548,11 @@ static inline double bench_decode_tps(ds_model *m, int n, int repeats) {
     ds_workspace_free(ws);
     free(logits);
     free(rates);
+    free(prompt);
     return med;
 }
+
+static inline double bench_decode_tps(ds_model *m, int n, int repeats) { return bench_decode_tps_at(m, n, repeats, 0); }
 
 // ---- training throughput ------------------------------------------------------------------------
 

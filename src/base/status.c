@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static _Thread_local char g_msg[1024];
 
@@ -44,6 +45,21 @@ ds_status ds_fail_prefix(ds_status code, const char *fmt, ...) {
 void *ds_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) ds_fail(DS_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *ds_malloc_huge(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) return ds_malloc(n);
+    const size_t rounded = (n + huge - 1) & ~(huge - 1); // (aligned_alloc wants a multiple of the alignment)
+    void *p = aligned_alloc(huge, rounded);
+    if (!p) {
+        ds_fail(DS_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, rounded, MADV_HUGEPAGE); // advice: without it the buffer is the same, in small pages
+#endif
     return p;
 }
 

@@ -99,7 +99,8 @@ static uintptr_t huge_size(void) {
 // kernel has no PAGEMAP_SCAN. (The kernel merges runs of pages alike: a full vector means more to ask.)
 static int scan_add(int pm, uintptr_t a, uintptr_t b, size_t *present, size_t *huge) {
     pm_region v[PM_VEC];
-    a &= ~(uintptr_t)4095, b = (b + 4095) & ~(uintptr_t)4095; // (the scan takes whole pages)
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    a &= ~(pg - 1), b = (b + pg - 1) & ~(pg - 1); // (the scan takes whole pages)
     while (a < b) {
         pm_scan_arg q = {.size = sizeof q, .start = a, .end = b, .vec = (uintptr_t)v, .vec_len = PM_VEC,
                          .category_anyof_mask = PM_PRESENT, .return_mask = PM_PRESENT | PM_HUGE};

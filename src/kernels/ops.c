@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/status.h"
+
 DS_MULTIVERSION
 void ds_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0;
@@ -144,7 +146,7 @@ void ds_attend(float *out, const float *q, const float *K, const float *V, int n
 }
 
 float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap) {
-    float *p = malloc(lines * (size_t)new_cap * sizeof(float));
+    float *p = ds_malloc_huge(lines * (size_t)new_cap * sizeof(float)); // (streamed by every decode step)
     if (!p) return NULL;
     for (size_t i = 0; old && i < lines; i++)
         memcpy(p + i * (size_t)new_cap, old + i * (size_t)old_cap, (size_t)len * sizeof(float));

@@ -376,16 +376,17 @@ static void test_text_escape(void **state) {
 // with readahead off), so that where the kernel caches files in huge pages the drop does happen.
 static uint8_t byte_at(size_t i) { return (uint8_t)(i * 2654435761u >> 13); }
 
-// `flag` if the VmFlags of the mapping at `start` (/proc/self/smaps) hold it, else "".
-static const char *vm_flag(const void *start, const char *flag) {
+// `flag` if the VmFlags of the mapping holding `p` (/proc/self/smaps) hold it, else "".
+static const char *vm_flag(const void *p, const char *flag) {
     FILE *f = fopen("/proc/self/smaps", "r");
     char line[512];
     int in = 0;
     const char *found = "";
     while (f && fgets(line, sizeof line, f)) {
-        unsigned long a;
+        unsigned long a, b;
         char dash;
-        if (sscanf(line, "%lx%c", &a, &dash) == 2 && dash == '-') in = a == (unsigned long)(uintptr_t)start;
+        if (sscanf(line, "%lx%c%lx", &a, &dash, &b) == 3 && dash == '-')
+            in = a <= (unsigned long)(uintptr_t)p && (unsigned long)(uintptr_t)p < b;
         else if (in && strncmp(line, "VmFlags:", 8) == 0) {
             char pat[8];
             snprintf(pat, sizeof pat, " %s", flag);
@@ -439,6 +440,19 @@ static void test_huge_drops_only_file_pages(void **state) {
     ds_mapfile_close(&m);
 }
 
+// ds_malloc_huge (the KV cache's lines): from 2 MiB on, 2 MiB-aligned and advised MADV_HUGEPAGE.
+static void test_malloc_huge(void **state) {
+    (void)state;
+    uint8_t *big = ds_malloc_huge(((size_t)4 << 20) + 1), *small = ds_malloc_huge(1000);
+    assert_non_null(big);
+    assert_non_null(small);
+    assert_int_equal((uintptr_t)big & (((uintptr_t)2 << 20) - 1), 0);
+    memset(big, 1, ((size_t)4 << 20) + 1);
+    assert_string_equal(vm_flag(big, "hg"), "hg");
+    free(big);
+    free(small);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regular_and_new),
@@ -452,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_json_nul_escape),
         cmocka_unit_test(test_text_escape),
         cmocka_unit_test(test_huge_drops_only_file_pages),
+        cmocka_unit_test(test_malloc_huge),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);
 }
