@@ -41,8 +41,8 @@ int cli_spec_finish(ds_spec_params *spec, ds_cost_table *costs, unsigned given, 
 const char *cli_spec_name(ds_spec_kind k);
 // The model parameters every command loads a target with: `threads`, and the input rounding asked
 // for by DSPARK_INT8_INPUTS=1 or 0 / DSPARK_BF16_INPUTS=1 (so `dspark profile` times the kernels that
-// generate, eval and serve then run).
-ds_model_params cli_model_params(long threads);
+// generate, eval and serve then run). 0, or 1 after printing which variable holds what else.
+int cli_model_params(long threads, ds_model_params *out);
 // The target for a command that takes text (the default model when model_arg is NULL), with
 // `threads` set as the process's thread count (ds_set_threads: 0 = all cores); NULL after printing
 // why (no model, a load error, no tokenizer).

@@ -205,13 +205,24 @@ int cli_check_writable(const char *file) {
     return 1;
 }
 
-ds_model_params cli_model_params(long threads) {
+// An input-rounding switch: unset or empty -1, "0" 0, "1" 1; else -2 after printing why.
+static int env_switch(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !v[0]) return -1;
+    if (!strcmp(v, "0") || !strcmp(v, "1")) return v[0] - '0';
+    fprintf(stderr, "dspark: %s must be 0 or 1, not '%s'\n", name, v);
+    return -2;
+}
+
+int cli_model_params(long threads, ds_model_params *out) {
     // DSPARK_INT8_INPUTS=1: MLX affine targets' products on int8-rounded inputs too; =0: GGUF Q8_0 and
     // MLX affine products on f32 inputs; unset: the default (ds_model_params.int8_inputs = 0).
     // DSPARK_BF16_INPUTS=1: BF16 targets' few-row products on bf16-rounded inputs (VDPBF16PS).
-    const char *i8 = getenv("DSPARK_INT8_INPUTS"), *b16 = getenv("DSPARK_BF16_INPUTS");
-    const int int8 = !i8 ? 0 : !strcmp(i8, "1") ? 1 : !strcmp(i8, "0") ? -1 : 0;
-    return (ds_model_params){.n_threads = (int)threads, .int8_inputs = int8, .bf16_inputs = b16 && !strcmp(b16, "1")};
+    const int i8 = env_switch("DSPARK_INT8_INPUTS"), b16 = env_switch("DSPARK_BF16_INPUTS");
+    if (i8 == -2 || b16 == -2) return 1;
+    *out = (ds_model_params){.n_threads = (int)threads, .int8_inputs = i8 == 1 ? 1 : i8 == 0 ? -1 : 0,
+                             .bf16_inputs = b16 == 1};
+    return 0;
 }
 
 ds_model *cli_load_text_model(const char *model_arg, long threads) {
@@ -219,7 +230,8 @@ ds_model *cli_load_text_model(const char *model_arg, long threads) {
     if (!path) return NULL;
     ds_model *m;
     ds_set_threads((int)threads); // the process's one thread count (0 = all cores)
-    const ds_model_params mp = cli_model_params(threads);
+    ds_model_params mp;
+    if (cli_model_params(threads, &mp)) return NULL;
     ds_status st = ds_model_load(path, &mp, &m);
     if (st) {
         cli_fail(st);

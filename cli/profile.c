@@ -68,7 +68,8 @@ int cmd_profile(int argc, char **argv) {
     ds_model *m = NULL;
     ds_drafter *d = NULL;
     ds_set_threads((int)a.threads);
-    const ds_model_params mp = cli_model_params(a.threads);
+    ds_model_params mp;
+    if (cli_model_params(a.threads, &mp)) return 1;
     ds_status st = ds_model_load(path, &mp, &m);
     if (st) return cli_fail(st);
     const int threads = ds_threads(); // what the table holds for

@@ -60,6 +60,10 @@ check_error "-n" "$BIN" generate -m "$MODEL" -p hi -n -5
 check_error "context" "$BIN" generate -m "$MODEL" -p hi -n 100000
 check_error "unknown option" "$BIN" generate -m "$MODEL" -p hi --bogus 1
 check_error "unknown command" "$BIN" frobnicate
+check_error "DSPARK_INT8_INPUTS must be 0 or 1, not 'true'" env DSPARK_INT8_INPUTS=true "$BIN" generate -m "$MODEL" -p hi
+check_error "DSPARK_BF16_INPUTS must be 0 or 1, not '2'" env DSPARK_BF16_INPUTS=2 "$BIN" generate -m "$MODEL" -p hi
+[ "$(DSPARK_BF16_INPUTS= "$BIN" generate -m "$MODEL" -p "Once upon a time" -n 8 --temp 0 2>/dev/null)" = \
+  "$("$BIN" generate -m "$MODEL" -p "Once upon a time" -n 8 --temp 0 2>/dev/null)" ] || fail "an empty DSPARK_BF16_INPUTS is not unset"
 
 [ $fails -eq 0 ] && echo "cli generate: all checks passed"
 exit $((fails > 0))
