@@ -435,10 +435,12 @@ size_t ds_drafter_own_size(const ds_drafter *d, const draft_config *c) {
     return (size_t)c->layers * per_layer + 2 * (size_t)d->H + (size_t)d->hd + 5 * (size_t)c->rank + d->H + 8;
 }
 
-// A target loaded with bf16_inputs (ds_model_params) has its drafter's BF16 products round their
-// inputs too (VDPBF16PS where the CPU has it, kernels/matmul_bf16dp.h): one switch for the pair. A
-// drafter only proposes, so its rounding never changes what is generated; it makes drafting 1.5-2.6x
-// faster (4 sequences' block of the inflated stories260K drafter, 2 threads, Zen 5: 50 -> 19 ms).
+// A target whose products round their inputs (ds_model_rounds_inputs: bf16_inputs, or the int8 inputs
+// of GGUF block types and Q8_0, the default for those files) has its drafter's BF16 products round
+// their inputs too (VDPBF16PS where the CPU has it, kernels/matmul_bf16dp.h): one switch for the pair.
+// A drafter only proposes, so its rounding never changes what is generated; it makes drafting 1.5-2.6x
+// faster (4 sequences' block of the inflated stories260K drafter, 2 threads, Zen 5: 50 -> 19 ms; one
+// sequence on the Q4_K_M file, Zen 4: 1.8x, docs/results.md).
 // (A draft vocabulary's heads, made later from lm_head and markov_w2, copy the flag.)
 static void drafter_bf16_inputs(ds_drafter *d, int n_layers) {
     ds_weight *ws[] = {&d->lm_head, &d->fc, &d->markov_w2, &d->gate_proj, &d->joint_proj};
@@ -498,7 +500,7 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
         goto fail;
     }
     if ((st = gguf ? ds_drafter_gguf_tensors(d, &c, target) : load_tensors(d, &c, dir))) goto fail;
-    if (target && target->bf16_inputs) drafter_bf16_inputs(d, c.layers);
+    if (target && ds_model_rounds_inputs(target)) drafter_bf16_inputs(d, c.layers);
     if (target) drafter_populate(d, c.layers); // (quantize's smoke test, no target, reads it once)
 
     // Numerics fixed by the format (docs/formats/deepspec-checkpoint.md §3-4).

@@ -123,6 +123,18 @@ static void model_populate(ds_model *m) {
     free(r.n);
 }
 
+// (the GGUF block types other than Q8_0 have int8-input kernels only: they always round)
+static void weight_rounds(ds_weight *w, void *any) {
+    const int ggml_block = w->type >= DS_Q4_0 && w->type <= DS_IQ4_XS && w->type != DS_Q8_0;
+    if (w->data && (w->round_inputs || ggml_block)) *(int *)any = 1;
+}
+
+int ds_model_rounds_inputs(const ds_model *m) {
+    int any = m->bf16_inputs;
+    model_each_weight((ds_model *)m, weight_rounds, &any); // (reads only)
+    return any;
+}
+
 void ds_model_memory(const ds_model *m, size_t *resident, size_t *huge, int *reread) {
     *resident = m->huge.resident;
     *huge = m->huge.huge;

@@ -125,6 +125,10 @@ void ds_weight_bf16_inputs(ds_weight *w, void *unused);
 // matrices; INT_MAX if none, as for BF16 on AVX-512, the GGUF block types and Q8_0): a forward of
 // fewer rows computes every row bit for bit as it would alone, without batch_invariant.
 int ds_model_gemm_rows(const ds_model *m);
+// Whether m's products round their inputs (ds_model_params.bf16_inputs, or a GGUF block type's or an
+// MLX affine matrix's int8 rounding): a drafter paired with it then rounds its BF16 products' inputs
+// too (src/draft/load.c).
+int ds_model_rounds_inputs(const ds_model *m);
 
 // Shared by the loaders: size and check the config, take norms as f32, compute weight_bytes and
 // RoPE frequencies. Called after the weights are attached.

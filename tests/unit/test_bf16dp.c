@@ -531,6 +531,33 @@ static void test_drafter_follows_target(void **state) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         assert_int_equal(system(cmd), 0);
     }
+    // A quantized GGUF target rounds its inputs to int8 (by default: Q8_0 takes f32 ones with
+    // int8_inputs = -1; the K-quants always): its drafter rounds too, without the switch.
+    const char *shared = getenv("DSPARK_SHARED");
+    for (int i8 = -1; i8 <= 1; i8++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/models/gguf-fixtures/llama-tiny/%s.gguf", shared ? shared : "../shared",
+                 i8 <= 0 ? "Q8_0" : "Q4_K_M");
+        const int rounds = i8 != -1;
+        ds_model *m;
+        const ds_model_params mp = {.n_threads = 1, .int8_inputs = i8 < 1 ? i8 : 0};
+        assert_int_equal(ds_model_load(path, &mp, &m), DS_OK);
+        ds_drafter_init_params p = ds_drafter_init_default();
+        p.n_layers = 1;
+        p.markov_rank = 16;
+        p.dtype = DS_BF16;
+        ds_drafter *d;
+        assert_int_equal(ds_drafter_init_write(m, &p, dir), DS_OK);
+        assert_int_equal(ds_drafter_load(dir, m, &d), DS_OK);
+        assert_int_equal(d->fc.type, DS_BF16);
+        assert_int_equal(d->fc.round_inputs, rounds);
+        assert_int_equal(d->layers[0].w_down.round_inputs, rounds);
+        ds_drafter_free(d);
+        ds_model_free(m);
+        char cmd[4300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
 }
 
 // Dispatch: "avx512bf16" is the default where the CPU has it, and can be left for "avx512".
