@@ -452,25 +452,14 @@ static void drafter_bf16_inputs(ds_drafter *d, int n_layers) {
 // tables now and in huge pages where the kernel can (io/mapfile.h), as the target's are: the first
 // round takes no page faults, and each round streams them as fast as the target's. Not the embedding
 // and Markov lookup tables (a gather reads a few rows).
-typedef struct {
-    const void **p;
-    size_t *n;
-    int count;
-} drafter_ranges;
-
-static void drafter_range(ds_weight *w, void *ranges) {
-    drafter_ranges *r = ranges;
-    if (w->data) r->p[r->count] = w->data, r->n[r->count++] = ds_weight_data_bytes(w);
-}
-
 static void drafter_populate(ds_drafter *d, int n_layers) {
     const int cap = 5 + 16 * n_layers; // (ds_layer_each_weight passes 9 matrices per layer)
-    drafter_ranges r = {malloc((size_t)cap * sizeof *r.p), malloc((size_t)cap * sizeof *r.n), 0};
+    ds_weight_ranges r = {malloc((size_t)cap * sizeof *r.p), malloc((size_t)cap * sizeof *r.n), 0, cap};
     if (r.p && r.n) {
         ds_weight *ws[] = {&d->lm_head, &d->fc, &d->markov_w2, &d->gate_proj, &d->joint_proj};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) drafter_range(ws[i], &r);
-        for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], drafter_range, &r);
-        ds_mapfile_populate_huge(r.p, r.n, r.count, NULL);
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) ds_weight_range(ws[i], &r);
+        for (int l = 0; l < n_layers; l++) ds_layer_each_weight(&d->layers[l], ds_weight_range, &r);
+        ds_mapfile_populate_huge(r.p, r.n, r.count < cap ? r.count : cap, NULL);
     }
     free(r.p);
     free(r.n);

@@ -83,14 +83,8 @@ static void weight_bytes_sum(ds_weight *w, void *sum) {
     if (w->data) *(size_t *)sum += ds_weight_bytes(w);
 }
 
-typedef struct {
-    const void **p; // (cap) each matrix's bytes
-    size_t *n;      // (cap)
-    int count, cap;
-} weight_ranges;
-
-static void weight_range(ds_weight *w, void *ranges) {
-    weight_ranges *r = ranges;
+void ds_weight_range(ds_weight *w, void *ranges) {
+    ds_weight_ranges *r = ranges;
     if (!w->data) return;
     if (r->p && r->count < r->cap) r->p[r->count] = w->data, r->n[r->count] = ds_weight_data_bytes(w);
     r->count++; // (a first pass with no arrays counts them)
@@ -109,14 +103,14 @@ static void model_populate(ds_model *m) {
     model_each_weight(m, weight_bytes_sum, &sum);
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0 || sum > (size_t)pages * (size_t)page / 2) return;
-    weight_ranges r = {0};
-    model_each_weight(m, weight_range, &r);
+    ds_weight_ranges r = {0};
+    model_each_weight(m, ds_weight_range, &r);
     r.cap = r.count;
     r.p = malloc((size_t)r.cap * sizeof *r.p + 1);
     r.n = malloc((size_t)r.cap * sizeof *r.n + 1);
     r.count = 0;
     if (r.p && r.n) {
-        model_each_weight(m, weight_range, &r);
+        model_each_weight(m, ds_weight_range, &r);
         ds_mapfile_populate_huge(r.p, r.n, r.count, &m->huge);
     }
     free(r.p);

@@ -118,6 +118,15 @@ void ds_model_add_stop(ds_model *m, int32_t id);
 // Every matrix of layer L a product reads (the attention and MLP projections, the per-layer-input
 // gate and projection), through fn (with ctx); a drafter's layers too.
 void ds_layer_each_weight(ds_layer *L, void (*fn)(ds_weight *, void *), void *ctx);
+// Matrices' bytes gathered for ds_mapfile_populate_huge (a target's at load, a drafter's): through
+// ds_weight_range (a model_each_weight / ds_layer_each_weight callback), which fills p / n up to cap
+// and counts every matrix in count (so a first pass with no arrays sizes them).
+typedef struct {
+    const void **p; // (cap) each matrix's first byte
+    size_t *n;      // (cap) its bytes
+    int count, cap;
+} ds_weight_ranges;
+void ds_weight_range(ds_weight *w, void *ranges);
 // Marks a BF16 matrix to round its products' inputs to bf16 (ds_model_params.bf16_inputs; the
 // VDPBF16PS kernel where the CPU has it, kernels/matmul_bf16dp.h); other matrices are left as they are.
 void ds_weight_bf16_inputs(ds_weight *w, void *unused);
