@@ -501,9 +501,32 @@ static void test_many_rows_stay_on_kernel(void **state) {
     if (ds_bf16dp_supported()) assert_int_equal(ds_matmul_force_isa("avx512bf16"), 1);
 }
 
-// One switch for the pair: a target loaded with bf16_inputs makes its drafter's BF16 products
-// round their inputs too (the drafter only proposes, so this never changes what is generated);
-// without it, neither does.
+// For test_drafter_follows_target: that each of a fresh BF16 drafter's matrices for m (written to
+// dir, loaded, freed, removed, with m) rounds its inputs exactly when `rounds` says.
+static void check_drafter_rounds(ds_model *m, const char *dir, int rounds) {
+    ds_drafter_init_params p = ds_drafter_init_default();
+    p.n_layers = 1;
+    p.markov_rank = 16;
+    p.dtype = DS_BF16;
+    ds_drafter *d;
+    assert_int_equal(ds_drafter_init_write(m, &p, dir), DS_OK);
+    assert_int_equal(ds_drafter_load(dir, m, &d), DS_OK);
+    const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_up,
+                             &d->layers[0].w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+        assert_int_equal(ws[i]->type, DS_BF16);
+        assert_int_equal(ws[i]->round_inputs, rounds);
+    }
+    ds_drafter_free(d);
+    ds_model_free(m);
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+// One switch for the pair: a target whose products round their inputs (bf16_inputs, or a GGUF
+// block type's int8 inputs) makes its drafter's BF16 products round theirs too (the drafter only
+// proposes, so this never changes what is generated); without it, neither does.
 static void test_drafter_follows_target(void **state) {
     char dir[4200];
     const char *tmp = getenv("DSPARK_TMP");
@@ -512,24 +535,7 @@ static void test_drafter_follows_target(void **state) {
         ds_model *m;
         const ds_model_params mp = {.n_threads = 1, .bf16_inputs = on};
         assert_int_equal(stories_load_with(&m, &mp), 0);
-        ds_drafter_init_params p = ds_drafter_init_default();
-        p.n_layers = 1;
-        p.markov_rank = 16;
-        p.dtype = DS_BF16;
-        ds_drafter *d;
-        assert_int_equal(ds_drafter_init_write(m, &p, dir), DS_OK);
-        assert_int_equal(ds_drafter_load(dir, m, &d), DS_OK);
-        const ds_weight *ws[] = {&d->fc, &d->lm_head, &d->markov_w2, &d->layers[0].wq, &d->layers[0].w_up,
-                                 &d->layers[0].w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-            assert_int_equal(ws[i]->type, DS_BF16);
-            assert_int_equal(ws[i]->round_inputs, on);
-        }
-        ds_drafter_free(d);
-        ds_model_free(m);
-        char cmd[4300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        assert_int_equal(system(cmd), 0);
+        check_drafter_rounds(m, dir, on);
     }
     // A quantized GGUF target rounds its inputs to int8 (by default: Q8_0 takes f32 ones with
     // int8_inputs = -1; the K-quants always): its drafter rounds too, without the switch.
@@ -538,25 +544,10 @@ static void test_drafter_follows_target(void **state) {
         char path[4200];
         snprintf(path, sizeof path, "%s/models/gguf-fixtures/llama-tiny/%s.gguf", shared ? shared : "../shared",
                  i8 <= 0 ? "Q8_0" : "Q4_K_M");
-        const int rounds = i8 != -1;
         ds_model *m;
         const ds_model_params mp = {.n_threads = 1, .int8_inputs = i8 < 1 ? i8 : 0};
         assert_int_equal(ds_model_load(path, &mp, &m), DS_OK);
-        ds_drafter_init_params p = ds_drafter_init_default();
-        p.n_layers = 1;
-        p.markov_rank = 16;
-        p.dtype = DS_BF16;
-        ds_drafter *d;
-        assert_int_equal(ds_drafter_init_write(m, &p, dir), DS_OK);
-        assert_int_equal(ds_drafter_load(dir, m, &d), DS_OK);
-        assert_int_equal(d->fc.type, DS_BF16);
-        assert_int_equal(d->fc.round_inputs, rounds);
-        assert_int_equal(d->layers[0].w_down.round_inputs, rounds);
-        ds_drafter_free(d);
-        ds_model_free(m);
-        char cmd[4300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        assert_int_equal(system(cmd), 0);
+        check_drafter_rounds(m, dir, i8 != -1);
     }
 }
 
