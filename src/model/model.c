@@ -119,8 +119,7 @@ static void model_populate(ds_model *m) {
 
 // (the GGUF block types other than Q8_0 have int8-input kernels only: they always round)
 static void weight_rounds(ds_weight *w, void *any) {
-    const int ggml_block = w->type >= DS_Q4_0 && w->type <= DS_IQ4_XS && w->type != DS_Q8_0;
-    if (w->data && (w->round_inputs || ggml_block)) *(int *)any = 1;
+    if (w->data && (w->round_inputs || ds_ggml_is_kquant_family(w->type))) *(int *)any = 1;
 }
 
 int ds_model_rounds_inputs(const ds_model *m) {
