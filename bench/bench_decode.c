@@ -10,7 +10,8 @@
 // memory-bound for realistic sizes). With --synthetic, a random-weight Llama of the given shape is
 // written as a Hugging Face directory first (if DIR does not hold one): weights do not change cost.
 // --depth D decodes with D more tokens in the cache first (llama-bench's -d: the attention's share at
-// that context; the bound stays the weights').
+// that context; the bound stays the weights'); the prefill line's forward and verify8_over_decode's
+// forwards then run that deep too.
 // --prefill P first prints a "prefill" line per thread count: tokens/s of one forward over P new
 // tokens from an empty cache (median of R), the product path a prompt of P tokens takes (many rows:
 // sgemm on widened tiles); -n 0 then skips the decode line (scripts/bench_peer.sh runs both phases
@@ -184,8 +185,9 @@ int main(int argc, char **argv) {
         ds_set_threads(t);
         if (prefill) {
             printf("{\"bench\": \"prefill\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
-                   "\"tokens\": %d, \"tok_per_s\": %.1f}\n",
-                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), prefill, prefill / forward_seconds(m, 0, prefill, repeats));
+                   "\"depth\": %d, \"tokens\": %d, \"tok_per_s\": %.1f}\n",
+                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), depth, prefill,
+                   prefill / forward_seconds(m, depth, prefill, repeats));
             fflush(stdout);
         }
         if (n == 0) goto next;
@@ -219,7 +221,8 @@ int main(int argc, char **argv) {
         }
         // Speculative decoding lives on this ratio: verifying a block of 7 drafts (8 rows) should
         // cost about one decode step when decoding is memory-bound.
-        const double t1 = forward_seconds(m, 64, 1, repeats * 3), t8 = forward_seconds(m, 64, 8, repeats * 3);
+        const int vctx = depth > 64 ? depth : 64; // (at --depth: a verification that deep)
+        const double t1 = forward_seconds(m, vctx, 1, repeats * 3), t8 = forward_seconds(m, vctx, 8, repeats * 3);
         printf(", \"verify8_over_decode\": %.2f", t8 / t1);
         if (m->ple_dim)
             printf(", \"ple_table_bytes\": %zu, \"ple_row_bytes_per_token\": %zu, \"rss_after_load_bytes\": %zu",

@@ -6,10 +6,15 @@ benchmarks (scripts/bench_e2e_gguf.sh):
 
     bench/inflated_gguf.py TARGET_DIR OUT.gguf [--outtype bf16|f16|f32]
 
+A directory without tokenizer.gguf (a synthetic shape, `bench_decode --preset qwen3-0.6b`'s) gets a
+stub SentencePiece vocabulary of config.json's vocab_size tokens ("<0>", "<1>", ...; 0 unknown,
+1 BOS, 2 EOS): enough for llama-bench, which never tokenizes text, to load the file.
+
 The weights go through tests/reference/hf_to_gguf.py (the independent HF -> GGUF converter the tests
 check against dspark's HF loader), the tokenizer.ggml.* keys are copied from tokenizer.gguf with
 the value types llama.cpp's converter gives them."""
 
+import json
 import os
 import sys
 
@@ -39,7 +44,16 @@ def main(argv):
         sys.exit("usage: inflated_gguf.py TARGET_DIR OUT.gguf [--outtype bf16|f16|f32]")
     src, out = argv[0], argv[1]
     outtype = argv[3] if len(argv) == 4 else None
-    tok = gguf_py.GGUFFile(os.path.join(src, "tokenizer.gguf")).metadata
+    tok_path = os.path.join(src, "tokenizer.gguf")
+    if os.path.exists(tok_path):
+        tok = gguf_py.GGUFFile(tok_path).metadata
+    else:
+        with open(os.path.join(src, "config.json")) as f:
+            n = json.load(f)["vocab_size"]
+        tok = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": [f"<{i}>" for i in range(n)],
+               "tokenizer.ggml.scores": [0.0] * n, "tokenizer.ggml.token_type": [3] * 3 + [1] * (n - 3),
+               "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.bos_token_id": 1,
+               "tokenizer.ggml.eos_token_id": 2}
 
     def edit(w):
         w.kv = [kv for kv in w.kv if not kv[0].startswith("tokenizer.ggml.")]

@@ -37,6 +37,9 @@
 # dspark's GGUF Q8_0 products round their inputs to int8 per block by default, as llama.cpp's Q8_0 x Q8_0;
 # DSPARK_INT8_INPUTS=0 puts them on f32 inputs (bench_decode --int8-inputs -1, the variable itself
 # for dspark serve), DSPARK_INT8_INPUTS=1 MLX affine targets on int8 too (--int8-inputs 1).
+# DEPTH=D (default 0) runs every phase but spec after D tokens already in the cache (llama-bench -d D,
+# bench_decode --depth D): decoding and verification at a long context, where attention reads the
+# cache; llama-bench runs with its default attention (flash attention "auto").
 # Both sides run with n_ctx >= PP + TG, one sequence, CPU only. One JSON line per measurement on
 # stdout, then one summary line per (file, threads, phase) with the medians, min/max and the ratio
 # dspark / llama.cpp (tokens per second; > 1: dspark is faster). Progress on stderr.
@@ -53,6 +56,7 @@ REPEATS=${REPEATS:-5}
 PP=${PP:-512}
 VERIFY=${VERIFY:-8}
 TG=${TG:-128}
+DEPTH=${DEPTH:-0}
 PHASES=${PHASES:-"prefill verify decode${DRAFTER:+ spec}"}
 PROMPTS=${PROMPTS:-docs/prompts/stories-heldout.txt}
 SPEC_TG=${SPEC_TG:-64}
@@ -88,12 +92,12 @@ LCPP_COMMIT=$(git -C "${LLAMA_CPP:-/nonexistent}" rev-parse --short HEAD 2>/dev/
 # its warm-up run: dspark enters the weights into the page tables at load, so neither side counts
 # page faults).
 lcpp() { # file threads pp tg
-  "$LLAMA_BENCH" -m "$1" -t "$2" -p "$3" -n "$4" -r 1 -o json 2>/dev/null |
+  "$LLAMA_BENCH" -m "$1" -t "$2" -p "$3" -n "$4" -d "$DEPTH" -r 1 -o json 2>/dev/null |
     /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["avg_ts"])'
 }
 # bench_decode on the file: its "prefill" / "decode" tokens per second.
 dsp() { # file threads pp tg
-  local args=(--model "$1" --threads "$2")
+  local args=(--model "$1" --threads "$2" --depth "$DEPTH")
   [ "${DSPARK_BF16_INPUTS:-0}" = 1 ] && args+=(--bf16-inputs 1) # (as the server reads it, below)
   [ "${DSPARK_INT8_INPUTS:-}" = 1 ] && args+=(--int8-inputs 1)
   [ "${DSPARK_INT8_INPUTS:-}" = 0 ] && args+=(--int8-inputs -1)
@@ -130,8 +134,8 @@ for f in "${FILES[@]}"; do
         [ -n "$a" ] && [ -n "$b" ] || die "no figure from llama-bench ($a) or bench_decode ($b) on $f"
         for side in llama.cpp dspark; do
           v=$a; [ $side = dspark ] && v=$b
-          printf '{"bench":"peer","file":"%s","threads":%s,"phase":"%s","tokens":%s,"engine":"%s","tok_per_s":%s,"repeat":%s,"llama_cpp":"%s"}\n' \
-            "$f" "$t" "$phase" "$((pp + tg))" "$side" "$v" "$r" "$LCPP_COMMIT" | tee -a "$RESULTS"
+          printf '{"bench":"peer","file":"%s","threads":%s,"phase":"%s","tokens":%s,"depth":%s,"engine":"%s","tok_per_s":%s,"repeat":%s,"llama_cpp":"%s"}\n' \
+            "$f" "$t" "$phase" "$((pp + tg))" "$DEPTH" "$side" "$v" "$r" "$LCPP_COMMIT" | tee -a "$RESULTS"
         done
       done
     done

@@ -79,7 +79,7 @@ typedef struct {
     int *pos;       // (cap_rows) each row's position (its cache column)
     int *end;       // (cap_rows) the columns of its cache each row attends over
     ds_kvcache **kv; // (cap_rows) each row's cache
-    float *scores;  // (scores_thr, scores_cap) attention scores per thread
+    float *scores;  // (scores_thr, DS_ATTEND_MAX_Q, scores_cap) attention scores per thread
     int scores_cap, scores_thr;
     float *u;       // (cap_rows, u_cols) LM head scores over a draft vocabulary of u_cols ids
     int u_cols;

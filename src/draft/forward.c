@@ -144,7 +144,7 @@ static ds_status scores_reserve(ds_draft_bufs *b, int span) {
     int cap = b->scores_cap ? b->scores_cap : 256;
     while (cap < span) cap *= 2;
     const int thr = nthr > b->scores_thr ? nthr : b->scores_thr;
-    float *p = realloc(b->scores, sizeof(float) * (size_t)cap * thr);
+    float *p = realloc(b->scores, sizeof(float) * (size_t)cap * thr * DS_ATTEND_MAX_Q);
     if (!p) return ds_fail(DS_ERR_NOMEM, "out of memory for draft attention");
     b->scores = p;
     b->scores_cap = cap;

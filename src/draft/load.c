@@ -509,8 +509,7 @@ ds_status ds_drafter_load(const char *dir, const ds_model *target, ds_drafter **
     }
     for (int l = 0; l < c.layers; l++) d->layers[l].attn_scale = d->attn_scale;
     d->block = (ds_block_cfg){.dim = d->H, .n_heads = d->nq, .n_layers = c.layers, .eps = d->eps,
-                              .rope_layout = DS_ROPE_HALVES, .act = d->style == DS_STYLE_GEMMA4 ? DS_ACT_GELU_TANHF : DS_ACT_SILU, .n_rope = 1, .rope_half = d->hd / 2,
-                              .attn_jobs = 2};
+                              .rope_layout = DS_ROPE_HALVES, .act = d->style == DS_STYLE_GEMMA4 ? DS_ACT_GELU_TANHF : DS_ACT_SILU, .n_rope = 1, .rope_half = d->hd / 2};
     // RoPE, halves pairing: inv_freq[j] = θ^(−2j/hd). Gemma's proportional partial RoPE rotates
     // only the first partial·hd/2 pairs (same divisor, the full head dim); the rest stay put.
     d->inv_freq = ds_drafter_own(d, (size_t)d->hd / 2);

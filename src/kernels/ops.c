@@ -88,63 +88,6 @@ void ds_add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
-// Lane l of a 16-column block accumulates column 16·i + l of every block i in order; the 16 lanes
-// are then added by a fixed pairwise tree. So a reduction depends only on the columns' values and
-// their index within the span, never on where they are stored (ds_attend2's two pieces).
-static inline float lanes_sum(float acc[DS_ATTEND_LANES]) {
-    for (int w = DS_ATTEND_LANES / 2; w; w >>= 1)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
-}
-
-// acc (16) += s[j] · v[j] per lane over n columns (n a multiple of 16).
-static inline void lanes_dot(float acc[DS_ATTEND_LANES], const float *s, const float *v, int n) {
-    for (int j = 0; j < n; j += DS_ATTEND_LANES)
-        for (int l = 0; l < DS_ATTEND_LANES; l++) acc[l] += s[j + l] * v[j + l];
-}
-
-DS_MULTIVERSION
-void ds_attend2(float *out, const float *q, const float *K, const float *V, int n1, int stride, const float *K2,
-                const float *V2, int n2, int stride2, int head_dim, float scale, float *scores) {
-    const int n = n1 + n2;
-    float *s2 = scores + n1;
-    // scores = scale · Σ_d q[d] K[d][:]   (axpys along positions: each column on its own)
-    for (int j = 0; j < n; j++) scores[j] = 0;
-    for (int d = 0; d < head_dim; d++) {
-        const float a = q[d] * scale;
-        ds_axpy(scores, a, K + (size_t)d * stride, n1);
-        if (n2) ds_axpy(s2, a, K2 + (size_t)d * stride2, n2);
-    }
-    // softmax
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = scores[j] > mx ? scores[j] : mx;
-#pragma omp simd
-    for (int j = 0; j < n; j++) scores[j] = ds_expf(scores[j] - mx);
-    const int nb = n / DS_ATTEND_LANES * DS_ATTEND_LANES, tail = n - nb;
-    float acc[DS_ATTEND_LANES] = {0};
-    for (int j = 0; j < nb; j += DS_ATTEND_LANES)
-        for (int l = 0; l < DS_ATTEND_LANES; l++) acc[l] += scores[j + l];
-    for (int l = 0; l < tail; l++) acc[l] += scores[nb + l];
-    const float inv = 1.0f / lanes_sum(acc);
-    // out[d] = (scores · V[d][:]) / sum, the blocks of the first piece, then the second's, then the
-    // last partial block (in whichever piece it lies)
-    const int nb1 = n2 ? n1 : nb, nb2 = nb - nb1;
-    for (int d = 0; d < head_dim; d++) {
-        const float *v1 = V + (size_t)d * stride, *v2 = n2 ? V2 + (size_t)d * stride2 : NULL;
-        for (int l = 0; l < DS_ATTEND_LANES; l++) acc[l] = 0;
-        lanes_dot(acc, scores, v1, nb1);
-        if (nb2) lanes_dot(acc, s2, v2, nb2);
-        const float *vt = n2 ? v2 + nb2 : v1 + nb1;
-        for (int l = 0; l < tail; l++) acc[l] += scores[nb + l] * vt[l];
-        out[d] = lanes_sum(acc) * inv;
-    }
-}
-
-void ds_attend(float *out, const float *q, const float *K, const float *V, int n_ctx, int stride, int head_dim,
-               float scale, float *scores) {
-    ds_attend2(out, q, K, V, n_ctx, stride, NULL, NULL, 0, 0, head_dim, scale, scores);
-}
-
 float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap) {
     float *p = ds_malloc_huge(lines * (size_t)new_cap * sizeof(float)); // (streamed by every decode step)
     if (!p) return NULL;

@@ -91,21 +91,6 @@ static inline void ds_axpy(float *y, float alpha, const float *x, int n) {
 // `old` is untouched).
 float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap);
 
-// One attention head of one query row over n_ctx cached positions, with K and V stored transposed
-// (head_dim lines of `stride` floats, position j at column j):
-// out (head_dim) = Σ_j softmax_j(scale · Σ_d q[d] K[d][j]) V[:][j]. `scores` holds n_ctx floats.
-// The sums over positions (softmax's and the products with V) run in 16 lanes, lane l taking columns
-// 16·i + l in order, combined by a fixed pairwise tree: the result depends only on the columns'
-// values and their index in the span.
-void ds_attend(float *out, const float *q, const float *K, const float *V, int n_ctx, int stride, int head_dim,
-               float scale, float *scores);
-// The same over a span given in two pieces: columns [0, n1) of (K, V) at `stride`, then n2 columns of
-// (K2, V2) at `stride2` (a token tree's ancestors, gathered); n1 must be a multiple of
-// DS_ATTEND_LANES when n2 > 0. Bit for bit ds_attend over one span holding the same columns.
-#define DS_ATTEND_LANES 16
-void ds_attend2(float *out, const float *q, const float *K, const float *V, int n1, int stride, const float *K2,
-                const float *V2, int n2, int stride2, int head_dim, float scale, float *scores);
-
 // ---- shared by the target, the drafter and the trainer (one copy of each small step) ------------
 
 // out (rows, n) = RMSNorm of each row of x (rows, n), as ds_rmsnorm; out may be x.

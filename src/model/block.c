@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/threads.h"
+#include "kernels/attend.h"
 #include "kernels/ops.h"
 
 void ds_block_kv(const ds_block_cfg *c, const ds_layer *L, int l, ds_block_rows *b, const float *in) {
@@ -59,37 +60,55 @@ static void tree_attend(float *out, const float *q, const float *K, const float 
     ds_attend2(out, q, K + start, V + start, n1, cap, Kg, Vg, cols, cols, hd, scale, sc);
 }
 
-// Jobs (row, head) [attn_jobs·item, attn_jobs·(item + 1)) of attention().
+// Rows of a pool item: ds_attend_many takes at most DS_ATTEND_MAX_Q queries, a row's heads of one
+// kv head (`group` of them) each.
+static int rows_per_item(int group) { return group < DS_ATTEND_MAX_Q ? DS_ATTEND_MAX_Q / group : 1; }
+
+// Pool item (rows chunk, kv head g) of attention(): the chunk's consecutive rows of one sequence
+// (not tree rows) attend together, their `group` query heads sharing each read of g's K and V; a
+// tree row's heads attend one at a time.
 static void attention_item(void *ctx, int item, int worker) {
     const attention_job *a = ctx;
     const ds_layer *L = a->L;
     const ds_block_rows *b = a->b;
-    const int hd = L->head_dim, nh = a->c->n_heads, group = nh / L->n_kv_heads, win = L->window, per = a->c->attn_jobs;
-    const long total = (long)b->n * nh;
-    for (long job = (long)item * per; job < total && job < (long)item * per + per; job++) {
-        const int r = (int)(job / nh), h = (int)(job % nh);
+    const int hd = L->head_dim, nh = a->c->n_heads, nkv = L->n_kv_heads, group = nh / nkv, win = L->window;
+    const int per = rows_per_item(group), g = item % nkv, r0 = item / nkv * per;
+    const int r1 = r0 + per < b->n ? r0 + per : b->n;
+    float *sc = b->scores + (size_t)worker * DS_ATTEND_MAX_Q * b->scores_stride;
+    for (int r = r0; r < r1;) {
         const ds_kvcache *kv = b->kv[r];
-        const float *q = b->q + (size_t)r * nh * hd + (size_t)h * hd;
-        const float *K = ds_kvcache_k(kv, L->kv_src, h / group, hd), *V = ds_kvcache_v(kv, L->kv_src, h / group, hd);
-        float *sc = b->scores + (size_t)worker * b->scores_stride, *out = b->att + (size_t)r * nh * hd + (size_t)h * hd;
+        const float *K = ds_kvcache_k(kv, L->kv_src, g, hd), *V = ds_kvcache_v(kv, L->kv_src, g, hd);
         if (b->tree && b->tree[r].anc) {
-            tree_attend(out, q, K, V, kv->cap, hd, L->attn_scale, win, &b->tree[r], sc,
-                        b->gather + (size_t)worker * b->gather_stride);
+            for (int h = g * group; h < (g + 1) * group; h++)
+                tree_attend(b->att + ((size_t)r * nh + h) * hd, b->q + ((size_t)r * nh + h) * hd, K, V, kv->cap, hd,
+                            L->attn_scale, win, &b->tree[r], sc, b->gather + (size_t)worker * b->gather_stride);
+            r++;
             continue;
         }
-        const int end = b->end ? b->end[r] : b->pos[r] + 1, start = win && end > win ? end - win : 0;
-        ds_attend(out, q, K + start, V + start, end - start, kv->cap, hd, L->attn_scale, sc);
+        float *out[DS_ATTEND_MAX_Q];
+        const float *q[DS_ATTEND_MAX_Q];
+        int start[DS_ATTEND_MAX_Q], end[DS_ATTEND_MAX_Q], nq = 0;
+        for (; r < r1 && b->kv[r] == kv && !(b->tree && b->tree[r].anc); r++) {
+            const int e = b->end ? b->end[r] : b->pos[r] + 1, s = win && e > win ? e - win : 0;
+            for (int h = g * group; h < (g + 1) * group; h++, nq++) {
+                out[nq] = b->att + ((size_t)r * nh + h) * hd;
+                q[nq] = b->q + ((size_t)r * nh + h) * hd;
+                start[nq] = s;
+                end[nq] = e;
+            }
+        }
+        ds_attend_many(nq, out, q, start, end, K, V, kv->cap, hd, L->attn_scale, sc, b->scores_stride);
     }
 }
 
 // GQA attention of every row against its cache (which already holds the rows' own K and V) over its
 // span; a sliding-window layer sees only the last `window` columns of it. att (n, n_heads * head_dim).
 static void attention(const ds_block_cfg *c, const ds_layer *L, const ds_block_rows *b) {
-    const int nh = c->n_heads, hd = L->head_dim, per = c->attn_jobs;
+    const int nh = c->n_heads, hd = L->head_dim, nkv = L->n_kv_heads, per = rows_per_item(nh / nkv);
     long work = 0;
     for (int r = 0; r < b->n; r++) work += (long)(b->end ? b->end[r] : b->pos[r] + 1) * nh * hd;
     attention_job a = {c, L, b};
-    const int items = (int)(((long)b->n * nh + per - 1) / per);
+    const int items = (b->n + per - 1) / per * nkv;
     if (work > (1L << 16)) ds_parallel_for(items, attention_item, &a);
     else
         for (int i = 0; i < items; i++) attention_item(&a, i, 0);

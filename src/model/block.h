@@ -7,6 +7,7 @@
 #ifndef DS_MODEL_BLOCK_H
 #define DS_MODEL_BLOCK_H
 
+#include "kernels/attend.h"
 #include "model/kvcache.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -22,7 +23,6 @@ typedef struct {
     ds_act act;
     int n_rope, rope_half;     // RoPE sets and the stride of a row's angles (max head_dim / 2)
     int ple_dim;               // Gemma 4 per-layer embeddings (0 = none)
-    int attn_jobs;             // (row, head) attention jobs per pool item (a shape-only split)
 } ds_block_cfg;
 
 // A token-tree row's span: the committed columns [0, base) of its cache, then the tree rows (columns
@@ -48,8 +48,8 @@ typedef struct {
     float *att;               // (n, n_heads * head_dim) attention output
     float *hb;                // (n, max(ffn_dim, ple_dim)) gate
     float *hb2;               // (n, ffn_dim) up
-    float *scores;            // (threads, scores_stride) attention scores of each worker
-    int scores_stride;        // at least every row's span
+    float *scores;            // (threads, DS_ATTEND_MAX_Q, scores_stride) attention scores of each worker
+    int scores_stride;        // at least every row's span (kernels/attend.h)
     float *scratch;           // matmul widening scratch (ds_matmul_ex)
     int gemm_min_rows;        // this call's kernel choice (ds_matmul_ex)
     // Only for layers that have them (NULL otherwise):

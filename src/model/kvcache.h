@@ -1,7 +1,7 @@
 // One sequence's K/V cache, shared by the target (ds_kv) and the drafter (ds_draft_state): per layer
 // K and V stored transposed, (n_kv_heads, head_dim, cap) with position j at column j, so attention
 // runs along positions with no horizontal reductions (scores = Σ_d q[d]·K[d][:], out[d] = p·V[d][:],
-// ds_attend) whatever the head size.
+// kernels/attend.h) whatever the head size.
 #ifndef DS_MODEL_KVCACHE_H
 #define DS_MODEL_KVCACHE_H
 

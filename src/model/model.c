@@ -550,7 +550,7 @@ struct ds_workspace {
     int cap_ctx, n_thr;
     float *gather;   // (n_thr, gather_stride) tree rows' gathered K/V columns
     int gather_stride;
-    float *scores;   // (n_thr, cap_ctx) attention scores per thread
+    float *scores;   // (n_thr, DS_ATTEND_MAX_Q, cap_ctx) attention scores per thread
     size_t scratch_per_thread;
     float *scratch;  // (n_thr, scratch_per_thread) matmul tile widening
     float *ple_row;  // (n_layers * ple_dim) one token's row of the per-layer table, as f32
@@ -667,7 +667,7 @@ static ds_status ws_reserve(ds_workspace *ws, int rows, int ctx) {
         if (cap < 256) cap = 256;
         while (cap < ctx) cap *= 2;
         const int t = nthr > ws->n_thr ? nthr : ws->n_thr;
-        float *s = realloc(ws->scores, (size_t)t * cap * 4);
+        float *s = realloc(ws->scores, (size_t)t * DS_ATTEND_MAX_Q * cap * 4);
         if (!s) return ds_fail(DS_ERR_NOMEM, "out of memory for attention over %d positions", ctx);
         ws->scores = s;
         ws->gather_stride = 2 * ws->m->max_head_dim * (DS_TREE_MAX_ROWS + DS_ATTEND_LANES);
@@ -805,7 +805,7 @@ ds_status ds_model_forward(const ds_model *m, ds_workspace *ws, ds_forward_seq *
 
     // The layers (model/block.c): causal attention over each row's own cache.
     const ds_block_cfg cfg = {m,  dim, nh, in->n_layers, in->norm_eps, in->rope_layout, m->act, nr, mhalf,
-                              m->ple_dim, 4};
+                              m->ple_dim};
     ds_block_rows rows = {R, ws->row_pos, NULL, ws->row_kv, ws->rcos, ws->rsin, ws->x, ws->xb, ws->q, ws->k, ws->v,
                           ws->att, ws->hb, ws->hb2, ws->scores, ws->cap_ctx, ws->scratch, ws->gemm_min_rows, ws->ple,
                           ws->ffn, ws->logit_in, ws->moe, any_tree ? ws->tree : NULL, ws->gather,
