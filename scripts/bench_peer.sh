@@ -66,6 +66,7 @@ DRAFT_N=${DRAFT_N:-"3 5 7"}
 DSPARK_SPEC=${DSPARK_SPEC:-auto}
 
 die() { echo "bench_peer: $*" >&2; exit 1; }
+[[ "$DEPTH" =~ ^[0-9]+$ ]] || die "DEPTH must be a number of tokens (0 or more), not '$DEPTH'"
 [ -x "$BUILD/bin/bench_decode" ] || die "$BUILD/bin/bench_decode not found (make build first)"
 if [ -z "${LLAMA_BENCH:-}" ]; then
   [ -n "${LLAMA_CPP:-}" ] || die "set LLAMA_CPP to a llama.cpp checkout (or LLAMA_BENCH to a built llama-bench)"

@@ -19,6 +19,13 @@
 #define CAT(a, b) CAT_(a, b)
 #define TILE 4 // queries of a tile
 
+// The lanes added by the fixed pairwise tree (l += l + 8, l += l + 4, l += l + 2, 0 += 1).
+INLINE float lanes_sum(float acc[DS_ATTEND_LANES]) {
+    for (int w = DS_ATTEND_LANES / 2; w; w >>= 1)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
 // The end of a product with a V line: lanes l < tail take p[l]·v[l] (one fused multiply-add each,
 // the other lanes untouched), then the pairwise tree (l += l + 8, l += l + 4, l += l + 2, 0 += 1),
 // done in registers.
@@ -85,9 +92,7 @@ INLINE float lanes_finish_scalar(const v16 *acc, const float *p, const float *v,
     float l[DS_ATTEND_LANES];
     *(v16 *)l = acc[0];
     for (int i = 0; i < tail; i++) l[i] = p[i] * v[i] + l[i];
-    for (int w = DS_ATTEND_LANES / 2; w; w >>= 1)
-        for (int i = 0; i < w; i++) l[i] += l[i + w];
-    return l[0];
+    return lanes_sum(l);
 }
 #define ISA scalar
 #define ISA_TARGET
