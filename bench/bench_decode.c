@@ -3,6 +3,7 @@
 //   bench_decode [--model PATH] [--synthetic DIR --dtype f32|bf16 --dim 2048 --layers 16 ...]
 //                [--preset qwen3-0.6b|qwen3-4b|gemma4-e4b] [--threads 1,2] [-n TOKENS] [--repeats R]
 //                [--isas avx512,avx512bf16] [--prefill P] [--bf16-inputs 1] [--int8-inputs 1|-1] [--depth D]
+//                [--kv-f16 1]
 //
 // For each thread count: decode tokens/s (median of R runs of N greedy steps after an 8-token
 // prefill) and the bound = measured read bandwidth / weight bytes per token, both measured in this
@@ -20,6 +21,8 @@
 // speed-up of our SIMD kernels over the scalar fallback in the same run.
 // --bf16-inputs 1 loads the model with ds_model_params.bf16_inputs (what DSPARK_BF16_INPUTS=1 does for
 // the CLI and the server: BF16 weights on VDPBF16PS where the CPU has it), without --isas's rounds.
+// --kv-f16 1 loads it with ds_model_params.kv_f16 (what DSPARK_KV_F16=1 does: KV caches of halves);
+// the lines say which ("kv": "f16" or "f32"). Compare the two by alternating runs.
 // --int8-inputs 1 / -1 loads it with ds_model_params.int8_inputs 1 / -1 (DSPARK_INT8_INPUTS=1: MLX
 // affine weights on the integer kernels too; =0: GGUF Q8_0 and MLX affine weights on f32 inputs; by
 // default Q8_0 rounds its input to int8 per block, as llama.cpp's Q8_0 x Q8_0).
@@ -145,7 +148,7 @@ int main(int argc, char **argv) {
     bench_openblas_reexec(argv);
     const char *model = NULL, *synth = NULL, *threads = "1,2", *isas = NULL;
     bench_shape s = {2048, 16, 5632, 32, 8, 32000, DS_F32, 0, 0, NULL};
-    int n = 64, repeats = 5, prefill = 0, bf16 = 0, int8 = 0, depth = 0;
+    int n = 64, repeats = 5, prefill = 0, bf16 = 0, int8 = 0, depth = 0, kv16 = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (bench_model_option(o, v, &s, &model, &synth)) continue;
@@ -157,6 +160,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--bf16-inputs")) bf16 = atoi(v);
         else if (!strcmp(o, "--int8-inputs")) int8 = atoi(v);
         else if (!strcmp(o, "--depth")) depth = atoi(v);
+        else if (!strcmp(o, "--kv-f16")) kv16 = atoi(v);
         else {
             fprintf(stderr, "bench_decode: unknown option %s\n", o);
             return 2;
@@ -172,7 +176,9 @@ int main(int argc, char **argv) {
     }
     ds_model *m;
     // --isas: BF16 weights opt in to rounded inputs, which only the avx512bf16 path acts on.
-    const ds_model_params params = {.n_threads = 0, .bf16_inputs = isas || bf16, .int8_inputs = int8};
+    const ds_model_params params = {.n_threads = 0, .bf16_inputs = isas || bf16, .int8_inputs = int8,
+                                    .kv_f16 = kv16 == 1};
+    const char *kv = kv16 == 1 ? "f16" : "f32";
     if (ds_model_load(model, &params, &m)) {
         fprintf(stderr, "bench_decode: %s\n", ds_last_error());
         return 1;
@@ -185,8 +191,8 @@ int main(int argc, char **argv) {
         ds_set_threads(t);
         if (prefill) {
             printf("{\"bench\": \"prefill\", \"model\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"isa\": \"%s\", "
-                   "\"depth\": %d, \"tokens\": %d, \"tok_per_s\": %.1f}\n",
-                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), depth, prefill,
+                   "\"kv\": \"%s\", \"depth\": %d, \"tokens\": %d, \"tok_per_s\": %.1f}\n",
+                   in->name, ds_dtype_name(in->weight_type), t, ds_matmul_isa(), kv, depth, prefill,
                    prefill / forward_seconds(m, depth, prefill, repeats));
             fflush(stdout);
         }
@@ -201,8 +207,8 @@ int main(int argc, char **argv) {
         }
         const double tps = bench_decode_tps_at(m, n, repeats, depth);
         printf("{\"bench\": \"decode\", \"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"threads\": %d, "
-               "\"isa\": \"%s\", \"depth\": %d, \"tokens\": %d, \"tok_per_s\": %.1f",
-               in->name, ds_dtype_name(in->weight_type), in->weight_bytes, t, ds_matmul_isa(), depth, n, tps);
+               "\"isa\": \"%s\", \"kv\": \"%s\", \"depth\": %d, \"tokens\": %d, \"tok_per_s\": %.1f",
+               in->name, ds_dtype_name(in->weight_type), in->weight_bytes, t, ds_matmul_isa(), kv, depth, n, tps);
         if (small) {
             const char *isa = ds_matmul_isa();
             char saved[16];

@@ -218,10 +218,12 @@ int cli_model_params(long threads, ds_model_params *out) {
     // DSPARK_INT8_INPUTS=1: MLX affine targets' products on int8-rounded inputs too; =0: GGUF Q8_0 and
     // MLX affine products on f32 inputs; unset: the default (ds_model_params.int8_inputs = 0).
     // DSPARK_BF16_INPUTS=1: BF16 targets' few-row products on bf16-rounded inputs (VDPBF16PS).
+    // DSPARK_KV_F16=1: KV caches of halves (ds_model_params.kv_f16).
     const int i8 = env_switch("DSPARK_INT8_INPUTS"), b16 = env_switch("DSPARK_BF16_INPUTS");
-    if (i8 == -2 || b16 == -2) return 1;
+    const int kv16 = env_switch("DSPARK_KV_F16");
+    if (i8 == -2 || b16 == -2 || kv16 == -2) return 1;
     *out = (ds_model_params){.n_threads = (int)threads, .int8_inputs = i8 == 1 ? 1 : i8 == 0 ? -1 : 0,
-                             .bf16_inputs = b16 == 1};
+                             .bf16_inputs = b16 == 1, .kv_f16 = kv16 == 1};
     return 0;
 }
 

@@ -37,6 +37,8 @@
 # dspark's GGUF Q8_0 products round their inputs to int8 per block by default, as llama.cpp's Q8_0 x Q8_0;
 # DSPARK_INT8_INPUTS=0 puts them on f32 inputs (bench_decode --int8-inputs -1, the variable itself
 # for dspark serve), DSPARK_INT8_INPUTS=1 MLX affine targets on int8 too (--int8-inputs 1).
+# DSPARK_KV_F16=1: dspark's KV caches hold halves, as llama.cpp's do by default (bench_decode --kv-f16 1,
+# the variable itself for dspark serve).
 # DEPTH=D (default 0) runs every phase but spec after D tokens already in the cache (llama-bench -d D,
 # bench_decode --depth D): decoding and verification at a long context, where attention reads the
 # cache; llama-bench runs with its default attention (flash attention "auto").
@@ -102,6 +104,7 @@ dsp() { # file threads pp tg
   [ "${DSPARK_BF16_INPUTS:-0}" = 1 ] && args+=(--bf16-inputs 1) # (as the server reads it, below)
   [ "${DSPARK_INT8_INPUTS:-}" = 1 ] && args+=(--int8-inputs 1)
   [ "${DSPARK_INT8_INPUTS:-}" = 0 ] && args+=(--int8-inputs -1)
+  [ "${DSPARK_KV_F16:-0}" = 1 ] && args+=(--kv-f16 1)
   if [ "$3" -gt 0 ]; then args+=(--prefill "$3" -n 0 --repeats 3); else args+=(-n "$4" --repeats 1); fi
   "$BUILD/bin/bench_decode" "${args[@]}" 2>/dev/null |
     /usr/bin/python3 -c '

@@ -62,6 +62,10 @@ typedef struct {
     int bf16_inputs; // 1: few-row products with BF16 weights round their inputs to bf16 and run on
                      // VDPBF16PS where the CPU has AVX512-BF16 (llama.cpp's numerics for BF16; verifying
                      // 8 rows 1.4-2x cheaper); 0 (default): f32 inputs, one f32 FMA per weight.
+    int kv_f16;      // 1: KV caches hold IEEE halves, each K and V value rounded to nearest even once
+                     // when it is stored (llama.cpp's default cache type): half the memory, and half
+                     // the bytes attention reads at depth; values beyond ±65504 become infinite.
+                     // 0 (default): floats, the values exactly as computed.
     int no_populate; // 1: leave the weights to page faults (a job reading them once, as quantize, keeps
                      // its resident memory bounded); 0 (default): the matrices products read (all
                      // experts) enter the page tables at load, while they take at most half the
@@ -95,12 +99,12 @@ ds_status ds_kv_truncate(ds_kv *kv, int len);
 // rows[0..n) (increasing) at columns from .. from + n - 1; the cache then ends there, exactly as if
 // only the path had been fed.
 ds_status ds_kv_keep(ds_kv *kv, int from, const int *rows, int n);
-// A copy of a cache's first rows (the engine's prompt cache keeps them): floats per row, the copy
+// A copy of a cache's first rows (the engine's prompt cache keeps them): bytes per row, the copy
 // of rows [0, n) out (n <= ds_kv_len) and into an empty cache of the same model, which then holds
 // exactly those rows (`src` holds `stride` >= n rows as ds_kv_save wrote them; its first n are taken).
-size_t ds_kv_row_floats(const ds_kv *kv);
-ds_status ds_kv_save(const ds_kv *kv, int n, float *dst);
-ds_status ds_kv_load(ds_kv *kv, const float *src, int stride, int n);
+size_t ds_kv_row_bytes(const ds_kv *kv);
+ds_status ds_kv_save(const ds_kv *kv, int n, void *dst);
+ds_status ds_kv_load(ds_kv *kv, const void *src, int stride, int n);
 
 ds_status ds_workspace_init(const ds_model *m, ds_workspace **out);
 void ds_workspace_free(ds_workspace *ws);

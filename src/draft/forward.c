@@ -88,7 +88,7 @@ ds_status ds_draft_state_init(const ds_drafter *d, int max_ctx, ds_draft_state *
     s->d = d;
     s->max_ctx = max_ctx;
     for (int l = 0; l < d->info.n_layers; l++) lines[l] = d->nkv * d->hd;
-    ds_status st = ds_kvcache_init(&s->kv, d->info.n_layers, lines, max_ctx + d->info.block_size);
+    ds_status st = ds_kvcache_init(&s->kv, d->info.n_layers, lines, max_ctx + d->info.block_size, 0);
     free(lines);
     // Markov/confidence features: v (r) | z (2r + H) | g (3r) | W1[prev] (r) | rnn state (r)
     s->mv = malloc(sizeof(float) * (8 * (size_t)d->r + d->H + 1));

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "kernels/half.h"
 #include "kernels/ops.h"
 #include "kernels/simd.h"
 
@@ -40,6 +41,19 @@ __attribute__((target("avx512f,fma"))) INLINE float lanes_finish_avx512(const __
     return ds_hsum256(_mm256_add_ps(lo, hi));
 }
 
+// The same over a line of halves: the tail's halves loaded under the mask and widened.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) INLINE float lanes_finish_f16_avx512(const __m512 *acc,
+                                                                                            const float *p,
+                                                                                            const uint16_t *v, int tail) {
+    __m512 a = acc[0];
+    if (tail) {
+        const __mmask16 m = (__mmask16)((1u << tail) - 1);
+        a = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, p), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, v)), a, m);
+    }
+    const __m256 lo = _mm512_castps512_ps256(a), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    return ds_hsum256(_mm256_add_ps(lo, hi));
+}
+
 __attribute__((target("avx2,fma"))) INLINE float lanes_finish_avx2(const __m256 *acc, const float *p, const float *v,
                                                                    int tail) {
     __m256 a[2] = {acc[0], acc[1]};
@@ -53,12 +67,15 @@ __attribute__((target("avx2,fma"))) INLINE float lanes_finish_avx2(const __m256 
 
 // AVX-512: 16 lanes in one register, fused multiply-adds.
 #define ISA avx512
-#define ISA_TARGET __attribute__((target("avx512f,fma")))
+#define ISA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define LANES_FINISH_F16 lanes_finish_f16_avx512
 #define VEC __m512
 #define VLEN 16
 #define VZERO _mm512_setzero_ps()
 #define VSET1(a) _mm512_set1_ps(a)
 #define VLOAD(p) _mm512_loadu_ps(p)
+#define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define SCVT_F16(h) _cvtsh_ss(h)
 #define VSTORE(p, v) _mm512_storeu_ps(p, v)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define SFMA(a, b, c) __builtin_fmaf(a, b, c)
@@ -70,12 +87,14 @@ __attribute__((target("avx2,fma"))) INLINE float lanes_finish_avx2(const __m256 
 
 // AVX2: 16 lanes in two registers, fused multiply-adds (the same bits as AVX-512).
 #define ISA avx2
-#define ISA_TARGET __attribute__((target("avx2,fma")))
+#define ISA_TARGET __attribute__((target("avx2,fma,f16c")))
 #define VEC __m256
 #define VLEN 8
 #define VZERO _mm256_setzero_ps()
 #define VSET1(a) _mm256_set1_ps(a)
 #define VLOAD(p) _mm256_loadu_ps(p)
+#define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define SCVT_F16(h) _cvtsh_ss(h)
 #define VSTORE(p, v) _mm256_storeu_ps(p, v)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define SFMA(a, b, c) __builtin_fmaf(a, b, c)
@@ -101,6 +120,8 @@ INLINE float lanes_finish_scalar(const v16 *acc, const float *p, const float *v,
 #define VZERO ((v16){0})
 #define VSET1(a) ((v16){0} + (a))
 #define VLOAD(p) (*(const v16 *)(p))
+#define VLOAD_F16(p) ({ v16 w_; for (int l_ = 0; l_ < 16; l_++) w_[l_] = ds_f16_to_f32((p)[l_]); w_; })
+#define SCVT_F16(h) ds_f16_to_f32(h)
 #define VSTORE(p, v) (*(v16 *)(p) = (v))
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define SFMA(a, b, c) ((a) * (b) + (c))
@@ -114,9 +135,12 @@ INLINE float lanes_finish_scalar(const v16 *acc, const float *p, const float *v,
 // ds_attend_force_isa set).
 static _Atomic int g_isa = -1;
 
+// (F16C, which the half caches' loads use, comes with every CPU that has AVX2, as the matmul kernels
+// assume too; clang's __builtin_cpu_supports cannot ask for it.)
 static int isa_supported(int isa) {
     return isa == 0 || (isa == 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ||
-           (isa == 2 && __builtin_cpu_supports("avx512f"));
+           (isa == 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl"));
 }
 
 static int attend_isa(void) {
@@ -140,20 +164,30 @@ int ds_attend_force_isa(const char *isa) {
 }
 
 void ds_attend_many(int nq, float *const *out, const float *const *q, const int *start, const int *end,
-                    const float *K, const float *V, int stride, int head_dim, float scale, float *scores,
+                    const void *K, const void *V, int f16, int stride, int head_dim, float scale, float *scores,
                     int scores_stride) {
-    switch (attend_isa()) {
-    case 2: attend_many_avx512(nq, out, q, start, end, K, V, stride, head_dim, scale, scores, scores_stride); break;
-    case 1: attend_many_avx2(nq, out, q, start, end, K, V, stride, head_dim, scale, scores, scores_stride); break;
-    default: attend_many_scalar(nq, out, q, start, end, K, V, stride, head_dim, scale, scores, scores_stride);
+#define CALL(name) name(nq, out, q, start, end, K, V, stride, head_dim, scale, scores, scores_stride)
+    switch (attend_isa() * 2 + !!f16) {
+    case 5: CALL(attend_many_avx512_f16); break;
+    case 4: CALL(attend_many_avx512_f32); break;
+    case 3: CALL(attend_many_avx2_f16); break;
+    case 2: CALL(attend_many_avx2_f32); break;
+    case 1: CALL(attend_many_scalar_f16); break;
+    default: CALL(attend_many_scalar_f32);
     }
+#undef CALL
 }
 
-void ds_attend2(float *out, const float *q, const float *K, const float *V, int n1, int stride, const float *K2,
-                const float *V2, int n2, int stride2, int head_dim, float scale, float *scores) {
-    switch (attend_isa()) {
-    case 2: attend2_avx512(out, q, K, V, n1, stride, K2, V2, n2, stride2, head_dim, scale, scores); break;
-    case 1: attend2_avx2(out, q, K, V, n1, stride, K2, V2, n2, stride2, head_dim, scale, scores); break;
-    default: attend2_scalar(out, q, K, V, n1, stride, K2, V2, n2, stride2, head_dim, scale, scores);
+void ds_attend2(float *out, const float *q, const void *K, const void *V, int n1, int stride, const void *K2,
+                const void *V2, int n2, int stride2, int f16, int head_dim, float scale, float *scores) {
+#define CALL(name) name(out, q, K, V, n1, stride, K2, V2, n2, stride2, head_dim, scale, scores)
+    switch (attend_isa() * 2 + !!f16) {
+    case 5: CALL(attend2_avx512_f16); break;
+    case 4: CALL(attend2_avx512_f32); break;
+    case 3: CALL(attend2_avx2_f16); break;
+    case 2: CALL(attend2_avx2_f32); break;
+    case 1: CALL(attend2_scalar_f16); break;
+    default: CALL(attend2_scalar_f32);
     }
+#undef CALL
 }

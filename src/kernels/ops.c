@@ -88,11 +88,11 @@ void ds_add(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
 
-float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap) {
-    float *p = ds_malloc_huge(lines * (size_t)new_cap * sizeof(float)); // (streamed by every decode step)
+void *ds_transposed_regrow(void *old, size_t lines, int old_cap, int len, int new_cap, size_t elt) {
+    char *p = ds_malloc_huge(lines * (size_t)new_cap * elt); // (streamed by every decode step)
     if (!p) return NULL;
     for (size_t i = 0; old && i < lines; i++)
-        memcpy(p + i * (size_t)new_cap, old + i * (size_t)old_cap, (size_t)len * sizeof(float));
+        memcpy(p + i * (size_t)new_cap * elt, (const char *)old + i * (size_t)old_cap * elt, (size_t)len * elt);
     free(old);
     return p;
 }

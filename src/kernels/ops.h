@@ -86,10 +86,10 @@ static inline void ds_axpy(float *y, float alpha, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-// Grow a transposed cache buffer of `lines` lines (one per (head, dim)) from old_cap to new_cap
-// columns, keeping the first `len` columns of each line. Frees `old`; NULL when out of memory (then
-// `old` is untouched).
-float *ds_transposed_regrow(float *old, size_t lines, int old_cap, int len, int new_cap);
+// Grow a transposed cache buffer of `lines` lines (one per (head, dim)) of elt-byte elements from
+// old_cap to new_cap columns, keeping the first `len` columns of each line. Frees `old`; NULL when
+// out of memory (then `old` is untouched).
+void *ds_transposed_regrow(void *old, size_t lines, int old_cap, int len, int new_cap, size_t elt);
 
 // ---- shared by the target, the drafter and the trainer (one copy of each small step) ------------
 

@@ -41,23 +41,26 @@ typedef struct {
 
 // One head of a token-tree row: its span is the committed columns then its ancestors (t), virtual
 // columns [start, T) with T = base + |anc|. The whole 16-column blocks of committed columns are read
-// in place, the rest gathered into g (K lines, then V lines, `cols` apart), so the result is bit for
-// bit the same row attending over a cache that holds its path at consecutive columns.
-static void tree_attend(float *out, const float *q, const float *K, const float *V, int cap, int hd, float scale,
-                        int win, const ds_tree_span *t, float *sc, float *g) {
+// in place, the rest gathered into g (K lines, then V lines, `cols` apart, elements of the cache's
+// type), so the result is bit for bit the same row attending over a cache that holds its path at
+// consecutive columns.
+static void tree_attend(float *out, const float *q, const ds_kvcache *kv, const void *K, const void *V, int hd,
+                        float scale, int win, const ds_tree_span *t, float *sc, void *g) {
     const int T = t->base + __builtin_popcountll(t->anc), start = win && T > win ? T - win : 0;
     const int n1 = t->base > start ? (t->base - start) / DS_ATTEND_LANES * DS_ATTEND_LANES : 0;
     const int from = start + n1, cols = T - from;
     int anc[DS_TREE_MAX_ROWS], n_anc = 0, col[DS_TREE_MAX_ROWS + DS_ATTEND_LANES]; // physical columns
     for (uint64_t a = t->anc; a; a &= a - 1) anc[n_anc++] = t->base + __builtin_ctzll(a);
     for (int v = from; v < T; v++) col[v - from] = v < t->base ? v : anc[v - t->base];
-    float *Kg = g, *Vg = g + (size_t)hd * cols;
+    const size_t e = ds_kvcache_elt(kv), cap = (size_t)kv->cap;
+    char *Kg = g, *Vg = Kg + (size_t)hd * cols * e;
+    const char *Kc = K, *Vc = V;
     for (int d = 0; d < hd; d++)
         for (int i = 0; i < cols; i++) {
-            Kg[(size_t)d * cols + i] = K[(size_t)d * cap + col[i]];
-            Vg[(size_t)d * cols + i] = V[(size_t)d * cap + col[i]];
+            memcpy(Kg + ((size_t)d * cols + i) * e, Kc + ((size_t)d * cap + col[i]) * e, e);
+            memcpy(Vg + ((size_t)d * cols + i) * e, Vc + ((size_t)d * cap + col[i]) * e, e);
         }
-    ds_attend2(out, q, K + start, V + start, n1, cap, Kg, Vg, cols, cols, hd, scale, sc);
+    ds_attend2(out, q, Kc + start * e, Vc + start * e, n1, kv->cap, Kg, Vg, cols, cols, kv->f16, hd, scale, sc);
 }
 
 // Rows of a pool item: ds_attend_many takes at most DS_ATTEND_MAX_Q queries, a row's heads of one
@@ -77,10 +80,10 @@ static void attention_item(void *ctx, int item, int worker) {
     float *sc = b->scores + (size_t)worker * DS_ATTEND_MAX_Q * b->scores_stride;
     for (int r = r0; r < r1;) {
         const ds_kvcache *kv = b->kv[r];
-        const float *K = ds_kvcache_k(kv, L->kv_src, g, hd), *V = ds_kvcache_v(kv, L->kv_src, g, hd);
+        const void *K = ds_kvcache_k(kv, L->kv_src, g, hd), *V = ds_kvcache_v(kv, L->kv_src, g, hd);
         if (b->tree && b->tree[r].anc) {
             for (int h = g * group; h < (g + 1) * group; h++)
-                tree_attend(b->att + ((size_t)r * nh + h) * hd, b->q + ((size_t)r * nh + h) * hd, K, V, kv->cap, hd,
+                tree_attend(b->att + ((size_t)r * nh + h) * hd, b->q + ((size_t)r * nh + h) * hd, kv, K, V, hd,
                             L->attn_scale, win, &b->tree[r], sc, b->gather + (size_t)worker * b->gather_stride);
             r++;
             continue;
@@ -97,7 +100,7 @@ static void attention_item(void *ctx, int item, int worker) {
                 end[nq] = e;
             }
         }
-        ds_attend_many(nq, out, q, start, end, K, V, kv->cap, hd, L->attn_scale, sc, b->scores_stride);
+        ds_attend_many(nq, out, q, start, end, K, V, kv->f16, kv->cap, hd, L->attn_scale, sc, b->scores_stride);
     }
 }
 

@@ -1,19 +1,22 @@
 // The transposed K/V cache of one sequence (kvcache.h).
 #include "model/kvcache.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/half.h"
 #include "kernels/ops.h"
 
-ds_status ds_kvcache_init(ds_kvcache *c, int n_layers, const int *lines, int max_cap) {
+ds_status ds_kvcache_init(ds_kvcache *c, int n_layers, const int *lines, int max_cap, int f16) {
     memset(c, 0, sizeof *c);
     c->n_layers = n_layers;
     c->max_cap = max_cap;
+    c->f16 = !!f16;
     c->lines = malloc(sizeof(int) * (size_t)n_layers);
-    c->k = ds_calloc((size_t)n_layers, sizeof(float *));
-    c->v = ds_calloc((size_t)n_layers, sizeof(float *));
+    c->k = ds_calloc((size_t)n_layers, sizeof(void *));
+    c->v = ds_calloc((size_t)n_layers, sizeof(void *));
     if (!c->lines || !c->k || !c->v) {
         ds_kvcache_free(c);
         return DS_ERR_NOMEM;
@@ -37,12 +40,13 @@ ds_status ds_kvcache_reserve(ds_kvcache *c, int need) {
     while (cap < need) cap *= 2;
     if (cap > c->max_cap) cap = c->max_cap;
     // Re-lay each (head, dim) line from the old stride to the new one.
+    const size_t e = ds_kvcache_elt(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->lines[l]) continue;
-        float *k = ds_transposed_regrow(c->k[l], (size_t)c->lines[l], c->cap, c->len, cap);
+        void *k = ds_transposed_regrow(c->k[l], (size_t)c->lines[l], c->cap, c->len, cap, e);
         if (!k) return DS_ERR_NOMEM;
         c->k[l] = k;
-        float *v = ds_transposed_regrow(c->v[l], (size_t)c->lines[l], c->cap, c->len, cap);
+        void *v = ds_transposed_regrow(c->v[l], (size_t)c->lines[l], c->cap, c->len, cap, e);
         if (!v) return DS_ERR_NOMEM;
         c->v[l] = v;
     }
@@ -51,45 +55,60 @@ ds_status ds_kvcache_reserve(ds_kvcache *c, int need) {
 }
 
 void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *v) {
-    float *K = c->k[l] + col, *V = c->v[l] + col;
+    const size_t cap = (size_t)c->cap;
+    if (c->f16) {
+        uint16_t *K = (uint16_t *)c->k[l] + col, *V = (uint16_t *)c->v[l] + col;
+        for (int i = 0; i < c->lines[l]; i++) {
+            K[(size_t)i * cap] = ds_f32_to_f16(k[i]);
+            V[(size_t)i * cap] = ds_f32_to_f16(v[i]);
+        }
+        return;
+    }
+    float *K = (float *)c->k[l] + col, *V = (float *)c->v[l] + col;
     for (int i = 0; i < c->lines[l]; i++) {
-        K[(size_t)i * c->cap] = k[i];
-        V[(size_t)i * c->cap] = v[i];
+        K[(size_t)i * cap] = k[i];
+        V[(size_t)i * cap] = v[i];
     }
 }
 
 void ds_kvcache_move(ds_kvcache *c, int dst, const int *src, int n) {
+    const size_t e = ds_kvcache_elt(c);
     for (int l = 0; l < c->n_layers; l++)
         for (int kv = 0; kv < 2; kv++) {
-            float *base = kv ? c->v[l] : c->k[l];
+            char *base = kv ? c->v[l] : c->k[l];
             for (int i = 0; i < c->lines[l]; i++) {
-                float *line = base + (size_t)i * c->cap;
-                for (int j = 0; j < n; j++) line[dst + j] = line[src[j]];
+                char *line = base + (size_t)i * c->cap * e;
+                for (int j = 0; j < n; j++) memcpy(line + (size_t)(dst + j) * e, line + (size_t)src[j] * e, e);
             }
         }
 }
 
-size_t ds_kvcache_row_floats(const ds_kvcache *c) {
+size_t ds_kvcache_row_bytes(const ds_kvcache *c) {
     size_t n = 0;
     for (int l = 0; l < c->n_layers; l++) n += 2 * (size_t)c->lines[l];
-    return n;
+    return n * ds_kvcache_elt(c);
 }
 
-void ds_kvcache_save(const ds_kvcache *c, int n, float *dst) {
+void ds_kvcache_save(const ds_kvcache *c, int n, void *dst) {
+    const size_t e = ds_kvcache_elt(c), row = (size_t)n * e;
+    char *d = dst;
     for (int l = 0; l < c->n_layers; l++)
         for (int kv = 0; kv < 2; kv++) {
-            const float *src = kv ? c->v[l] : c->k[l];
-            for (int i = 0; i < c->lines[l]; i++, dst += n) memcpy(dst, src + (size_t)i * c->cap, sizeof(float) * (size_t)n);
+            const char *src = kv ? c->v[l] : c->k[l];
+            for (int i = 0; i < c->lines[l]; i++, d += row) memcpy(d, src + (size_t)i * c->cap * e, row);
         }
 }
 
-ds_status ds_kvcache_load(ds_kvcache *c, const float *src, int stride, int n) {
+ds_status ds_kvcache_load(ds_kvcache *c, const void *src, int stride, int n) {
     c->len = 0;
     if (ds_kvcache_reserve(c, n)) return DS_ERR_NOMEM;
+    const size_t e = ds_kvcache_elt(c);
+    const char *s = src;
     for (int l = 0; l < c->n_layers; l++)
         for (int kv = 0; kv < 2; kv++) {
-            float *dst = kv ? c->v[l] : c->k[l];
-            for (int i = 0; i < c->lines[l]; i++, src += stride) memcpy(dst + (size_t)i * c->cap, src, sizeof(float) * (size_t)n);
+            char *dst = kv ? c->v[l] : c->k[l];
+            for (int i = 0; i < c->lines[l]; i++, s += (size_t)stride * e)
+                memcpy(dst + (size_t)i * c->cap * e, s, (size_t)n * e);
         }
     c->len = n;
     return DS_OK;

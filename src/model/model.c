@@ -153,6 +153,7 @@ ds_status ds_model_load(const char *path, const ds_model_params *params, ds_mode
         (*out)->bf16_inputs = 1; // (a drafter paired with it follows: ds_drafter_load)
         model_each_weight(*out, ds_weight_bf16_inputs, NULL);
     }
+    if (s == DS_OK && params) (*out)->kv_f16 = params->kv_f16 == 1;
     if (s == DS_OK && !(params && params->no_populate)) model_populate(*out);
     if (s == DS_OK && !((*out)->path = strdup(path))) {
         ds_model_free(*out);
@@ -460,7 +461,7 @@ ds_status ds_kv_init(const ds_model *m, int max_ctx, ds_kv **out) {
         const ds_layer *L = &m->layers[l];
         lines[l] = L->kv_shared ? 0 : L->n_kv_heads * L->head_dim; // a shared layer reads kv_src's rows
     }
-    ds_status st = ds_kvcache_init(&kv->c, m->info.n_layers, lines, max_ctx);
+    ds_status st = ds_kvcache_init(&kv->c, m->info.n_layers, lines, max_ctx, m->kv_f16);
     free(lines);
     if (st) {
         free(kv);
@@ -500,15 +501,15 @@ ds_status ds_kv_keep(ds_kv *kv, int from, const int *rows, int n) {
     return DS_OK;
 }
 
-size_t ds_kv_row_floats(const ds_kv *kv) { return ds_kvcache_row_floats(&kv->c); }
+size_t ds_kv_row_bytes(const ds_kv *kv) { return ds_kvcache_row_bytes(&kv->c); }
 
-ds_status ds_kv_save(const ds_kv *kv, int n, float *dst) {
+ds_status ds_kv_save(const ds_kv *kv, int n, void *dst) {
     if (n < 0 || n > kv->c.len) return ds_fail(DS_ERR_INVALID, "cannot save %d rows of a KV cache of %d", n, kv->c.len);
     ds_kvcache_save(&kv->c, n, dst);
     return DS_OK;
 }
 
-ds_status ds_kv_load(ds_kv *kv, const float *src, int stride, int n) {
+ds_status ds_kv_load(ds_kv *kv, const void *src, int stride, int n) {
     if (n < 0 || n > stride || n > kv->max_ctx)
         return ds_fail(DS_ERR_INVALID, "cannot load %d rows (of %d) into a KV cache of at most %d", n, stride, kv->max_ctx);
     if (ds_kvcache_load(&kv->c, src, stride, n)) return ds_fail(DS_ERR_NOMEM, "out of memory loading %d KV rows", n);

@@ -80,6 +80,7 @@ struct ds_model {
     char name[128];
     char *path;          // the file or directory it was loaded from (for messages)
     int bf16_inputs;     // ds_model_params.bf16_inputs: its BF16 products round their inputs to bf16
+    int kv_f16;          // ds_model_params.kv_f16: its KV caches hold halves
     ds_weight tok_embd;  // (vocab, dim)
     ds_layer *layers;    // (n_layers)
     float *out_norm;     // (dim)

@@ -224,7 +224,7 @@ ds_status ds_engine_init(const ds_model *m, const ds_drafter *drafter, const ds_
     if (!st && sp->prompt_cache_bytes) {
         ds_kv *probe = NULL; // the floats one KV row holds
         if (!(st = ds_kv_init(m, 1, &probe)))
-            st = ds_prompt_cache_init(sp->prompt_cache_bytes, ds_kv_row_floats(probe), (size_t)e->tap_w, &e->pc);
+            st = ds_prompt_cache_init(sp->prompt_cache_bytes, ds_kv_row_bytes(probe), (size_t)e->tap_w, &e->pc);
         ds_kv_free(probe);
     }
     if (!st && (!e->vs.p || !e->vs.q || !e->vs.sscratch)) st = ds_fail(DS_ERR_NOMEM, "out of memory");
@@ -908,7 +908,8 @@ static ds_status trees_build(ds_engine *e, int auto_sched) {
 // the target cache, its tap rows into the drafter's queue).
 static ds_status cache_lookup(ds_engine *e, seq *s) {
     s->cache_use = 2;
-    const float *kv = NULL, *taps = NULL;
+    const void *kv = NULL;
+    const float *taps = NULL;
     int stride = 0;
     const int rows = ds_prompt_cache_lookup(e->pc, s->toks, s->n_prompt - 1, DS_PREFILL_CHUNK, &kv, &taps, &stride);
     if (!rows) return DS_OK;

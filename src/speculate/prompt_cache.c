@@ -10,25 +10,25 @@
 typedef struct {
     int32_t *toks; // (n)
     int n;
-    float *kv;     // (n · kv_floats) as ds_kv_save lays out n rows
+    void *kv;      // (n · kv_bytes) as ds_kv_save lays out n rows
     float *taps;   // (n, tap_floats), NULL without a drafter
     size_t bytes;
     long used;     // the clock at its last use
 } entry;
 
 struct ds_prompt_cache {
-    size_t cap_bytes, bytes, kv_floats, tap_floats;
+    size_t cap_bytes, bytes, kv_bytes, tap_floats;
     entry *e;
     int n, cap;
     long clock;
     long lookups, hits, rows_reused;
 };
 
-ds_status ds_prompt_cache_init(size_t cap_bytes, size_t kv_floats, size_t tap_floats, ds_prompt_cache **out) {
+ds_status ds_prompt_cache_init(size_t cap_bytes, size_t kv_bytes, size_t tap_floats, ds_prompt_cache **out) {
     ds_prompt_cache *c = ds_calloc(1, sizeof *c);
     if (!c) return ds_fail(DS_ERR_NOMEM, "out of memory for the prompt cache");
     c->cap_bytes = cap_bytes;
-    c->kv_floats = kv_floats;
+    c->kv_bytes = kv_bytes;
     c->tap_floats = tap_floats;
     *out = c;
     return DS_OK;
@@ -60,7 +60,7 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return i;
 }
 
-int ds_prompt_cache_lookup(ds_prompt_cache *c, const int32_t *toks, int n, int align, const float **kv,
+int ds_prompt_cache_lookup(ds_prompt_cache *c, const int32_t *toks, int n, int align, const void **kv,
                            const float **taps, int *stride) {
     c->lookups++;
     int best = -1, rows = 0;
@@ -91,7 +91,7 @@ ds_status ds_prompt_cache_insert(ds_prompt_cache *c, const int32_t *toks, int n,
         if (p == x->n) drop(c, i); // a prefix of the new one: the new one covers it
         else i++;
     }
-    const size_t bytes = sizeof(int32_t) * (size_t)n + sizeof(float) * (size_t)n * (c->kv_floats + c->tap_floats);
+    const size_t bytes = (size_t)n * (sizeof(int32_t) + c->kv_bytes + sizeof(float) * c->tap_floats);
     if (bytes > c->cap_bytes) return DS_OK;
     while (c->bytes + bytes > c->cap_bytes) { // evict the least recently used
         int lru = 0;
@@ -108,7 +108,7 @@ ds_status ds_prompt_cache_insert(ds_prompt_cache *c, const int32_t *toks, int n,
     }
     entry x = {.n = n, .bytes = bytes, .used = ++c->clock};
     x.toks = malloc(sizeof(int32_t) * (size_t)n);
-    x.kv = malloc(sizeof(float) * (size_t)n * c->kv_floats);
+    x.kv = malloc((size_t)n * c->kv_bytes);
     x.taps = c->tap_floats ? malloc(sizeof(float) * (size_t)n * c->tap_floats) : NULL;
     if (!x.toks || !x.kv || (c->tap_floats && (!x.taps || !taps))) {
         entry_free(&x);

@@ -16,15 +16,16 @@
 
 typedef struct ds_prompt_cache ds_prompt_cache;
 
-// A cache of at most cap_bytes whose entries hold kv_floats floats of target KV and tap_floats
+// A cache of at most cap_bytes whose entries hold kv_bytes bytes of target KV (ds_kv_row_bytes) and
+// tap_floats floats of drafter taps per row (0 without a drafter).
 // floats of drafter taps per row (0 without a drafter).
-ds_status ds_prompt_cache_init(size_t cap_bytes, size_t kv_floats, size_t tap_floats, ds_prompt_cache **out);
+ds_status ds_prompt_cache_init(size_t cap_bytes, size_t kv_bytes, size_t tap_floats, ds_prompt_cache **out);
 void ds_prompt_cache_free(ds_prompt_cache *c);
 
 // The longest cached prefix of toks[0..n), cut to whole multiples of `align` rows: returns its
 // rows (0: none) and the entry's data: KV as ds_kv_save laid it out for *stride rows, taps
 // (*stride, tap_floats). The pointers stay valid until the next insert.
-int ds_prompt_cache_lookup(ds_prompt_cache *c, const int32_t *toks, int n, int align, const float **kv,
+int ds_prompt_cache_lookup(ds_prompt_cache *c, const int32_t *toks, int n, int align, const void **kv,
                            const float **taps, int *stride);
 
 // Keep rows [0, n) of a sequence: toks (n), its KV cache (at least n rows) and its taps (n rows;

@@ -28,13 +28,13 @@ def check(cond, msg):
 
 
 class Server:
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.log = os.path.join(TMP, "server%d.log" % len(SERVERS))
         self.err = open(self.log, "w")
         cmd = [BIN, "serve", "-m", MODEL, "--port", "0", "-t", "1", *args]
         # Under the ASan build a small quarantine keeps RSS about the server, not about freed memory
         # held back for use-after-free checks (the option means nothing to other builds).
-        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
+        env = dict(os.environ, **(env or {}), ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err, env=env)
         SERVERS.append(self)
         deadline = time.time() + 120

@@ -1,8 +1,9 @@
 """The prompt cache (dspark serve --cache-mb, dspark chat): outputs identical with the cache on and
 off (greedy and seeded, plain and speculative), the reuse reported where clients read it
 (usage.prompt_tokens_details.cached_tokens, /metrics), whole chunks of 256 tokens only,
-`cache_prompt: false` opting out, LRU eviction keeping the cache under --cache-mb, and dspark chat
-reusing the conversation across turns. Run by test_prompt_cache.sh."""
+`cache_prompt: false` opting out, LRU eviction keeping the cache under --cache-mb, dspark chat
+reusing the conversation across turns, and the same with KV caches of halves (DSPARK_KV_F16=1: an
+entry then takes half the KV bytes). Run by test_prompt_cache.sh."""
 import os
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def main():
     drafter = os.path.join(TMP, "drafter")
     subprocess.run([BIN, "init-drafter", "-m", MODEL, "-o", drafter, "--seed", "1"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    entry_bytes = {}  # of the one entry, per server options
     for extra in ([], ["-d", drafter, "--schedule", "fixed", "--draft-max", "4"], ["--spec", "ngram"]):
         on = Server("--cache-mb", "64", *extra)
         off = Server("--cache-mb", "0", *extra)
@@ -59,6 +61,7 @@ def main():
         check([c for _, c in a] == [0, 256, 0, 256, 0], "%s: cached_tokens with the cache %s" % (name, [c for _, c in a]))
         check([c for _, c in b] == [0, 0, 0, 0, 0], "%s: cached_tokens without the cache %s" % (name, [c for _, c in b]))
         m = on.metrics()
+        entry_bytes[" ".join(extra)] = m.get("dspark_prefix_cache_bytes")
         # queried: every choice's prompt but the opted-out one; hits: 256 per cached choice (n = 2: both)
         n_prompt = [len(prompt_ids(on, r)) for r in (STORY * 3 + "The bird said", STORY * 3 + "Then Lily ran home and",
                                                      STORY * 3 + "The dog barked at", "A short prompt about a cat")]
@@ -90,6 +93,21 @@ def main():
     check(got == [0, 0, 0, 0, 256, 0, 256], "--cache-mb 1: cached_tokens %s" % got)
     check(s.metrics()["dspark_prefix_cache_entries"] == 3, "three entries fit in 1 MiB")
     s.stop()
+
+    # KV caches of halves: outputs still identical with the cache on and off (plain and speculative),
+    # and an entry holds 2 bytes per K and V value (320 values per row), the rest as before.
+    half = {"DSPARK_KV_F16": "1"}
+    for extra in ([], ["-d", drafter, "--schedule", "fixed", "--draft-max", "4"]):
+        on = Server("--cache-mb", "64", *extra, env=half)
+        off = Server("--cache-mb", "0", *extra, env=half)
+        a, b = run_requests(on), run_requests(off)
+        name = "kv f16 " + (" ".join(extra) or "plain")
+        check([t for t, _ in a] == [t for t, _ in b], "%s: outputs differ with the cache on and off:\n%s\n%s" % (name, a, b))
+        check([c for _, c in a] == [0, 256, 0, 256, 0], "%s: cached_tokens with the cache %s" % (name, [c for _, c in a]))
+        got, f32 = on.metrics()["dspark_prefix_cache_bytes"], entry_bytes[" ".join(extra)]
+        check(got == f32 - 256 * 2 * 320, "%s: entry of %s bytes (with a float cache %s)" % (name, got, f32))
+        on.stop()
+        off.stop()
 
     # Soak: many distinct prompts keep it under --cache-mb.
     s = Server("--cache-mb", "1")

@@ -94,10 +94,12 @@ def start_server(args, log):
             fail("server did not start: " + open(log).read())
         time.sleep(0.05)
 
-def run(args, timeout=300):
-    """Run a command; on a nonzero exit, fail showing the command and its stderr. Returns stdout."""
+def run(args, timeout=300, env=None):
+    """Run a command (with `env` added to the environment); on a nonzero exit, fail showing the
+    command and its stderr. Returns stdout."""
     try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         fail(f"timed out after {timeout}s: {' '.join(args)}")
     if p.returncode != 0:
@@ -109,9 +111,9 @@ def ids_arg(ids):
     return ",".join(str(int(i)) for i in ids)
 
 
-def ref_dump(model_path, tokens, taps=(), chunks=None, tag="dump", junk=None):
+def ref_dump(model_path, tokens, taps=(), chunks=None, tag="dump", junk=None, kv_f16=False):
     """Run ds_ref_dump and return the parsed dump (see read_dump). `junk`: ids fed after every chunk
-    but the last and rolled back (ds_kv_truncate) before the next."""
+    but the last and rolled back (ds_kv_truncate) before the next. kv_f16: the KV cache holds halves."""
     out = os.path.join(tmp_dir(), f"{tag}_{os.getpid()}.bin")
     args = [tool("ds_ref_dump"), model_path, "--tokens", ids_arg(tokens), "--out", out]
     if taps:
@@ -120,6 +122,8 @@ def ref_dump(model_path, tokens, taps=(), chunks=None, tag="dump", junk=None):
         args += ["--chunks", ids_arg(chunks)]
     if junk:
         args += ["--junk", ids_arg(junk)]
+    if kv_f16:
+        args += ["--kv-f16", "1"]
     run(args)
     try:
         return read_dump(out, n_taps_expected=len(taps))
@@ -156,10 +160,11 @@ def tokenize_c(model_path, text):
     return [int(x) for x in out.split(",")] if out else []
 
 
-def generate_json(model_path, prompt, n, extra=()):
-    """Run `dspark generate ... --temp 0 --json` and return the parsed JSON object."""
+def generate_json(model_path, prompt, n, extra=(), env=None):
+    """Run `dspark generate ... --temp 0 --json` (with `env` added to the environment) and return the
+    parsed JSON object."""
     out = run([tool("dspark"), "generate", "-m", model_path, "-p", prompt, "-n", str(n),
-               "--temp", "0", "--json", *extra])
+               "--temp", "0", "--json", *extra], env=env)
     lines = [ln for ln in out.splitlines() if ln.strip().startswith("{")]
     if not lines:
         fail(f"dspark generate printed no JSON object; stdout was:\n{out}")

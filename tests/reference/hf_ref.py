@@ -235,6 +235,9 @@ def attention(m, i, ltype, x, pos, shared_kv):
         if f == "gemma4":
             v = norm(m, v, None)
         k = k * cos + rotate_half(k) * sin
+        if getattr(m, "kv_half", False):  # a cache of halves: each value computed in f32, then rounded
+            k = k.to(torch.float32).to(torch.float16).to(DT)
+            v = v.to(torch.float32).to(torch.float16).to(DT)
         if store.get(ltype) == i and first_shared < c["num_hidden_layers"]:
             shared_kv[ltype] = (k, v)
     rep = nh // nkv
@@ -355,7 +358,9 @@ def per_layer_inputs(m, ids, inputs_embeds):
     return (proj + tok) * 2.0 ** -0.5
 
 
-def forward(m, tokens, taps=()):
+def forward(m, tokens, taps=(), kv_half=False):
+    """kv_half: keys and values rounded to IEEE half as they are cached (ds_model_params.kv_f16)."""
+    m.kv_half = kv_half
     c, f, t = m.c, family(m), m.t
     pre = m.prefix
     ids = torch.tensor(tokens, dtype=torch.long)

@@ -7,7 +7,12 @@ and on chunked passes through the KV cache, with sequences longer than the slidi
 
 f32 weights: max abs diff < 1e-4. bf16 weights: the reference reads the same rounded weights and
 the same bf16-rounded embedding scale, computing in float64; our f32 arithmetic then stays within
-1e-4 too, so the same tolerance applies (stricter than "bf16 tolerance")."""
+1e-4 too, so the same tolerance applies (stricter than "bf16 tolerance").
+
+A KV cache of halves (ds_model_params.kv_f16) on llama3, qwen3 and gemma4 (KV-shared layers read the
+rounded cache): the reference rounds each key and value to IEEE half as it is cached, and the engine
+stays within the same 1e-4 of it, while the float-cache reference lies 10x the tolerance or more away
+(so the check sees whether the cache holds halves at all)."""
 
 import os
 import sys
@@ -32,6 +37,7 @@ CASES = [  # (name, arch, make_hf_model options)
     ("gemma4", "gemma4", dict(seed=18)),
     ("gemma4_bf16", "gemma4", dict(seed=19, dtype="bf16")),
 ]
+KV_F16 = ("llama3", "qwen3", "gemma4")
 
 
 def main():
@@ -49,6 +55,14 @@ def main():
             dump = common.ref_dump(path, ids, taps=TAPS, chunks=chunks, tag=f"hfa_{name}")
             label = f"{name} n={n}" + (f" chunks={chunks}" if chunks else "")
             chk.forward_close(label, dump, ref, TAPS, TOL)
+        if name in KV_F16:
+            ids = [int(i) for i in rng.integers(0, 300, 23)]
+            ref32 = hf_ref.forward(model, ids, taps=TAPS)
+            ref = hf_ref.forward(model, ids, taps=TAPS, kv_half=True)
+            dump = common.ref_dump(path, ids, taps=TAPS, chunks=(9, 1, 1, 12), tag=f"hfa_{name}", kv_f16=True)
+            chk.forward_close(f"{name} n=23 kv f16", dump, ref, TAPS, TOL)
+            gap = float(np.abs(ref.logits.numpy() - ref32.logits.numpy()).max())
+            chk.equal(f"{name}: the half cache's reference is >= 10x the tolerance from the float one", gap >= 10 * TOL, True)
     chk.finish()
 
 

@@ -57,13 +57,14 @@ static int last_logits(ds_model *m, const char *seqs_path, const char *out) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: ds_ref_dump MODEL (--tokens IDS [--taps L] [--chunks N] [--junk IDS] --out FILE | "
+        fprintf(stderr, "usage: ds_ref_dump MODEL (--tokens IDS [--taps L] [--chunks N] [--junk IDS] [--kv-f16 1] --out FILE | "
                         "--tokenize TEXT)\n");
         return 2;
     }
     static int tokens[1 << 16], taps[64], chunks[1 << 16], junk[256];
     int n_tok = 0, n_taps = 0, n_chunks = 0, n_junk = 0;
     const char *out = NULL, *text = NULL, *last_of = NULL;
+    ds_model_params mp = {0};
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--tokens")) n_tok = parse_list(argv[i + 1], tokens, 1 << 16);
         else if (!strcmp(argv[i], "--taps")) n_taps = parse_list(argv[i + 1], taps, 64);
@@ -72,13 +73,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
         else if (!strcmp(argv[i], "--tokenize")) text = argv[i + 1];
         else if (!strcmp(argv[i], "--last-of")) last_of = argv[i + 1];
+        else if (!strcmp(argv[i], "--kv-f16")) mp.kv_f16 = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "ds_ref_dump: unknown option %s\n", argv[i]);
             return 2;
         }
     }
     ds_model *m;
-    if (ds_model_load(argv[1], NULL, &m)) return die("load");
+    if (ds_model_load(argv[1], &mp, &m)) return die("load");
     const ds_model_info *in = ds_model_get_info(m);
     if (text) {
         const ds_tokenizer *t = ds_model_tokenizer(m);

@@ -3,7 +3,8 @@
 // multiples of 4), equal to ds_attend2 over the same span; both agree with softmax attention in double
 // precision, on every instruction set the CPU has (AVX-512 and AVX2 bit for bit alike); and
 // ds_attend2 over a span in two pieces (a token tree's gathered ancestors) equals the
-// same span held in one piece.
+// same span held in one piece. Over a cache of halves (f16) every kernel gives, bit for bit, what it
+// gives over a float cache holding the same values.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/attend.h"
+#include "kernels/half.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { // uniform in [-1, 1)
@@ -46,14 +48,22 @@ static void attend_double(double *out, const float *q, const float *K, const flo
 
 // A random call of nq queries over one head of size hd: spans sharing starts in runs (a row's heads,
 // a sequence's rows), ends consecutive or random, some 1 column long; every query's output against
-// itself alone and ds_attend2, bit for bit, and against double precision.
-static void check_call(int hd, int nq) {
+// itself alone and ds_attend2, bit for bit, and against double precision. f16: the cache holds halves
+// (Kh, Vh), and the call equals, bit for bit, the same call over floats holding their values.
+static void check_call(int hd, int nq, int f16) {
     float *K = malloc(sizeof(float) * hd * CAP), *V = malloc(sizeof(float) * hd * CAP);
+    uint16_t *Kh = malloc(sizeof(uint16_t) * hd * CAP), *Vh = malloc(sizeof(uint16_t) * hd * CAP);
     float *q = malloc(sizeof(float) * hd * DS_ATTEND_MAX_Q), *o = malloc(sizeof(float) * hd * DS_ATTEND_MAX_Q);
     float *alone = malloc(sizeof(float) * hd), *two = malloc(sizeof(float) * hd);
     float *sc = malloc(sizeof(float) * DS_ATTEND_MAX_Q * MAXN);
     double *ref = malloc(sizeof(double) * hd);
-    for (int i = 0; i < hd * CAP; i++) K[i] = 3 * frand(), V[i] = frand();
+    for (int i = 0; i < hd * CAP; i++) {
+        K[i] = 3 * frand(), V[i] = frand();
+        Kh[i] = ds_f32_to_f16(K[i]), Vh[i] = ds_f32_to_f16(V[i]);
+        if (f16) K[i] = ds_f16_to_f32(Kh[i]), V[i] = ds_f16_to_f32(Vh[i]);
+    }
+    const void *Kc = f16 ? (const void *)Kh : K, *Vc = f16 ? (const void *)Vh : V;
+    const size_t e = f16 ? 2 : 4;
     for (int i = 0; i < hd * nq; i++) q[i] = 2 * frand();
     float *out[DS_ATTEND_MAX_Q];
     const float *qs[DS_ATTEND_MAX_Q];
@@ -74,16 +84,21 @@ static void check_call(int hd, int nq) {
         }
     }
     const float scale = 1.0f / sqrtf((float)hd);
-    ds_attend_many(nq, out, qs, start, end, K, V, CAP, hd, scale, sc, MAXN);
+    ds_attend_many(nq, out, qs, start, end, Kc, Vc, f16, CAP, hd, scale, sc, MAXN);
     for (int i = 0; i < nq; i++) {
-        ds_attend_many(1, &alone, &qs[i], &start[i], &end[i], K, V, CAP, hd, scale, sc, MAXN);
+        ds_attend_many(1, &alone, &qs[i], &start[i], &end[i], Kc, Vc, f16, CAP, hd, scale, sc, MAXN);
         assert_memory_equal(out[i], alone, sizeof(float) * hd);
-        ds_attend2(two, qs[i], K + start[i], V + start[i], end[i] - start[i], CAP, NULL, NULL, 0, 0, hd, scale, sc);
+        ds_attend2(two, qs[i], (const char *)Kc + start[i] * e, (const char *)Vc + start[i] * e, end[i] - start[i], CAP,
+                   NULL, NULL, 0, 0, f16, hd, scale, sc);
         assert_memory_equal(out[i], two, sizeof(float) * hd);
+        if (f16) { // the same query over floats holding the halves' values
+            ds_attend_many(1, &alone, &qs[i], &start[i], &end[i], K, V, 0, CAP, hd, scale, sc, MAXN);
+            assert_memory_equal(out[i], alone, sizeof(float) * hd);
+        }
         attend_double(ref, qs[i], K, V, start[i], end[i], hd, scale);
         for (int d = 0; d < hd; d++) assert_true(fabs(out[i][d] - ref[d]) <= 2e-6 + 2e-6 * fabs(ref[d]));
     }
-    free(K), free(V), free(q), free(o), free(alone), free(two), free(sc), free(ref);
+    free(K), free(V), free(Kh), free(Vh), free(q), free(o), free(alone), free(two), free(sc), free(ref);
 }
 
 static const char *const isas[] = {"avx512", "avx2", "scalar"};
@@ -98,7 +113,7 @@ static void test_many_is_each_alone(void **state) {
         }
         for (int h = 0; h < 5; h++)
             for (int nq = 1; nq <= DS_ATTEND_MAX_Q; nq++)
-                for (int rep = 0; rep < 4; rep++) check_call(hds[h], nq);
+                for (int rep = 0; rep < 4; rep++) check_call(hds[h], nq, rep & 1);
     }
 }
 
@@ -121,7 +136,7 @@ static void test_isas_agree(void **state) {
     for (int i = 0; i < 3; i++) {
         assert_true(ds_attend_force_isa(isas[i]));
         for (int j = 0; j < NQ; j++) out[j] = o[i] + j * HD, qs[j] = q + j * HD, start[j] = 0, end[j] = 250 + j / 2;
-        ds_attend_many(NQ, out, qs, start, end, K, V, CAP, HD, 0.09f, sc, CAP);
+        ds_attend_many(NQ, out, qs, start, end, K, V, 0, CAP, HD, 0.09f, sc, CAP);
     }
     assert_memory_equal(o[0], o[1], sizeof o[0]);
     for (int i = 0; i < HD * NQ; i++) assert_true(fabsf(o[2][i] - o[0][i]) <= 1e-6f + 1e-6f * fabsf(o[0][i]));
@@ -129,29 +144,40 @@ static void test_isas_agree(void **state) {
 }
 
 // A span of n columns whose last n2 sit elsewhere (gathered, another stride): the same bits as one
-// piece, for every split at a multiple of 16 lanes.
+// piece, for every split at a multiple of 16 lanes, over floats and over halves.
 static void test_two_pieces_are_one(void **state) {
     (void)state;
     enum { HD = 64 };
     float *K = malloc(sizeof(float) * HD * CAP), *V = malloc(sizeof(float) * HD * CAP), q[HD], one[HD], two[HD];
     float *K2 = malloc(sizeof(float) * HD * 40), *V2 = malloc(sizeof(float) * HD * 40), sc[CAP];
-    for (int i = 0; i < HD * CAP; i++) K[i] = 3 * frand(), V[i] = frand();
+    uint16_t *Kh = malloc(sizeof(uint16_t) * HD * CAP), *Vh = malloc(sizeof(uint16_t) * HD * CAP);
+    uint16_t *K2h = malloc(sizeof(uint16_t) * HD * 40), *V2h = malloc(sizeof(uint16_t) * HD * 40);
+    for (int i = 0; i < HD * CAP; i++) K[i] = 3 * frand(), V[i] = frand(), Kh[i] = ds_f32_to_f16(K[i]), Vh[i] = ds_f32_to_f16(V[i]);
     for (int d = 0; d < HD; d++) q[d] = 2 * frand();
     for (int i = 0; i < 3; i++)
+    for (int f16 = 0; f16 < 2; f16++)
     for (int n = 1; n <= 200 && ds_attend_force_isa(isas[i]); n += 7)
         for (int n1 = 0; n1 < n; n1 += DS_ATTEND_LANES) {
             const int n2 = n - n1 > 40 ? 0 : n - n1;
             if (!n2) continue;
             for (int d = 0; d < HD; d++)
-                for (int j = 0; j < n2; j++) K2[d * 40 + j] = K[d * CAP + n1 + j], V2[d * 40 + j] = V[d * CAP + n1 + j];
+                for (int j = 0; j < n2; j++) {
+                    K2[d * 40 + j] = K[d * CAP + n1 + j], V2[d * 40 + j] = V[d * CAP + n1 + j];
+                    K2h[d * 40 + j] = Kh[d * CAP + n1 + j], V2h[d * 40 + j] = Vh[d * CAP + n1 + j];
+                }
             const int s = 0, e = n;
             float *po = one;
             const float *pq = q;
-            ds_attend_many(1, &po, &pq, &s, &e, K, V, CAP, HD, 0.125f, sc, CAP);
-            ds_attend2(two, q, K, V, n1, CAP, K2, V2, n2, 40, HD, 0.125f, sc);
+            if (f16) {
+                ds_attend_many(1, &po, &pq, &s, &e, Kh, Vh, 1, CAP, HD, 0.125f, sc, CAP);
+                ds_attend2(two, q, Kh, Vh, n1, CAP, K2h, V2h, n2, 40, 1, HD, 0.125f, sc);
+            } else {
+                ds_attend_many(1, &po, &pq, &s, &e, K, V, 0, CAP, HD, 0.125f, sc, CAP);
+                ds_attend2(two, q, K, V, n1, CAP, K2, V2, n2, 40, 0, HD, 0.125f, sc);
+            }
             assert_memory_equal(one, two, sizeof one);
         }
-    free(K), free(V), free(K2), free(V2);
+    free(K), free(V), free(K2), free(V2), free(Kh), free(Vh), free(K2h), free(V2h);
 }
 
 int main(void) {

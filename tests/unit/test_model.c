@@ -30,10 +30,13 @@ static int teardown(void **state) {
     return 0;
 }
 
-// Feed `n` tokens to kv and return the logits of every row in out (n, V).
-static void feed(ds_kv *kv, ds_workspace *ws, const int32_t *t, int n, float *out) {
+// Feed `n` tokens to kv (a cache of m) and return the logits of every row in out (n, V).
+static void feed_model(ds_model *m, ds_kv *kv, ds_workspace *ws, const int32_t *t, int n, float *out) {
     ds_forward_seq s = {.kv = kv, .tokens = t, .n_tokens = n, .n_logits = n, .logits = out};
-    assert_int_equal(ds_model_forward(g_model, ws, &s, 1), DS_OK);
+    assert_int_equal(ds_model_forward(m, ws, &s, 1), DS_OK);
+}
+static void feed(ds_kv *kv, ds_workspace *ws, const int32_t *t, int n, float *out) {
+    feed_model(g_model, kv, ws, t, n, out);
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -274,9 +277,9 @@ static void test_batch_invariant(void **state) {
 
 // A token tree (ds_forward_seq.parent) computes every row bit for bit as the chain of its path: three
 // branches (one crossing 16-column lane blocks) after prompts of several lengths; after ds_kv_keep of
-// a path the cache continues exactly as the chain's does.
-static void test_token_tree(void **state) {
-    (void)state;
+// a path the cache continues exactly as the chain's does; with a cache of floats (g_model) and of
+// halves (kv_f16: the tree's gathered columns are halves too).
+static void token_tree(ds_model *m) {
     enum { N = 23, NP = 40 };
     // rows 0..11: a chain from the root; 12..19: a branch from row 3; 20..22: a branch from row 0
     int32_t par[N], tok[N], prompt[NP];
@@ -289,20 +292,20 @@ static void test_token_tree(void **state) {
     float *lt = malloc(sizeof(float) * N * V), *lc = malloc(sizeof(float) * N * V);
     float *ht = malloc(sizeof(float) * N * D), *hc = malloc(sizeof(float) * N * D);
     ds_workspace *ws;
-    assert_int_equal(ds_workspace_init(g_model, &ws), DS_OK);
+    assert_int_equal(ds_workspace_init(m, &ws), DS_OK);
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
         for (size_t e = 0; e < 3; e++) {
             const int np = lens[li];
             ds_kv *kt, *kc;
-            assert_int_equal(ds_kv_init(g_model, 128, &kt), DS_OK);
-            assert_int_equal(ds_kv_init(g_model, 128, &kc), DS_OK);
+            assert_int_equal(ds_kv_init(m, 128, &kt), DS_OK);
+            assert_int_equal(ds_kv_init(m, 128, &kc), DS_OK);
             float *junk = malloc(sizeof(float) * NP * V);
-            feed(kt, ws, prompt, np, junk);
-            feed(kc, ws, prompt, np, junk);
+            feed_model(m, kt, ws, prompt, np, junk);
+            feed_model(m, kc, ws, prompt, np, junk);
             free(junk);
             ds_forward_seq ft = {.kv = kt, .tokens = tok, .n_tokens = N, .n_logits = N, .logits = lt, .hidden = ht,
                                  .batch_invariant = 1, .parent = par};
-            assert_int_equal(ds_model_forward(g_model, ws, &ft, 1), DS_OK);
+            assert_int_equal(ds_model_forward(m, ws, &ft, 1), DS_OK);
             int path[N], n = 0; // the leaf's path, root first
             for (int r = leaves[e]; r >= 0; r = par[r]) path[n++] = r;
             for (int i = 0; i < n / 2; i++) {
@@ -314,7 +317,7 @@ static void test_token_tree(void **state) {
             for (int i = 0; i < n; i++) ctok[i] = tok[path[i]];
             ds_forward_seq fc = {.kv = kc, .tokens = ctok, .n_tokens = n, .n_logits = n, .logits = lc, .hidden = hc,
                                  .batch_invariant = 1};
-            assert_int_equal(ds_model_forward(g_model, ws, &fc, 1), DS_OK);
+            assert_int_equal(ds_model_forward(m, ws, &fc, 1), DS_OK);
             for (int i = 0; i < n; i++) {
                 assert_memory_equal(lc + (size_t)i * V, lt + (size_t)path[i] * V, sizeof(float) * V);
                 assert_memory_equal(hc + (size_t)i * D, ht + (size_t)path[i] * D, sizeof(float) * D);
@@ -323,26 +326,36 @@ static void test_token_tree(void **state) {
             assert_int_equal(ds_kv_keep(kt, np, path, n), DS_OK);
             assert_int_equal(ds_kv_len(kt), np + n);
             const int32_t next = 42;
-            feed(kt, ws, &next, 1, lt);
-            feed(kc, ws, &next, 1, lc);
+            feed_model(m, kt, ws, &next, 1, lt);
+            feed_model(m, kc, ws, &next, 1, lc);
             assert_memory_equal(lc, lt, sizeof(float) * V);
             ds_kv_free(kt);
             ds_kv_free(kc);
         }
     // Refused: a parent that is not an earlier row, a path that is not increasing.
     ds_kv *kv;
-    assert_int_equal(ds_kv_init(g_model, 128, &kv), DS_OK);
+    assert_int_equal(ds_kv_init(m, 128, &kv), DS_OK);
     int32_t bad[3] = {-1, 0, 2};
     ds_forward_seq fb = {.kv = kv, .tokens = tok, .n_tokens = 3, .n_logits = 3, .logits = lt, .parent = bad};
-    assert_int_equal(ds_model_forward(g_model, ws, &fb, 1), DS_ERR_INVALID);
+    assert_int_equal(ds_model_forward(m, ws, &fb, 1), DS_ERR_INVALID);
     assert_non_null(strstr(ds_last_error(), "parent"));
     bad[2] = 0;
-    assert_int_equal(ds_model_forward(g_model, ws, &fb, 1), DS_OK);
+    assert_int_equal(ds_model_forward(m, ws, &fb, 1), DS_OK);
     const int rows[] = {0, 2, 1};
     assert_int_equal(ds_kv_keep(kv, 0, rows, 3), DS_ERR_INVALID);
     ds_kv_free(kv);
     ds_workspace_free(ws);
     free(lt), free(lc), free(ht), free(hc);
+}
+
+static void test_token_tree(void **state) {
+    (void)state;
+    token_tree(g_model);
+    ds_model *h;
+    const ds_model_params mp = {.n_threads = 1, .kv_f16 = 1};
+    assert_int_equal(stories_load_with(&h, &mp), 0);
+    token_tree(h);
+    ds_model_free(h);
 }
 
 int main(void) {
