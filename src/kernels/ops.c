@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/half.h"
+#include "kernels/simd.h"
 
 DS_MULTIVERSION
 void ds_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -86,6 +88,22 @@ DS_MULTIVERSION
 void ds_add(float *y, const float *x, int n) {
 #pragma omp simd
     for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, const float *src, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+void ds_f32_to_f16_n(uint16_t *dst, const float *src, int n) {
+    static _Atomic int f16c = -1; // (a property of the CPU, asked once)
+    int v = atomic_load_explicit(&f16c, memory_order_relaxed);
+    if (v < 0) atomic_store_explicit(&f16c, v = ds_cpu_has_f16c(), memory_order_relaxed);
+    if (v) f32_to_f16_f16c(dst, src, n);
+    else
+        for (int i = 0; i < n; i++) dst[i] = ds_f32_to_f16(src[i]);
 }
 
 void *ds_transposed_regrow(void *old, size_t lines, int old_cap, int len, int new_cap, size_t elt) {

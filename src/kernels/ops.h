@@ -91,6 +91,10 @@ static inline void ds_axpy(float *y, float alpha, const float *x, int n) {
 // out of memory (then `old` is untouched).
 void *ds_transposed_regrow(void *old, size_t lines, int old_cap, int len, int new_cap, size_t elt);
 
+// dst[i] = the half nearest src[i], ties to even: ds_f32_to_f16 (kernels/half.h), on F16C where the
+// CPU has it (the same bits but for a NaN's payload: a NaN stays a NaN).
+void ds_f32_to_f16_n(uint16_t *dst, const float *src, int n);
+
 // ---- shared by the target, the drafter and the trainer (one copy of each small step) ------------
 
 // out (rows, n) = RMSNorm of each row of x (rows, n), as ds_rmsnorm; out may be x.

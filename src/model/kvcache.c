@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "kernels/half.h"
 #include "kernels/ops.h"
 
 ds_status ds_kvcache_init(ds_kvcache *c, int n_layers, const int *lines, int max_cap, int f16) {
@@ -57,10 +56,15 @@ ds_status ds_kvcache_reserve(ds_kvcache *c, int need) {
 void ds_kvcache_put(ds_kvcache *c, int l, int col, const float *k, const float *v) {
     const size_t cap = (size_t)c->cap;
     if (c->f16) {
-        uint16_t *K = (uint16_t *)c->k[l] + col, *V = (uint16_t *)c->v[l] + col;
-        for (int i = 0; i < c->lines[l]; i++) {
-            K[(size_t)i * cap] = ds_f32_to_f16(k[i]);
-            V[(size_t)i * cap] = ds_f32_to_f16(v[i]);
+        uint16_t *K = (uint16_t *)c->k[l] + col, *V = (uint16_t *)c->v[l] + col, hk[256], hv[256];
+        for (int i0 = 0; i0 < c->lines[l]; i0 += 256) { // (rounded 256 at a time, then scattered)
+            const int n = c->lines[l] - i0 < 256 ? c->lines[l] - i0 : 256;
+            ds_f32_to_f16_n(hk, k + i0, n);
+            ds_f32_to_f16_n(hv, v + i0, n);
+            for (int i = 0; i < n; i++) {
+                K[(size_t)(i0 + i) * cap] = hk[i];
+                V[(size_t)(i0 + i) * cap] = hv[i];
+            }
         }
         return;
     }

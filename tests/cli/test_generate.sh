@@ -62,6 +62,7 @@ check_error "unknown option" "$BIN" generate -m "$MODEL" -p hi --bogus 1
 check_error "unknown command" "$BIN" frobnicate
 check_error "DSPARK_INT8_INPUTS must be 0 or 1, not 'true'" env DSPARK_INT8_INPUTS=true "$BIN" generate -m "$MODEL" -p hi
 check_error "DSPARK_BF16_INPUTS must be 0 or 1, not '2'" env DSPARK_BF16_INPUTS=2 "$BIN" generate -m "$MODEL" -p hi
+check_error "DSPARK_KV_F16 must be 0 or 1, not 'yes'" env DSPARK_KV_F16=yes "$BIN" generate -m "$MODEL" -p hi
 [ "$(DSPARK_BF16_INPUTS= "$BIN" generate -m "$MODEL" -p "Once upon a time" -n 8 --temp 0 2>/dev/null)" = \
   "$("$BIN" generate -m "$MODEL" -p "Once upon a time" -n 8 --temp 0 2>/dev/null)" ] || fail "an empty DSPARK_BF16_INPUTS is not unset"
 

@@ -18,6 +18,7 @@
 
 #include "base/threads.h"
 #include "kernels/half.h"
+#include "kernels/ops.h"
 #include "kernels/matmul.h"
 #include "round_ref.h"
 #include "kernels/simd.h"
@@ -552,6 +553,33 @@ static void test_f16_vs_hardware(void **state) {
     }
 }
 
+// ds_f32_to_f16_n (the KV cache's rounding of a row, on F16C where the CPU has it) gives
+// ds_f32_to_f16's bits for every value but NaN (which stays NaN), at every length and offset.
+static void test_f16_rows(void **state) {
+    enum { N = 4096 };
+    float *f = malloc(sizeof(float) * N);
+    uint16_t *h = malloc(sizeof(uint16_t) * N);
+    for (int k = 0; k < N; k++) {
+        uint32_t u = (uint32_t)rnd_u64();
+        if (k % 3) u = (u & 0x807FFFFFu) | ((uint32_t)(97 + rnd_u64() % 48) << 23); // around the half range
+        f[k] = bits_f32(u);
+    }
+    f[0] = INFINITY, f[1] = -0.0f, f[2] = 65520.0f, f[3] = 65519.99f, f[4] = 0x1p-25f, f[5] = NAN;
+    for (int n = 0; n <= 40; n++)
+        for (int off = 0; off < 3; off++) {
+            ds_f32_to_f16_n(h, f + off, n);
+            for (int i = 0; i < n; i++) {
+                if (isnan(f[off + i])) assert_true((h[i] & 0x7C00) == 0x7C00 && (h[i] & 0x3FF));
+                else assert_int_equal(h[i], ds_f32_to_f16(f[off + i]));
+            }
+        }
+    ds_f32_to_f16_n(h, f, N);
+    for (int i = 0; i < N; i++)
+        if (!isnan(f[i])) assert_int_equal(h[i], ds_f32_to_f16(f[i]));
+    free(f);
+    free(h);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Threads: every path (our kernels and sgemm) gives bitwise the results of one thread on every
 // thread count (the work is split by shape alone, each output computed by one thread with the same
@@ -686,6 +714,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_rounding),
         cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_f16_vs_hardware),
+        cmocka_unit_test(test_f16_rows),
         cmocka_unit_test(test_kernel_conversions_exact),
         cmocka_unit_test(test_weight_bytes),
         cmocka_unit_test(test_force_isa),
