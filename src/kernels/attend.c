@@ -28,30 +28,24 @@ INLINE float lanes_sum(float acc[DS_ATTEND_LANES]) {
 }
 
 // The end of a product with a V line: lanes l < tail take p[l]·v[l] (one fused multiply-add each,
-// the other lanes untouched), then the pairwise tree (l += l + 8, l += l + 4, l += l + 2, 0 += 1),
-// done in registers.
-__attribute__((target("avx512f,fma"))) INLINE float lanes_finish_avx512(const __m512 *acc, const float *p,
-                                                                        const float *v, int tail) {
-    __m512 a = acc[0];
-    if (tail) {
-        const __mmask16 m = (__mmask16)((1u << tail) - 1);
-        a = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, p), _mm512_maskz_loadu_ps(m, v), a, m);
-    }
+// the other lanes untouched; vt holds v's tail in lanes, zero elsewhere), then the pairwise tree
+// (l += l + 8, l += l + 4, l += l + 2, 0 += 1), done in registers.
+__attribute__((target("avx512f,fma"))) INLINE float lanes_end_avx512(__m512 a, const float *p, __m512 vt, int tail) {
+    const __mmask16 m = (__mmask16)((1u << tail) - 1);
+    a = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, p), vt, a, m);
     const __m256 lo = _mm512_castps512_ps256(a), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
     return ds_hsum256(_mm256_add_ps(lo, hi));
 }
 
-// The same over a line of halves: the tail's halves loaded under the mask and widened.
+// Over a line of floats, and of halves (loaded under the mask, then widened).
+__attribute__((target("avx512f,fma"))) INLINE float lanes_finish_avx512(const __m512 *acc, const float *p,
+                                                                        const float *v, int tail) {
+    return lanes_end_avx512(acc[0], p, _mm512_maskz_loadu_ps((__mmask16)((1u << tail) - 1), v), tail);
+}
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) INLINE float lanes_finish_f16_avx512(const __m512 *acc,
                                                                                             const float *p,
                                                                                             const uint16_t *v, int tail) {
-    __m512 a = acc[0];
-    if (tail) {
-        const __mmask16 m = (__mmask16)((1u << tail) - 1);
-        a = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, p), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, v)), a, m);
-    }
-    const __m256 lo = _mm512_castps512_ps256(a), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-    return ds_hsum256(_mm256_add_ps(lo, hi));
+    return lanes_end_avx512(acc[0], p, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << tail) - 1), v)), tail);
 }
 
 __attribute__((target("avx2,fma"))) INLINE float lanes_finish_avx2(const __m256 *acc, const float *p, const float *v,
