@@ -171,7 +171,7 @@ static const struct {
     {"attn_output.bias", offsetof(ds_layer, bo), T_VEC, 0},
     {"attn_q_norm.weight", offsetof(ds_layer, q_norm), T_VEC, 1},
     {"attn_k_norm.weight", offsetof(ds_layer, k_norm), T_VEC, 1},
-    {"attn_post_norm.weight", offsetof(ds_layer, attn_post_norm), T_VEC, 0},
+    {"post_attention_norm.weight", offsetof(ds_layer, attn_post_norm), T_VEC, 0},
     {"ffn_norm.weight", offsetof(ds_layer, ffn_norm), T_VEC, 0},
 };
 

@@ -218,6 +218,7 @@ class GGUFWriter:
                 vtype = T_STRING
             else:
                 raise TypeError(f"{key}: give the element type of a list")
+        self.kv = [kv for kv in self.kv if kv[0] != key]  # a key given again replaces it (as gguf-py does)
         if isinstance(value, (list, tuple)):
             self.kv.append((key, T_ARRAY, list(value), vtype))
         else:

@@ -5,10 +5,14 @@ converter hf_to_gguf.py (written from llama.cpp's convert_hf_to_gguf.py facts) g
 logits, taps (embedding output and layers) and final hidden states through ds_ref_dump (one pass and
 chunked through the KV cache), and the same greedy tokens (ds_greedy).
 
-Exactness: qwen2, qwen3 (f32, bf16), qwen3moe, qwen2moe and gemma3 (f32, bf16, inside
-Gemma3ForConditionalGeneration) are bit-identical: the GGUF holds the same values in the same types
-(1-D tensors F32, exact widenings of the checkpoint's; Gemma's 1 + w added in f32 as our HF loader
-does; routers F32 in both f32 cases) and the math is the same. llama3 / mistral (GGUF `llama`) are
+Exactness: qwen2, qwen3 (f32, bf16), qwen3moe, qwen2moe, gemma3 (f32, bf16, inside
+Gemma3ForConditionalGeneration) and gemma4 (dense with K = V global layers, f32 and bf16; the
+E-series with per-layer embeddings, KV sharing and the double-wide MLP, alone and inside
+Gemma4ForConditionalGeneration; the 26B-A4B-style MoE with fused gate_up experts) are bit-identical:
+the GGUF holds the same values in the same types (1-D tensors F32, exact widenings of the
+checkpoint's; Gemma 3's 1 + w added in f32 as our HF loader does; routers F32 in both f32 cases) and
+the math is the same (Gemma 4's proportional RoPE comes as rope_freqs divisors of 1e30 for its still
+pairs: an angle below 1e-24 rad, whose sine changes no sum). llama3 / mistral (GGUF `llama`) are
 within 2e-5: llama.cpp's converter permutes Q/K rows per head for the adjacent-pair RoPE, so each
 q·k dot product sums the same products in another order (last-bit differences), and llama3's
 scaled frequencies come as rope_freqs divisors (f32) instead of transformers' double-precision
@@ -17,9 +21,17 @@ multipliers. The permutation matters: the same llama GGUF written without it is 
 Greedy: both loaders decode the same ids until either stops (the GGUF's stop set is llama.cpp's:
 the EOS id from config.json; the HF directory adds generation_config.json's eos ids).
 
+Tensor names: every tensor of every converted file is one llama.cpp knows for its architecture
+(tests/fixtures/llama_cpp_tensor_names.json, read from llama.cpp's own gguf-py by
+scripts/llama_cpp_tensor_names.py; Gemma 3's post_attention_norm was once written and read here as
+"attn_post_norm", which no llama.cpp file has).
+
 Errors (one line, exit 1, naming the file and the problem): no general.architecture, an unknown
-architecture (the message lists the supported ones), gemma4 refused by name, a missing tensor, a
-matrix of the wrong shape, a stacked expert tensor of the wrong shape, a per-layer KV head array.
+architecture (the message lists the supported ones), a missing tensor, a matrix of the wrong shape, a
+stacked expert tensor of the wrong shape, a per-layer KV head array outside gemma4; gemma4: more
+shared KV layers than layers, a partial RoPE on sliding layers, a per-layer embedding table of the
+wrong width, a per-layer KV head array of the wrong length, a KV-shared layer with no earlier layer of
+its type to share.
 
 The real qwen3-tiny GGUF fixture's tokenizer metadata (Qwen3 byte-level BPE, pre "qwen2", chat
 template) copied onto tiny F32 weights: the prompt ids equal llama.cpp's (reference.jsonl), the
@@ -52,7 +64,16 @@ CASES = [  # (name, arch, make_hf_model options, tolerance: 0 = bit-identical)
     ("gemma3", "gemma3", dict(seed=68, layers=7, config_overrides=GEMMA3), 0),
     ("gemma3_bf16", "gemma3", dict(seed=69, layers=7, dtype="bf16", config_overrides=GEMMA3), 0),
     ("gemma3_mm", "gemma3_mm", dict(seed=70, layers=7), 0),
+    ("gemma4", "gemma4", dict(seed=71), 0),
+    ("gemma4_bf16", "gemma4", dict(seed=72, dtype="bf16"), 0),
+    ("gemma4e", "gemma4e", dict(seed=73, layers=6), 0),
+    ("gemma4e_mm", "gemma4e_mm", dict(seed=74, layers=6, dtype="bf16"), 0),
+    ("gemma4_moe", "gemma4_moe", dict(seed=75), 0),
 ]
+LLAMA_CPP_NAMES = os.path.join(common.REPO, "tests", "fixtures", "llama_cpp_tensor_names.json")
+# llama.cpp's qwen2moe / qwen3moe know no dense layer (every released checkpoint is sparse throughout);
+# the test checkpoints' mlp_only_layers / decoder_sparse_step layers carry the dense names of qwen2 / qwen3.
+DENSE_IN_MOE = {a: {"blk.{bid}.ffn_gate", "blk.{bid}.ffn_up", "blk.{bid}.ffn_down"} for a in ("qwen2moe", "qwen3moe")}
 
 
 def tmp(name):
@@ -91,9 +112,27 @@ def compare(chk, label, a, b, tol):
             chk.close(f"{label}: {key}", b[key], a[key], tol)
 
 
+def llama_cpp_names(path):
+    """The tensors of a GGUF file whose names llama.cpp does not know for its architecture."""
+    with open(LLAMA_CPP_NAMES) as f:
+        known = json.load(f)["archs"]
+    g = GGUFFile(path)
+    arch = g.metadata["general.architecture"]
+    bad = []
+    for name in g.tensors:
+        parts = name.split(".")
+        base = ".".join(parts[:-1]) if parts[-1] in ("weight", "bias", "scale") else name
+        if base.startswith("blk."):
+            base = "blk.{bid}." + base.split(".", 2)[2]
+        if base not in known.get(arch, []) and not (arch in DENSE_IN_MOE and base in DENSE_IN_MOE[arch]):
+            bad.append(name)
+    return bad
+
+
 def check_archs(chk, rng):
     for name, arch, opts, tol in CASES:
         hf, gg = make_pair(name, arch, opts)
+        chk.equal(f"{name}: tensor names llama.cpp does not know", llama_cpp_names(gg), [])
         for n, chunks in ((23, None), (23, (9, 1, 1, 12))):
             ids = [int(i) for i in rng.integers(0, 300, n)]
             label = f"{name} n={n}" + (f" chunks={chunks}" if chunks else "")
@@ -152,8 +191,7 @@ def check_errors(chk):
 
     cases = [
         ("no architecture", drop_kv("general.architecture"), ("general.architecture",)),
-        ("unknown architecture", set_arch("mamba"), ("'mamba'", "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3")),
-        ("gemma4 by name", set_arch("gemma4"), ("'gemma4' (Gemma 4", "Hugging Face directory")),
+        ("unknown architecture", set_arch("mamba"), ("'mamba'", "llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gemma4")),
         ("missing tensor", drop_tensor("blk.1.attn_k.weight"), ("blk.1.attn_k.weight",)),
         ("wrong shape", reshape("blk.0.ffn_gate.weight", (64, 95)), ("layer 0 w_gate", "(95, 64)", "(96, 64)")),
         ("wrong expert shape", reshape("blk.1.ffn_up_exps.weight", (64, 16, 16)), ("blk.1.ffn_up_exps.weight",)),
@@ -162,6 +200,25 @@ def check_errors(chk):
     ]
     for label, edit, needles in cases:
         path = hf_to_gguf.convert(hf, tmp(f"gga_bad_{label.replace(' ', '_')}.gguf"), edit=edit)
+        expect_error(chk, label, path, *needles)
+
+    def set_kv(key, value, vtype=None):
+        return lambda w: w.add(key, value, vtype)
+
+    g4e = tmp("gga_gemma4e")
+    g4 = [
+        ("gemma4 shared layers", g4e, set_kv("gemma4.attention.shared_kv_layers", 6),
+         ("gemma4.attention.shared_kv_layers = 6", "out of range")),
+        ("gemma4 partial sliding RoPE", g4e, set_kv("gemma4.rope.dimension_count_swa", 8),
+         ("rope.dimension_count_swa 8", "partial RoPE")),
+        ("gemma4 PLE width", g4e, reshape("per_layer_token_embd.weight", (40, 300)), ("per_layer_token_embd.weight",)),
+        ("gemma4 KV heads per layer", tmp("gga_gemma4"), set_kv("gemma4.attention.head_count_kv", [2, 1, 2], T_UINT32),
+         ("gemma4.attention.head_count_kv", "one integer per layer (4)")),
+        ("gemma4 no layer to share", g4e, set_kv("gemma4.attention.shared_kv_layers", 4),  # layers 0, 1: sliding
+         ("layer 2 shares the KV cache of layer -1",)),
+    ]
+    for label, src, edit, needles in g4:
+        path = hf_to_gguf.convert(src, tmp(f"gga_bad_{label.replace(' ', '_')}.gguf"), edit=edit)
         expect_error(chk, label, path, *needles)
 
 

@@ -17,7 +17,8 @@
    HF directory -> BF16 gives the same greedy tokens (and logits to 1e-4: Q/K permuted heads sum
    in another order).
    Every architecture of test_gguf_archs.py (llama3, mistral, qwen2, qwen3, qwen2/3 MoE, gemma3):
-   keys, tensor names / types / values equal hf_to_gguf.py's, logits equal the HF directory's.
+   keys, tensor names / types / values equal hf_to_gguf.py's, logits equal the HF directory's, and
+   every name is one llama.cpp knows for the architecture (tests/fixtures/llama_cpp_tensor_names.json).
 4. llama.cpp's gguf-py reader (DSPARK_LLAMA_CPP=<llama.cpp tree>) reads the files: types and shapes.
 5. Greedy speculative decoding on a Q4_K_M target written by quantize --gguf equals plain decoding
    (stories-inflated, the bigram drafter of test_spec_sampling.py, drafted tokens accepted).
@@ -197,6 +198,8 @@ def check_archs(chk, tmp):
     import test_gguf_archs as tga
     toks = [1, 5, 9, 2, 7, 3]
     for name, arch, opts, tol in tga.CASES:
+        if arch.startswith("gemma4"):  # not written as GGUF yet: quantize --gguf refuses it by name
+            continue
         hf, ref_path = tga.make_pair(name, arch, opts)
         t = "BF16" if opts.get("dtype") == "bf16" else "F32"
         mine = GGUFFile(quantize(hf, os.path.join(tmp, f"arch_{name}.gguf"), t))
@@ -210,6 +213,7 @@ def check_archs(chk, tmp):
                 chk.equal(f"{name}: {k} (the reference converter's)", got if not ok else v, v)
         m_inf, r_inf = infos(mine), infos(ref)
         chk.equal(f"{name}: tensor names", sorted(m_inf), sorted(r_inf))
+        chk.equal(f"{name}: tensor names llama.cpp does not know", tga.llama_cpp_names(mine.path), [])
         for n in sorted(set(m_inf) & set(r_inf)):
             chk.equal(f"{name} {n}: type", NAMES[m_inf[n].ggml_type], NAMES[r_inf[n].ggml_type])
             chk.equal(f"{name} {n}: shape", tuple(m_inf[n].ne), tuple(r_inf[n].ne))
