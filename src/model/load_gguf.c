@@ -456,7 +456,7 @@ static ds_status load_gemma4_experts(ds_model *m, const ds_gguf *g, const gguf_h
     snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", l);
     if (ds_gguf_find_tensor(g, name)) {
         if ((st = take_experts(g, name, n, 2 * I, D, E->gate))) return st;
-        const ds_weight half = {E->gate[0].type, I, D, NULL};
+        const ds_weight half = {.type = E->gate[0].type, .rows = I, .cols = D};
         for (int e = 0; e < n; e++) {
             E->gate[e].rows = E->up[e].rows = I;
             E->up[e] = E->gate[e];

@@ -1,7 +1,8 @@
 // A loaded target written as one GGUF file (gguf_export.h): the inverse of model/load_gguf.c.
 //  - Tensors: llama.cpp's names (token_embd, blk.N.attn_q, ..., output_norm, output; routed experts
-//    stacked into 3-D ffn_{gate,up,down}_exps, ne = (cols, rows, n_expert)) in the converter's order,
-//    one table (k_layer) for the per-layer tensors. A Hugging Face llama's Q/K rows (and biases) are
+//    stacked into 3-D ffn_{gate,up,down}_exps, ne = (cols, rows, n_expert); Gemma 4's gate and up
+//    fused into ffn_gate_up_exps, each expert's gate rows first, as its converter writes them) in the
+//    converter's order, one table (k_layer) for the per-layer tensors. A Hugging Face llama's Q/K rows (and biases) are
 //    permuted per head into llama.cpp's interleaved RoPE order (convert_hf_to_gguf's LlamaModel.permute);
 //    a GGUF source is already in that order. Norm vectors are written as the model holds them (the
 //    effective multiplier: Gemma 3's 1 + w, as the converter writes it).
@@ -18,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +31,15 @@
 #include "io/json.h"
 #include "io/mapfile.h"
 
-typedef enum { SRC_MAT, SRC_VEC, SRC_EXPERTS } src_kind;
+typedef enum { SRC_MAT, SRC_VEC, SRC_EXPERTS, SRC_GATE_UP } src_kind;
 
 typedef struct {
     char name[96];
     int n_dims;
     int64_t ne[3];         // ggml order: ne[0] = row width
     src_kind kind;
-    const ds_weight *w;    // SRC_MAT: one; SRC_EXPERTS: n_exp of them (ne[2])
+    const ds_weight *w;    // SRC_MAT: one; SRC_EXPERTS: n_exp of them (ne[2]); SRC_GATE_UP: the gates
+    const ds_weight *w2;   // SRC_GATE_UP: the n_exp ups (expert e's rows: w[e]'s, then w2[e]'s)
     const float *vec;      // SRC_VEC
     int perm_hd;           // > 0: output row (vector element) r is source row perm(r), heads of this size
     ds_dtype type;         // the output type
@@ -104,15 +107,28 @@ static void row_f32(const out_tensor *t, int64_t r, float *out) {
         for (int64_t i = 0; i < t->ne[0]; i++) out[i] = t->vec[t->perm_hd ? perm(i, t->perm_hd) : i];
     } else if (t->kind == SRC_MAT) {
         ds_weight_row_f32(t->w, (int)(t->perm_hd ? perm(r, t->perm_hd) : r), out);
-    } else {
+    } else if (t->kind == SRC_EXPERTS) {
         ds_weight_row_f32(&t->w[r / t->ne[1]], (int)(r % t->ne[1]), out);
+    } else {
+        const int64_t e = r / t->ne[1], j = r % t->ne[1], half = t->ne[1] / 2;
+        ds_weight_row_f32(j < half ? &t->w[e] : &t->w2[e], (int)(j < half ? j : j - half), out);
     }
+}
+
+// The bytes of t's source (what the export reads).
+static size_t src_bytes_of(const out_tensor *t) {
+    size_t n = t->kind == SRC_VEC ? (size_t)t->ne[0] * 4 : t->kind == SRC_MAT ? ds_weight_data_bytes(t->w) : 0;
+    for (int64_t e = 0; t->kind >= SRC_EXPERTS && e < t->ne[2]; e++)
+        n += ds_weight_data_bytes(&t->w[e]) + (t->kind == SRC_GATE_UP ? ds_weight_data_bytes(&t->w2[e]) : 0);
+    return n;
 }
 
 static void drop_source(const out_tensor *t) {
     if (t->kind == SRC_MAT) ds_mapfile_drop(t->w->data, ds_weight_data_bytes(t->w));
-    if (t->kind == SRC_EXPERTS)
-        for (int64_t e = 0; e < t->ne[2]; e++) ds_mapfile_drop(t->w[e].data, ds_weight_data_bytes(&t->w[e]));
+    for (int64_t e = 0; t->kind >= SRC_EXPERTS && e < t->ne[2]; e++) {
+        ds_mapfile_drop(t->w[e].data, ds_weight_data_bytes(&t->w[e]));
+        if (t->kind == SRC_GATE_UP) ds_mapfile_drop(t->w2[e].data, ds_weight_data_bytes(&t->w2[e]));
+    }
 }
 
 // ---- the architecture ----------------------------------------------------------------------------
@@ -121,21 +137,70 @@ static void drop_source(const out_tensor *t) {
 static const char *gguf_arch(const ds_model *m) {
     static const char *const map[][2] = {{"llama", "llama"}, {"qwen2", "qwen2"}, {"qwen3", "qwen3"},
                                          {"qwen2_moe", "qwen2moe"}, {"qwen2moe", "qwen2moe"},
-                                         {"qwen3_moe", "qwen3moe"}, {"qwen3moe", "qwen3moe"}, {"gemma3", "gemma3"}};
+                                         {"qwen3_moe", "qwen3moe"}, {"qwen3moe", "qwen3moe"}, {"gemma3", "gemma3"},
+                                         {"gemma4", "gemma4"}};
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (!strcmp(m->arch, map[i][0])) return map[i][1];
     return NULL;
+}
+
+static int is_gemma4(const ds_model *m) { return !strcmp(m->arch, "gemma4"); }
+
+// What GGUF's gemma4 can say of layer l: the head dim and RoPE of its type (sliding: info.head_dim and
+// rope[1]; full: rope[0]'s), the V norm, attention scale 1, KV sharing of the last layers from the last
+// unshared layer of their type (first_shared: the first shared layer), one window for sliding layers,
+// experts without Qwen's shared-expert gate.
+static ds_status check_gemma4_layer(const ds_model *m, int l, int first_shared, const char *src) {
+    const ds_layer *L = &m->layers[l];
+    const int sliding = L->window != 0, full_hd = 2 * m->rope[0].half;
+    int src_l = -1, window = 0;
+    for (int j = 0; j < m->info.n_layers; j++) {
+        const int s = m->layers[j].window != 0;
+        if (j < first_shared && s == sliding) src_l = j;
+        if (s) window = m->layers[j].window;
+    }
+    if (!L->v_norm || L->attn_scale != 1.0f || L->head_dim != (sliding ? m->info.head_dim : full_hd) ||
+        L->rope != (sliding ? 1 : 0) || (sliding && L->window != window) || L->kv_shared != (l >= first_shared) ||
+        (L->kv_shared && L->kv_src != src_l) || (L->moe && L->moe->shared_gate.data))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer %d has a geometry GGUF's gemma4 does not describe (its layer "
+                       "type's head dim, RoPE and window, V norm, attention scale 1, KV sharing of the last layers)",
+                       src, l);
+    return DS_OK;
+}
+
+// Gemma 4's full-attention RoPE: theta^(-2i/d) for the first pairs, 0 for the rest (proportional), which
+// rope_freqs' divisors 1 and 1e30 say (anything else is not what GGUF's gemma4 can carry).
+static ds_status check_gemma4_rope(const ds_model *m, const char *src) {
+    const int half = m->rope[0].half;
+    int still = 0;
+    for (int i = 0; i < half; i++) {
+        const float f = m->rope[0].inv_freq[i], want = (float)pow((double)m->info.rope_theta, -2.0 * i / (2 * half));
+        if (f == 0) still = 1;
+        else if (still || f != want)
+            return ds_fail(DS_ERR_UNSUPPORTED, "%s: the full-attention layers' RoPE is not proportional RoPE of base %g "
+                           "(frequency %d): GGUF's gemma4 cannot carry it", src, (double)m->info.rope_theta, i);
+    }
+    return DS_OK;
 }
 
 static ds_status check_model(const ds_model *m, const char *src) {
     const char *A = gguf_arch(m);
     if (!A)
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: architecture '%s' cannot be written as GGUF (llama, qwen2, qwen3, "
-                       "qwen2moe, qwen3moe, gemma3 can)", src, m->arch);
-    if (m->ple_dim) return ds_fail(DS_ERR_UNSUPPORTED, "%s: per-layer embeddings cannot be written as GGUF", src);
+                       "qwen2moe, qwen3moe, gemma3, gemma4 can)", src, m->arch);
+    const int g4 = is_gemma4(m);
+    if (m->ple_dim && !g4) return ds_fail(DS_ERR_UNSUPPORTED, "%s: per-layer embeddings cannot be written as GGUF %s", src, A);
     const ds_model_info *in = &m->info;
+    ds_status st;
+    int first_shared = in->n_layers;
+    while (first_shared > 0 && m->layers[first_shared - 1].kv_shared) first_shared--;
+    if (g4 && (st = check_gemma4_rope(m, src))) return st;
     for (int l = 0; l < in->n_layers; l++) {
         const ds_layer *L = &m->layers[l];
+        if (g4) {
+            if ((st = check_gemma4_layer(m, l, first_shared, src))) return st;
+            continue;
+        }
         if (L->kv_shared || L->v_norm || !L->wv.data || (L->out_scale != 0 && L->out_scale != 1) ||
             (L->head_dim && L->head_dim != in->head_dim) || (L->n_kv_heads && L->n_kv_heads != in->n_kv_heads))
             return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer %d has a geometry GGUF's %s does not describe (per-layer "
@@ -175,14 +240,51 @@ static const struct {
     {"ffn_norm.weight", offsetof(ds_layer, ffn_norm), T_VEC, 0},
 };
 
+// Gemma 4 layer i's tensors beyond Gemma 3's: the output scale, the per-layer embedding projections,
+// and on an MoE layer the router's scales, the expert norms and the experts (gate and up fused).
+static ds_status list_gemma4_layer(const ds_model *m, tensor_list *l, int i) {
+    const ds_layer *L = &m->layers[i];
+    const int D = m->info.dim;
+    char name[96];
+    ds_status st = DS_OK;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
+    if (L->out_scale != 1.0f) st = add_vec(l, NAME("layer_output_scale.weight"), &L->out_scale, 1, 0);
+    if (!st) st = add_mat(l, NAME("inp_gate.weight"), &L->ple_gate, 0);
+    if (!st) st = add_mat(l, NAME("proj.weight"), &L->ple_proj, 0);
+    if (!st) st = add_vec(l, NAME("post_norm.weight"), L->ple_post_norm, D, 0);
+    const ds_moe *E = L->moe;
+    if (st || !E) return st;
+    if ((st = add_mat(l, NAME("ffn_gate_inp.weight"), &E->router, 0)) ||
+        (st = add_vec(l, NAME("ffn_gate_inp.scale"), E->router_scale, D, 0)) ||
+        (st = add_vec(l, NAME("ffn_down_exps.scale"), E->expert_scale, E->n_experts, 0)) ||
+        (st = add_vec(l, NAME("pre_ffw_norm_2.weight"), E->pre_norm, D, 0)) ||
+        (st = add_vec(l, NAME("post_ffw_norm_1.weight"), E->dense_post_norm, D, 0)) ||
+        (st = add_vec(l, NAME("post_ffw_norm_2.weight"), E->post_norm, D, 0)))
+        return st;
+    out_tensor *t = add(l, NAME("ffn_gate_up_exps.weight"), SRC_GATE_UP), *d = t ? add(l, NAME("ffn_down_exps.weight"), SRC_EXPERTS) : NULL;
+#undef NAME
+    if (!d) return DS_ERR_NOMEM;
+    t = d - 1; // (add may have moved the list)
+    t->w = E->gate, t->w2 = E->up, d->w = E->down;
+    t->n_dims = d->n_dims = 3;
+    t->ne[0] = D, t->ne[1] = 2 * (int64_t)E->ffn_dim, t->ne[2] = E->n_experts;
+    d->ne[0] = E->ffn_dim, d->ne[1] = D, d->ne[2] = E->n_experts;
+    return DS_OK;
+}
+
 static ds_status list_tensors(const ds_model *m, tensor_list *l, const float *rope_freqs) {
     const ds_model_info *in = &m->info;
-    const int permute = !strcmp(gguf_arch(m), "llama") && in->rope_layout == DS_ROPE_HALVES;
-    const int hd = in->head_dim, lens[] = {in->dim, hd, in->n_heads * hd, in->n_kv_heads * hd};
+    const int permute = !strcmp(gguf_arch(m), "llama") && in->rope_layout == DS_ROPE_HALVES, g4 = is_gemma4(m);
     char name[96];
     ds_status st = add_mat(l, "token_embd.weight", &m->tok_embd, 0);
+    if (!st && m->ple_dim) {
+        if (!(st = add_mat(l, "per_layer_token_embd.weight", &m->ple_embd, 0)) &&
+            !(st = add_mat(l, "per_layer_model_proj.weight", &m->ple_model_proj, 0)))
+            st = add_vec(l, "per_layer_proj_norm.weight", m->ple_proj_norm, m->ple_dim, 0);
+    }
     for (int i = 0; i < in->n_layers && !st; i++) {
         const ds_layer *L = &m->layers[i];
+        const int hd = L->head_dim, lens[] = {in->dim, hd, in->n_heads * hd, L->n_kv_heads * hd};
         for (size_t k = 0; k < sizeof k_layer / sizeof *k_layer && !st; k++) {
             const void *f = (const char *)L + k_layer[k].field;
             snprintf(name, sizeof name, "blk.%d.%s", i, k_layer[k].suffix);
@@ -191,7 +293,8 @@ static ds_status list_tensors(const ds_model *m, tensor_list *l, const float *ro
             else st = add_vec(l, name, *(float *const *)f, lens[k_layer[k].len], p);
         }
         if (st) break;
-        if (L->moe) {
+        if (g4 && (st = list_gemma4_layer(m, l, i))) break;
+        if (L->moe && !g4) {
             const ds_moe *E = L->moe;
             snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", i);
             if ((st = add_mat(l, name, &E->router, 0))) break;
@@ -228,18 +331,23 @@ static ds_status list_tensors(const ds_model *m, tensor_list *l, const float *ro
     }
     if (!st) st = add_vec(l, "output_norm.weight", m->out_norm, in->dim, 0);
     if (!st && m->output.data != m->tok_embd.data) st = add_mat(l, "output.weight", &m->output, 0);
-    if (!st && rope_freqs) st = add_vec(l, "rope_freqs.weight", rope_freqs, hd / 2, 0);
+    if (!st && rope_freqs) st = add_vec(l, "rope_freqs.weight", rope_freqs, m->rope[0].half, 0);
     return st ? ds_fail(st, "out of memory") : DS_OK;
 }
 
 // rope[0]'s divisors of theta^(-2i/d): NULL when they are all 1 (no scaling) or all equal (linear
 // scaling: *linear receives the factor, written as rope.scaling.type/factor as the converter does);
-// else the per-frequency divisors (llama3 scaling), written as rope_freqs.weight.
+// else the per-frequency divisors (llama3 scaling), written as rope_freqs.weight. Gemma 4 (whose
+// converter always writes them): 1 for a rotating pair, 1e30 for a still one (check_gemma4_rope).
 static float *rope_divisors(const ds_model *m, double *linear) {
-    const int hd = m->info.head_dim, half = hd / 2;
+    const int half = m->rope[0].half, hd = 2 * half;
     *linear = 1;
     if (!m->rope[0].inv_freq) return NULL;
     float *ff = malloc(sizeof(float) * (size_t)half);
+    if (ff && is_gemma4(m)) {
+        for (int i = 0; i < half; i++) ff[i] = m->rope[0].inv_freq[i] == 0 ? 1e30f : 1.0f;
+        return ff;
+    }
     int any = 0, same = 1;
     for (int i = 0; ff && i < half; i++) {
         const double base = pow((double)m->info.rope_theta, -2.0 * i / hd);
@@ -266,18 +374,70 @@ static void key_f32(ds_gguf_writer *w, const char *A, const char *suffix, float 
     ds_gguf_writer_f32(w, key, v);
 }
 
+// The sliding layers' RoPE base: from base^(-2/d) = inv_freq[1], the nearest integer when that gives
+// the table bit for bit (what a config's rope_theta is), so the file loads back to the same frequencies.
+static double sliding_base(const ds_model *m) {
+    const ds_rope_freqs *r = &m->rope[1];
+    const int hd = 2 * r->half;
+    const double base = pow((double)r->inv_freq[1], -(double)hd / 2.0), whole = nearbyint(base);
+    for (int i = 0; i < r->half; i++)
+        if ((float)pow(whole, -2.0 * i / hd) != r->inv_freq[i]) return base;
+    return whole;
+}
+
+// "<A>.<suffix>": the layers' value of a per-layer int field, or one per layer when they differ.
+static void key_layers(ds_gguf_writer *w, const ds_model *m, const char *A, const char *suffix, size_t field) {
+    const int n = m->info.n_layers;
+    uint32_t *v = malloc(sizeof *v * (size_t)n);
+    int same = 1;
+    for (int l = 0; v && l < n; l++) {
+        v[l] = (uint32_t) * (const int *)((const char *)&m->layers[l] + field);
+        same &= v[l] == v[0];
+    }
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", A, suffix);
+    if (v && same) ds_gguf_writer_u32(w, key, v[0]);
+    else if (v) ds_gguf_writer_arr(w, key, DS_GGUF_U32, (uint64_t)n, v, 4);
+    free(v);
+}
+
+// Gemma 4's keys beyond Gemma 3's (conversion/gemma.py Gemma4Model.set_gguf_parameters): each layer
+// type's head dim and RoPE, KV heads and MLP widths per layer where they differ, the sliding flags,
+// KV sharing, the per-layer input width.
+static void write_gemma4(ds_gguf_writer *w, const ds_model *m, const char *A) {
+    const ds_model_info *in = &m->info;
+    const int n = in->n_layers, full_hd = 2 * m->rope[0].half;
+    int shared = 0;
+    for (int l = 0; l < n; l++) shared += m->layers[l].kv_shared;
+    key_u32(w, A, "attention.key_length", (uint32_t)full_hd);
+    key_u32(w, A, "attention.value_length", (uint32_t)full_hd);
+    key_u32(w, A, "attention.key_length_swa", (uint32_t)in->head_dim);
+    key_u32(w, A, "attention.value_length_swa", (uint32_t)in->head_dim);
+    key_u32(w, A, "rope.dimension_count", (uint32_t)full_hd);
+    key_u32(w, A, "rope.dimension_count_swa", (uint32_t)in->head_dim);
+    key_u32(w, A, "attention.shared_kv_layers", (uint32_t)shared);
+    key_u32(w, A, "embedding_length_per_layer_input", (uint32_t)m->ple_dim);
+    key_layers(w, m, A, "attention.head_count_kv", offsetof(ds_layer, n_kv_heads));
+    key_layers(w, m, A, "feed_forward_length", offsetof(ds_layer, ffn_dim));
+}
+
 static void write_hparams(ds_gguf_writer *w, const ds_model *m, const char *A, double linear) {
     const ds_model_info *in = &m->info;
+    const int g4 = is_gemma4(m);
     key_u32(w, A, "context_length", (uint32_t)in->max_ctx);
     key_u32(w, A, "embedding_length", (uint32_t)in->dim);
     key_u32(w, A, "block_count", (uint32_t)in->n_layers);
-    if (in->ffn_dim) key_u32(w, A, "feed_forward_length", (uint32_t)in->ffn_dim);
+    if (in->ffn_dim && !g4) key_u32(w, A, "feed_forward_length", (uint32_t)in->ffn_dim);
     key_u32(w, A, "attention.head_count", (uint32_t)in->n_heads);
-    key_u32(w, A, "attention.head_count_kv", (uint32_t)in->n_kv_heads);
+    if (!g4) key_u32(w, A, "attention.head_count_kv", (uint32_t)in->n_kv_heads);
     key_f32(w, A, "rope.freq_base", in->rope_theta);
     key_f32(w, A, "attention.layer_norm_rms_epsilon", in->norm_eps);
-    key_u32(w, A, "attention.key_length", (uint32_t)in->head_dim); // (the converter: whenever config.json has head_dim)
-    key_u32(w, A, "attention.value_length", (uint32_t)in->head_dim);
+    if (g4) {
+        write_gemma4(w, m, A);
+    } else {
+        key_u32(w, A, "attention.key_length", (uint32_t)in->head_dim); // (the converter: whenever config.json has head_dim)
+        key_u32(w, A, "attention.value_length", (uint32_t)in->head_dim);
+    }
     if (linear != 1) {
         char key[128];
         snprintf(key, sizeof key, "%s.rope.scaling.type", A);
@@ -293,20 +453,20 @@ static void write_hparams(ds_gguf_writer *w, const ds_model *m, const char *A, d
         key_u32(w, A, "expert_count", (uint32_t)E->n_experts);
         key_u32(w, A, "expert_used_count", (uint32_t)E->top_k);
         key_u32(w, A, "expert_feed_forward_length", (uint32_t)E->ffn_dim);
-        for (int l = 0; l < in->n_layers; l++)
+        for (int l = 0; !g4 && l < in->n_layers; l++) // (Gemma 4's dense MLP is no shared expert)
             if (m->layers[l].moe && m->layers[l].w_gate.data) {
                 key_u32(w, A, "expert_shared_feed_forward_length", (uint32_t)m->layers[l].w_gate.rows);
                 break;
             }
-        const int def = !strcmp(A, "qwen3moe");
+        const int def = !strcmp(A, "qwen3moe") || g4;
         if (E->norm_topk != def) {
             char key[128];
             snprintf(key, sizeof key, "%s.expert_weights_norm", A);
             ds_gguf_writer_bool(w, key, E->norm_topk);
         }
     }
-    if (!strcmp(A, "gemma3")) {
-        int window = 0, n_sliding = 0, pattern6 = 1;
+    if (!strcmp(A, "gemma3") || g4) {
+        int window = 0, n_sliding = 0, pattern6 = !g4; // (Gemma 4's converter always writes the flags)
         for (int l = 0; l < in->n_layers; l++) {
             const int s = m->layers[l].window != 0;
             if (s) window = m->layers[l].window, n_sliding++;
@@ -322,8 +482,8 @@ static void write_hparams(ds_gguf_writer *w, const ds_model *m, const char *A, d
             free(flags);
         }
         if (n_sliding && m->n_rope > 1 && m->rope[1].half > 1) { // base^(-2/d) = inv_freq[1]
-            const double base = pow((double)m->rope[1].inv_freq[1], -(double)in->head_dim / 2.0);
-            if (fabs(base - 10000.0) > 1e-3 * 10000.0) key_f32(w, A, "rope.freq_base_swa", (float)base);
+            const double base = sliding_base(m);
+            if (g4 || fabs(base - 10000.0) > 1e-3 * 10000.0) key_f32(w, A, "rope.freq_base_swa", (float)base);
         }
         if (m->final_softcap > 0) key_f32(w, A, "final_logit_softcapping", m->final_softcap);
     }
@@ -541,8 +701,7 @@ ds_status ds_gguf_export(const ds_model *m, const char *out, const ds_gguf_expor
         n_quant += t->type != DS_F32 && t->type != DS_F16 && t->type != DS_BF16;
         const size_t nb = ds_gguf_write_row_bytes(t->type, t->ne[0]) * (size_t)n_rows(t);
         out_bytes += nb;
-        src_bytes += t->kind == SRC_VEC ? (size_t)t->ne[0] * 4
-                     : t->kind == SRC_MAT ? ds_weight_data_bytes(t->w) : ds_weight_data_bytes(t->w) * (size_t)t->ne[2];
+        src_bytes += src_bytes_of(t);
         if ((st = ds_gguf_writer_tensor(w, t->name, t->type, t->n_dims, t->ne, nb))) goto done;
     }
     ds_gguf_writer_str(w, "general.architecture", A, strlen(A));
