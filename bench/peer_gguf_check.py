@@ -8,7 +8,9 @@ cache, no flash attention) and by dspark (ds_ref_dump, ds_greedy):
     bench/peer_gguf_check.py LLAMA_CPP_DIR [BUILD_DIR]    (LLAMA_CPP_DIR: built by scripts/bench_peer.sh)
 
 Prints one JSON line per model: the largest logit difference after an 8-token prompt, the logits'
-scale, whether 12 greedy ids agree, and for the Gemma 4 files a negative control: the same file with
+scale, whether 12 greedy ids agree, the tensors whose type differs between llama-quantize's Q4_K_M of
+the file and `dspark quantize --gguf Q4_K_M` of the checkpoint (row widths of 64 here: every K-quant
+falls back as ggml's rules say), and for the Gemma 4 files a negative control: the same file with
 one of gemma4's mappings broken for llama.cpp only (proportional RoPE made full, the per-expert scales
 made 1, the per-layer embedding table zeroed), which must differ far more than the two engines do.
 ggml's CPU GELU reads a table of halves (GGML_GELU_FP16), so Gemma's logits differ by ~1e-3 where
@@ -27,7 +29,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
 import common  # noqa: E402
 import hf_to_gguf  # noqa: E402
 import make_hf_models  # noqa: E402
-from gguf_py import T_UINT32  # noqa: E402
+from gguf_py import GGUFFile, T_UINT32  # noqa: E402
 
 GEMMA3 = {"sliding_window_pattern": 6, "query_pre_attn_scalar": 16}
 MODELS = [  # (name, make_hf_models arch, options, control: (tensor, how to break it for llama.cpp) or None)
@@ -36,7 +38,10 @@ MODELS = [  # (name, make_hf_models arch, options, control: (tensor, how to brea
     ("qwen3_moe", "qwen3_moe", {"config_overrides": {"mlp_only_layers": []}}, None),
     ("gemma3", "gemma3", {"layers": 7, "config_overrides": GEMMA3}, None),
     ("gemma4", "gemma4", {}, ("rope_freqs.weight", "ones")),
-    ("gemma4e", "gemma4e", {"layers": 6}, ("per_layer_token_embd.weight", "zeros")),
+    # (8 layers: llama-quantize needs per-layer table rows of a multiple of 32; 2 shared: llama.cpp takes a shared
+    # layer's cache from the layer before the first shared one (full) or the one before that (sliding))
+    ("gemma4e", "gemma4e", {"layers": 8, "config_overrides": {"num_kv_shared_layers": 2}},
+     ("per_layer_token_embd.weight", "zeros")),
     ("gemma4_moe", "gemma4_moe", {}, ("blk.0.ffn_down_exps.scale", "ones")),
 ]
 PROMPT = [5, 17, 33, 2, 99, 150, 7, 64]
@@ -70,6 +75,16 @@ def llama_run(tool, path, n):
     return np.array(r["logits"], np.float32), r["ids"]
 
 
+def type_mismatches(llama, hf, path):
+    """Tensors typed differently by llama-quantize (Q4_K_M of the f32 file) and dspark (of the checkpoint)."""
+    theirs, ours = path + ".llama-q4km.gguf", path + ".dspark-q4km.gguf"
+    subprocess.run([os.path.join(llama, "build-dspark-peer", "bin", "llama-quantize"), path, theirs, "Q4_K_M"],
+                   check=True, capture_output=True)
+    subprocess.run([common.tool("dspark"), "quantize", hf, ours, "--gguf", "Q4_K_M"], check=True, capture_output=True)
+    a, b = GGUFFile(theirs).tensors, GGUFFile(ours).tensors
+    return sorted(n for n in set(a) | set(b) if n not in a or n not in b or a[n].ggml_type != b[n].ggml_type)
+
+
 def main(argv):
     if len(argv) not in (1, 2):
         sys.exit(__doc__.split("\n\n")[1])
@@ -89,7 +104,8 @@ def main(argv):
         out = common.run([common.tool("ds_greedy"), path, "--prompt-ids", common.ids_arg(PROMPT), "-n", "12"]).split()[0]
         our_ids = [int(t) for t in out.split(",") if t]
         r = {"model": name, "arch": garch, "max_abs_logit_diff": float(np.abs(theirs - ours).max()),
-             "logit_scale": float(np.abs(ours).max()), "greedy_ids_equal": our_ids == their_ids}
+             "logit_scale": float(np.abs(ours).max()), "greedy_ids_equal": our_ids == their_ids,
+             "q4_k_m_type_mismatches": type_mismatches(argv[0], hf, path)}
         if control:
             bad = convert(hf, os.path.join(tmp, name + "_broken.gguf"), garch, control)
             r["control"] = f"{control[0]} set to {control[1]} for llama.cpp"

@@ -149,7 +149,9 @@ static int is_gemma4(const ds_model *m) { return !strcmp(m->arch, "gemma4"); }
 // What GGUF's gemma4 can say of layer l: the head dim and RoPE of its type (sliding: info.head_dim and
 // rope[1]; full: rope[0]'s), the V norm, attention scale 1, KV sharing of the last layers from the last
 // unshared layer of their type (first_shared: the first shared layer), one window for sliding layers,
-// experts without Qwen's shared-expert gate.
+// experts without Qwen's shared-expert gate. llama.cpp takes a shared layer's cache from the layer
+// just before the first shared one (full layers) or the one before that (sliding: llama-model.cpp's
+// reuse callback), so those two must be a full and a sliding layer, as in every Gemma 4 checkpoint.
 static ds_status check_gemma4_layer(const ds_model *m, int l, int first_shared, const char *src) {
     const ds_layer *L = &m->layers[l];
     const int sliding = L->window != 0, full_hd = 2 * m->rope[0].half;
@@ -165,6 +167,10 @@ static ds_status check_gemma4_layer(const ds_model *m, int l, int first_shared, 
         return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer %d has a geometry GGUF's gemma4 does not describe (its layer "
                        "type's head dim, RoPE and window, V norm, attention scale 1, KV sharing of the last layers)",
                        src, l);
+    if (L->kv_shared && src_l != first_shared - (sliding ? 2 : 1))
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: layer %d shares layer %d's KV cache, where llama.cpp's gemma4 would read "
+                       "layer %d's (the last unshared layer must be full attention, the one before it sliding)", src, l,
+                       src_l, first_shared - (sliding ? 2 : 1));
     return DS_OK;
 }
 
@@ -696,7 +702,8 @@ ds_status ds_gguf_export(const ds_model *m, const char *out, const ds_gguf_expor
     int n_quant = 0;
     for (int i = 0; i < l.n; i++) {
         out_tensor *t = &l.t[i];
-        t->type = ds_gguf_tensor_type(p->preset, &mix, t->name, ggml_dims(t), t->ne[0], i_v);
+        t->type = ds_gguf_tensor_type(p->preset, &mix, t->name, ggml_dims(t), t->ne[0], i_v,
+                                      t->kind == SRC_MAT ? t->w->type : DS_F32);
         i_v += strstr(t->name, "attn_v.weight") != NULL;
         n_quant += t->type != DS_F32 && t->type != DS_F16 && t->type != DS_BF16;
         const size_t nb = ds_gguf_write_row_bytes(t->type, t->ne[0]) * (size_t)n_rows(t);

@@ -445,7 +445,7 @@ static ds_dtype fallback(ds_dtype t, int64_t ne0) {
 }
 
 ds_dtype ds_gguf_tensor_type(const ds_gguf_preset *p, const ds_gguf_mix *mix, const char *name, int n_dims,
-                             int64_t ne0, int i_attn_v) {
+                             int64_t ne0, int i_attn_v, ds_dtype src) {
     const size_t len = strlen(name);
     // What llama-quantize leaves as the converter wrote it (F32 here): vectors, norms, routers.
     if (n_dims < 2 || len < 6 || strcmp(name + len - 6, "weight") || has(name, "_norm.weight") ||
@@ -453,8 +453,11 @@ ds_dtype ds_gguf_tensor_type(const ds_gguf_preset *p, const ds_gguf_mix *mix, co
         return DS_F32;
     ds_dtype t = p->base;
     if (ds_gguf_write_block(t) == 1) return t; // F32 / F16 / BF16: every matrix
+    if (has(name, "per_layer_model_proj")) return src == DS_F16 || src == DS_BF16 ? src : DS_F32; // "not too big"
     const int f = p->file_type;
-    const int is_output = !strcmp(name, "output.weight"), is_embd = !strcmp(name, "token_embd.weight");
+    // (llama-quantize's token-embedding category holds Gemma's per-layer table too)
+    const int is_output = !strcmp(name, "output.weight"),
+              is_embd = !strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight");
     int layer = -1;
     if (!strncmp(name, "blk.", 4)) layer = atoi(name + 4);
     if (is_output || (mix->tied && is_embd)) {

@@ -43,8 +43,10 @@ typedef struct {
 } ds_gguf_mix;
 
 // The type tensor `name` (ggml dims n_dims, ne0 its row width) gets under preset p: 1-D tensors,
-// norms and routers stay F32; i_attn_v is how many attn_v tensors came before this one (file order).
+// norms and routers stay F32, Gemma 4's per_layer_model_proj keeps `src` (its source's float type,
+// which llama-quantize never changes); i_attn_v is how many attn_v tensors came before this one (file
+// order).
 ds_dtype ds_gguf_tensor_type(const ds_gguf_preset *p, const ds_gguf_mix *mix, const char *name, int n_dims,
-                             int64_t ne0, int i_attn_v);
+                             int64_t ne0, int i_attn_v, ds_dtype src);
 
 #endif

@@ -25,7 +25,8 @@
    (stories-inflated, the bigram drafter of test_spec_sampling.py, drafted tokens accepted).
 6. inflate --gguf F32 / Q4_K_M: OUT/target.gguf computes what OUT/target computes (1e-4), and the
    inflated drafter's greedy speculative output on the Q4_K_M target equals plain decoding.
-7. Bad inputs: unknown TYPE, OUT a directory / FIFO / an existing file not written by dspark: exit
+7. Bad inputs: a Gemma 4 checkpoint whose KV sharing llama.cpp would misread (refused naming the
+   layers); unknown TYPE, OUT a directory / FIFO / an existing file not written by dspark: exit
    status 1, one line naming it, nothing replaced; a previous dspark output is replaced.
 """
 
@@ -230,6 +231,23 @@ def check_archs(chk, tmp):
         os.remove(ref_path)
 
 
+def check_gemma4_sharing(chk, tmp):
+    """llama.cpp's gemma4 reads a KV-shared layer's cache from the layer before the first shared one
+    (full attention) or the one before that (sliding); a checkpoint whose sharing it would misread (8
+    layers, 4 shared: layer 3, the last unshared, is sliding) is refused, not written wrong."""
+    import make_hf_models
+    hf = make_hf_models.make_hf_model(os.path.join(tmp, "g4e_8"), "gemma4e", layers=8)
+    out = os.path.join(tmp, "g4e_8.gguf")
+    p = dspark("quantize", hf, out, "--gguf", "F32")
+    err = p.stderr.strip().splitlines()
+    chk.equal("gemma4 sharing llama.cpp would misread: exit status 1", p.returncode, 1)
+    chk.equal(f"gemma4 sharing: one line naming the layers ({err[-1:]})",
+              len(err) == 1 and "layer 4 shares layer 3's KV cache, where llama.cpp's gemma4 would read layer 2's" in err[0],
+              True)
+    chk.equal("gemma4 sharing: nothing written", os.path.exists(out), False)
+    shutil.rmtree(hf, ignore_errors=True)
+
+
 def check_round_trips(chk, tmp, hf):
     stories = common.stories_model()
     toks = [1, 403, 407, 261, 378, 8, 1237 % 512, 55]
@@ -362,6 +380,7 @@ def main():
     hf = check_metadata(chk, tmp)
     check_round_trips(chk, tmp, hf)
     check_archs(chk, tmp)
+    check_gemma4_sharing(chk, tmp)
     check_gguf_py(chk, tmp)
     check_spec(chk, tmp)
     check_inflate(chk, tmp)
