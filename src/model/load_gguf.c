@@ -601,16 +601,18 @@ static ds_status load_layer(ds_model *m, const ds_gguf *g, const gguf_hparams *h
 
 // ---- tokens --------------------------------------------------------------------------------------
 
-// llama.cpp's end-of-generation tokens recognized by their text (llama-vocab.cpp), FIM pad / repo /
-// separator tokens included.
-static const char *const k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>",
-    "[e~[",
+// llama.cpp's FIM pad / repo / separator tokens recognized by their text (llama-vocab.cpp), which end
+// generation too (beside ds_tok_is_eog_text's).
+static const char *const k_fim_texts[] = {
     "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
     "<reponame>", "<|file_sep|>", "<file_sep>",
 };
+
+static int is_stop_text(const ds_gguf_str *s) {
+    for (size_t k = 0; k < sizeof k_fim_texts / sizeof *k_fim_texts; k++)
+        if (s->len == strlen(k_fim_texts[k]) && memcmp(s->ptr, k_fim_texts[k], s->len) == 0) return 1;
+    return ds_tok_is_eog_text(s->ptr, (size_t)s->len);
+}
 
 // BOS / EOS from tokenizer.ggml.* (also without a token list), the stop ids llama.cpp ends generation
 // on, and the tokenizer when it is one we support (none, or another kind, is not an error: the model
@@ -630,16 +632,20 @@ static ds_status load_vocab(ds_model *m, const ds_gguf *g) {
         ds_model_add_stop(m, (int32_t)v);
     }
     const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
-    if (toks && toks->type == DS_GGUF_ARRAY && toks->arr_type == DS_GGUF_STRING)
-        for (uint64_t i = 0; i < toks->arr_n && i < INT32_MAX; i++)
-            for (size_t k = 0; k < sizeof k_eog_texts / sizeof *k_eog_texts; k++)
-                if (toks->arr_strs[i].len == strlen(k_eog_texts[k]) &&
-                    memcmp(toks->arr_strs[i].ptr, k_eog_texts[k], toks->arr_strs[i].len) == 0)
-                    ds_model_add_stop(m, (int32_t)i);
+    if (toks && toks->type == DS_GGUF_ARRAY && toks->arr_type == DS_GGUF_STRING) {
+        int tool_response = 0; // llama.cpp's Gemma 4 workaround: then "</s>" does not end generation
+        for (uint64_t i = 0; i < toks->arr_n; i++)
+            tool_response |= toks->arr_strs[i].len == 16 && memcmp(toks->arr_strs[i].ptr, "<|tool_response>", 16) == 0;
+        for (uint64_t i = 0; i < toks->arr_n && i < INT32_MAX; i++) {
+            const ds_gguf_str *s = &toks->arr_strs[i];
+            if (is_stop_text(s) && !(tool_response && s->len == 4 && memcmp(s->ptr, "</s>", 4) == 0))
+                ds_model_add_stop(m, (int32_t)i);
+        }
+    }
     char model[32] = "";
     if (!ds_gguf_find_kv(g, "tokenizer.ggml.model")) return DS_OK;
     if ((st = ds_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model))) return st;
-    if (strcmp(model, "llama") != 0 && strcmp(model, "gpt2") != 0) return DS_OK;
+    if (strcmp(model, "llama") != 0 && strcmp(model, "gpt2") != 0 && strcmp(model, "gemma4") != 0) return DS_OK;
     if ((st = ds_tokenizer_load_gguf(g, &m->tok))) return st;
     m->info.bos_id = ds_tokenizer_bos(m->tok);
     m->info.eos_id = ds_tokenizer_eos(m->tok);

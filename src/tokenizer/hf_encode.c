@@ -7,7 +7,8 @@
 //     at load, JIT when available), each applied to every piece of the previous stage.
 //  4. Each word becomes symbols: byte-level: one per byte (its GPT-2 character's id); otherwise one
 //     per character, or byte-fallback "<0xHH>" ids (else unk, fused when fuse_unk) for characters
-//     missing from the vocabulary. With ignore_merges a word that is itself a piece is one token.
+//     missing from the vocabulary. With ignore_merges a word that is itself a piece is one token;
+//     with newline_runs (GGUF gemma4) so is a word made only of newlines.
 //  5. Merges: every adjacent pair with a merge rule goes into a min-heap keyed by (rank, position);
 //     the best is popped, skipped when stale (either side changed since it was queued), applied
 //     (a doubly linked list), and the pairs with both new neighbours are queued: O(n log n) per
@@ -125,6 +126,15 @@ static int queue_pair(session *s, int32_t l) {
 static ds_status encode_word(session *s, const char *w, size_t n) {
     const ds_hf *h = s->h;
     const ds_tokenizer *t = s->t;
+    if (h->newline_runs && n > 0 && n <= t->max_piece_len) {
+        size_t k = 0;
+        while (k < n && w[k] == '\n') k++;
+        int32_t id = k == n ? ds_tok_lookup(t, w, n) : -1;
+        if (id >= 0) {
+            emit(s, id);
+            return DS_OK;
+        }
+    }
     if (h->ignore_merges) {
         int32_t id;
         if (h->byte_level) {

@@ -38,6 +38,8 @@ struct ds_hf {
     int32_t *mrank, *mnew;    // (mmask + 1)
     size_t mmask;
     int byte_fallback, fuse_unk, ignore_merges;
+    int newline_runs;         // a word made only of "\n" that is a piece is one token (llama.cpp's
+                              // gemma4 rule; set by load.c, not by tokenizer.json)
     int32_t byte_sym[256];    // byte_level: id of the GPT-2 character of each byte (-1 if none)
     int32_t byte_tok[256];    // byte_fallback: id of "<0xHH>" (-1 if none)
 

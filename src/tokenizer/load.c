@@ -1,5 +1,14 @@
 // ds_tokenizer_load: a tokenizer on its own (tokenizer.json file, a directory holding one, or the
-// SentencePiece vocabulary of a GGUF file), and ds_detokenize (whole-sequence decode).
+// tokenizer of a GGUF file), and ds_detokenize (whole-sequence decode).
+// GGUF tokenizer.ggml.model, as llama.cpp reads it:
+//   "llama"  SentencePiece (spm.c);
+//   "gpt2"   byte-level BPE with the pre-tokenizer named by tokenizer.ggml.pre (llama-bpe, qwen2,
+//            gpt-2), rebuilt as the tokenizer.json it came from and loaded by hf_load.c;
+//   "gemma4" Gemma 4's BPE over raw UTF-8 (llama.cpp's pre-type GEMMA4): spaces escaped as "▁",
+//            split into runs of non-newlines and runs of newlines, merges by rank, a newline run
+//            that is a token taken whole, "<0xXX>" byte fallback, BOS always; also rebuilt as a
+//            tokenizer.json (Replace, Split, BPE with byte_fallback) plus the newline-run rule.
+// Anything else is refused by name.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +30,22 @@ static const char k_re_llama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char k_re_qwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// llama.cpp's GEMMA4 pre-type: runs of non-newlines and runs of newlines, on raw UTF-8.
+static const char k_re_gemma4[] = "[^\\n]+|[\\n]+";
+
+// The texts llama.cpp makes end-of-generation tokens (llama-vocab.cpp at upstream 9cd719af2), and
+// so control tokens whatever their stored type (that override is applied to "gemma4" vocabularies
+// here; "</s>" goes back to a normal token when "<|tool_response>" is there, its Gemma 4 workaround).
+static const char *const k_eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["};
+
+int ds_tok_is_eog_text(const char *s, size_t n) {
+    for (size_t k = 0; k < sizeof k_eog_texts / sizeof *k_eog_texts; k++)
+        if (n == strlen(k_eog_texts[k]) && memcmp(s, k_eog_texts[k], n) == 0) return 1;
+    return 0;
+}
 
 static cJSON *str_n(const ds_gguf_str *s) {
     char *c = malloc(s->len + 1);
@@ -57,18 +82,35 @@ static ds_status bpe_read_pre(const char *path, const ds_gguf *g, const char **r
     return DS_OK;
 }
 
-// tokenizer.json's model (vocab, merges) and added_tokens; returns 1 when out of memory.
+static int str_is(const ds_gguf_str *s, const char *c) { return s->len == strlen(c) && memcmp(s->ptr, c, s->len) == 0; }
+
+// The type llama.cpp gives token i of a "gemma4" vocabulary: the stored one, unknown (2) as
+// control, and the k_eog_texts overrides.
+static int gemma4_type(const ds_gguf_kv *toks, uint64_t i, int ty, int has_tool_response) {
+    const ds_gguf_str *s = &toks->arr_strs[i];
+    if (has_tool_response && str_is(s, "</s>")) return 1;
+    if (ds_tok_is_eog_text(s->ptr, (size_t)s->len)) return 3;
+    return ty == 2 ? 3 : ty;
+}
+
+// tokenizer.json's model (vocab, merges) and added_tokens; returns 1 when out of memory. Control
+// tokens (type 3) become special added tokens, user-defined ones (4) added tokens; gemma4: byte
+// fallback and gemma4_type.
 static int bpe_json_model(cJSON *root, const ds_gguf_kv *toks, const ds_gguf_kv *merges, const ds_gguf_kv *types,
-                          int ignore_merges) {
+                          int ignore_merges, int gemma4) {
     cJSON *model = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(model, "type", "BPE");
     cJSON_AddBoolToObject(model, "ignore_merges", ignore_merges);
+    if (gemma4) cJSON_AddBoolToObject(model, "byte_fallback", 1);
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *mj = cJSON_AddArrayToObject(model, "merges");
     cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
     if (!model || !vocab || !mj || !added) return 1;
+    int has_tool_response = 0;
+    for (uint64_t i = 0; gemma4 && i < toks->arr_n; i++) has_tool_response |= str_is(&toks->arr_strs[i], "<|tool_response>");
     for (uint64_t i = 0; i < toks->arr_n; i++) {
         cJSON *name = str_n(&toks->arr_strs[i]);
         int ty = types ? (int)ds_gguf_arr_i64(types, i) : 1;
+        if (gemma4) ty = gemma4_type(toks, i, ty, has_tool_response);
         if (!name) return 1;
         if (ty == 3 || ty == 4) {
             cJSON *a = cJSON_CreateObject();
@@ -109,53 +151,89 @@ static void bpe_json_pre_tokenizer(cJSON *root, const char *re, int nfc) {
     cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "decoder"), "type", "ByteLevel");
 }
 
-// tokenizer.json's post-processor: BOS before every sequence.
-static void bpe_json_add_bos(cJSON *root, int64_t bos) {
-    cJSON *pp = cJSON_AddObjectToObject(root, "post_processor");
-    cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
-    cJSON *single = cJSON_AddArrayToObject(pp, "single");
-    cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(a, "SpecialToken"), "id", "bos");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(b, "Sequence"), "id", "A");
-    cJSON_AddItemToArray(single, a);
-    cJSON_AddItemToArray(single, b);
-    cJSON *ids = cJSON_AddArrayToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(pp, "special_tokens"), "bos"), "ids");
-    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)bos));
+// Gemma 4's: " " -> "▁", the newline split (no ByteLevel), and a decoder turning "▁" back into
+// spaces and "<0xXX>" tokens into their bytes.
+static void bpe_json_gemma4(cJSON *root) {
+    cJSON *n = cJSON_AddObjectToObject(root, "normalizer");
+    cJSON_AddStringToObject(n, "type", "Replace");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(n, "pattern"), "String", " ");
+    cJSON_AddStringToObject(n, "content", "▁");
+    cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    cJSON_AddStringToObject(pt, "type", "Split");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(pt, "pattern"), "Regex", k_re_gemma4);
+    cJSON_AddStringToObject(pt, "behavior", "Isolated");
+    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
+    cJSON_AddStringToObject(dec, "type", "Sequence");
+    cJSON *ds = cJSON_AddArrayToObject(dec, "decoders");
+    cJSON *rep = cJSON_CreateObject(), *bf = cJSON_CreateObject();
+    cJSON_AddStringToObject(rep, "type", "Replace");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(rep, "pattern"), "String", "▁");
+    cJSON_AddStringToObject(rep, "content", " ");
+    cJSON_AddStringToObject(bf, "type", "ByteFallback");
+    cJSON_AddItemToArray(ds, rep);
+    cJSON_AddItemToArray(ds, bf);
 }
 
-// A GGUF byte-level BPE vocabulary (tokenizer.ggml.model "gpt2", as llama.cpp converts Qwen and
-// Llama 3) rewritten as the tokenizer.json + tokenizer_config.json it came from, then loaded as one:
-// tokens, merges, token types (3 = control -> special added token, 4 = user-defined -> added
-// token), the pre-tokenizer regex named by tokenizer.ggml.pre, BOS when add_bos_token says so,
-// and tokenizer.chat_template.
-static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, ds_tokenizer **out) {
+// One special token of a TemplateProcessing: its place in "single" and its ids.
+static void template_special(cJSON *single, cJSON *specials, const char *name, int64_t id) {
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(it, "SpecialToken"), "id", name);
+    cJSON_AddItemToArray(single, it);
+    cJSON *ids = cJSON_AddArrayToObject(cJSON_AddObjectToObject(specials, name), "ids");
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)id));
+}
+
+// tokenizer.json's post-processor: BOS before and/or EOS after every sequence (-1: none).
+static void bpe_json_add_special(cJSON *root, int64_t bos, int64_t eos) {
+    cJSON *pp = cJSON_AddObjectToObject(root, "post_processor");
+    cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+    cJSON *single = cJSON_AddArrayToObject(pp, "single"), *specials = cJSON_AddObjectToObject(pp, "special_tokens");
+    if (bos >= 0) template_special(single, specials, "bos", bos);
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(a, "Sequence"), "id", "A");
+    cJSON_AddItemToArray(single, a);
+    if (eos >= 0) template_special(single, specials, "eos", eos);
+}
+
+// A GGUF BPE vocabulary rewritten as the tokenizer.json + tokenizer_config.json it came from, then
+// loaded as one: tokens, merges, token types (3 = control -> special added token, 4 = user-defined
+// -> added token), BOS when add_bos_token says so, tokenizer.chat_template; gpt2 (byte-level, as
+// llama.cpp converts Qwen and Llama 3): the pre-tokenizer regex named by tokenizer.ggml.pre;
+// gemma4: bpe_json_gemma4, BOS always (llama.cpp forces it), EOS when add_eos_token says so, the
+// newline-run rule.
+static ds_status load_gguf_bpe(const char *path, const ds_gguf *g, int gemma4, ds_tokenizer **out) {
     const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const ds_gguf_kv *merges = ds_gguf_find_kv(g, "tokenizer.ggml.merges");
     const ds_gguf_kv *types = ds_gguf_find_kv(g, "tokenizer.ggml.token_type");
     const ds_gguf_kv *tmpl = ds_gguf_find_kv(g, "tokenizer.chat_template");
     ds_status st;
     if ((st = bpe_check_arrays(path, toks, merges, types))) return st;
-    const char *re;
-    int nfc, ignore_merges;
-    if ((st = bpe_read_pre(path, g, &re, &nfc, &ignore_merges))) return st;
+    const char *re = NULL;
+    int nfc = 0, ignore_merges = 0;
+    if (!gemma4 && (st = bpe_read_pre(path, g, &re, &nfc, &ignore_merges))) return st;
     int64_t bos, eos;
-    int add_bos;
+    int add_bos, add_eos = 0;
     if ((st = ds_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &bos)) ||
         (st = ds_gguf_get_int_or(g, "tokenizer.ggml.eos_token_id", -1, &eos)) ||
-        (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", 0, &add_bos)))
+        (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", 0, &add_bos)) ||
+        (gemma4 && (st = ds_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", 0, &add_eos))))
         return st;
     if (bos >= (int64_t)toks->arr_n || eos >= (int64_t)toks->arr_n)
         return ds_fail(DS_ERR_FORMAT, "%s: BOS/EOS id out of range", path);
+    if (gemma4 && bos < 0) return ds_fail(DS_ERR_FORMAT, "%s: gemma4 tokenizer without tokenizer.ggml.bos_token_id", path);
+    add_bos |= gemma4;
 
     cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
-    int oom = !root || !cfg || bpe_json_model(root, toks, merges, types, ignore_merges);
-    bpe_json_pre_tokenizer(root, re, nfc);
-    if (add_bos && bos >= 0) bpe_json_add_bos(root, bos);
+    int oom = !root || !cfg || bpe_json_model(root, toks, merges, types, ignore_merges, gemma4);
+    if (gemma4) bpe_json_gemma4(root);
+    else bpe_json_pre_tokenizer(root, re, nfc);
+    if ((add_bos && bos >= 0) || (add_eos && eos >= 0)) bpe_json_add_special(root, add_bos ? bos : -1, add_eos ? eos : -1);
     if (bos >= 0) cJSON_AddItemToObject(cfg, "bos_token", str_n(&toks->arr_strs[bos]));
     if (eos >= 0) cJSON_AddItemToObject(cfg, "eos_token", str_n(&toks->arr_strs[eos]));
     if (tmpl && tmpl->type == DS_GGUF_STRING) cJSON_AddItemToObject(cfg, "chat_template", str_n(&tmpl->v.s));
     cJSON_AddBoolToObject(cfg, "clean_up_tokenization_spaces", 0);
     st = oom ? ds_fail(DS_ERR_NOMEM, "%s: out of memory reading the tokenizer", path) : ds_tokenizer_from_json(path, root, cfg, out);
+    if (!st && gemma4) (*out)->hf->newline_runs = 1;
     cJSON_Delete(root);
     cJSON_Delete(cfg);
     return st;
@@ -167,9 +245,9 @@ ds_status ds_tokenizer_load_gguf(const ds_gguf *g, ds_tokenizer **out) {
     ds_status st;
     if (!ds_gguf_find_kv(g, "tokenizer.ggml.model")) return ds_fail(DS_ERR_FORMAT, "%s: no tokenizer", path);
     if ((st = ds_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model))) return st;
-    if (!strcmp(model, "gpt2")) return load_gguf_bpe(path, g, out);
+    if (!strcmp(model, "gpt2") || !strcmp(model, "gemma4")) return load_gguf_bpe(path, g, !strcmp(model, "gemma4"), out);
     if (strcmp(model, "llama") != 0)
-        return ds_fail(DS_ERR_UNSUPPORTED, "%s: GGUF tokenizer model '%s' is not supported (llama, gpt2)", path, model);
+        return ds_fail(DS_ERR_UNSUPPORTED, "%s: GGUF tokenizer model '%s' is not supported (llama, gpt2, gemma4)", path, model);
     const ds_gguf_kv *toks = ds_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const ds_gguf_kv *scores = ds_gguf_find_kv(g, "tokenizer.ggml.scores");
     const ds_gguf_kv *types = ds_gguf_find_kv(g, "tokenizer.ggml.token_type");

@@ -36,8 +36,13 @@ ds_status ds_tokenizer_from_json(const char *json_path, const struct cJSON *root
                                  ds_tokenizer **out);
 
 // The tokenizer of an open GGUF file (tokenizer.ggml.*): model "llama" as SentencePiece, "gpt2"
-// as byte-level BPE. Fails naming the file when there is none, another kind, or bad metadata. load.c.
+// as byte-level BPE, "gemma4" as Gemma 4's BPE. Fails naming the file when there is none, another
+// kind, or bad metadata. load.c.
 ds_status ds_tokenizer_load_gguf(const ds_gguf *g, ds_tokenizer **out);
+
+// Whether a token's text (n bytes) is one llama.cpp makes an end-of-generation token by its text
+// (llama-vocab.cpp: "<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<eos>", "<turn|>", ...).
+int ds_tok_is_eog_text(const char *s, size_t n);
 
 // The unknown-token id (-1 when none); ds_tokenizer_bos/eos are in dspark.h.
 int ds_tokenizer_unk(const ds_tokenizer *t);

