@@ -8,7 +8,8 @@ cache, no flash attention) and by dspark (ds_ref_dump, ds_greedy):
     bench/peer_gguf_check.py LLAMA_CPP_DIR [BUILD_DIR]    (LLAMA_CPP_DIR: built by scripts/bench_peer.sh)
 
 Prints one JSON line per model: the largest logit difference after an 8-token prompt, the logits'
-scale, whether 12 greedy ids agree, the tensors whose type differs between llama-quantize's Q4_K_M of
+scale, whether 12 greedy ids agree, the same difference on llama-quantize's Q4_K_M of the file (and,
+for scale, how far that file's logits lie from the f32 file's), the tensors whose type differs between llama-quantize's Q4_K_M of
 the file and `dspark quantize --gguf Q4_K_M` of the checkpoint (row widths of 64 here: every K-quant
 falls back as ggml's rules say), and for the Gemma 4 files a negative control: the same file with
 one of gemma4's mappings broken for llama.cpp only (proportional RoPE made full, the per-expert scales
@@ -75,14 +76,15 @@ def llama_run(tool, path, n):
     return np.array(r["logits"], np.float32), r["ids"]
 
 
-def type_mismatches(llama, hf, path):
-    """Tensors typed differently by llama-quantize (Q4_K_M of the f32 file) and dspark (of the checkpoint)."""
+def quantize_both(llama, hf, path):
+    """llama-quantize's Q4_K_M of the f32 file and `dspark quantize --gguf Q4_K_M` of the checkpoint;
+    returns llama-quantize's file and the tensors the two type differently."""
     theirs, ours = path + ".llama-q4km.gguf", path + ".dspark-q4km.gguf"
     subprocess.run([os.path.join(llama, "build-dspark-peer", "bin", "llama-quantize"), path, theirs, "Q4_K_M"],
                    check=True, capture_output=True)
     subprocess.run([common.tool("dspark"), "quantize", hf, ours, "--gguf", "Q4_K_M"], check=True, capture_output=True)
     a, b = GGUFFile(theirs).tensors, GGUFFile(ours).tensors
-    return sorted(n for n in set(a) | set(b) if n not in a or n not in b or a[n].ggml_type != b[n].ggml_type)
+    return theirs, sorted(n for n in set(a) | set(b) if n not in a or n not in b or a[n].ggml_type != b[n].ggml_type)
 
 
 def main(argv):
@@ -105,7 +107,13 @@ def main(argv):
         our_ids = [int(t) for t in out.split(",") if t]
         r = {"model": name, "arch": garch, "max_abs_logit_diff": float(np.abs(theirs - ours).max()),
              "logit_scale": float(np.abs(ours).max()), "greedy_ids_equal": our_ids == their_ids,
-             "q4_k_m_type_mismatches": type_mismatches(argv[0], hf, path)}
+             "q4_k_m_type_mismatches": None}
+        q4, r["q4_k_m_type_mismatches"] = quantize_both(argv[0], hf, path)
+        # llama-quantize's own Q4_K_M file, run by both engines (K-quant and fallback blocks dequantized
+        # as ggml does; llama.cpp multiplies them against its own quantized activations)
+        ours_q = common.ref_dump(q4, PROMPT, tag="peer_q_" + name)["logits"][-1]
+        r["q4_k_m_max_abs_logit_diff"] = float(np.abs(llama_run(tool, q4, 0)[0] - ours_q).max())
+        r["q4_k_m_vs_f32_max_abs_logit_diff"] = float(np.abs(ours_q - ours).max())
         if control:
             bad = convert(hf, os.path.join(tmp, name + "_broken.gguf"), garch, control)
             r["control"] = f"{control[0]} set to {control[1]} for llama.cpp"
