@@ -121,7 +121,7 @@ ds_status ds_chat_render_json(const ds_tokenizer *t, const char *messages_json, 
 // Tool calls in a model's output, in the syntax its template teaches it (chosen from the template
 // text): Hermes / Qwen "<tool_call>\n{json}\n</tool_call>" (any number), Llama 3.x JSON
 // {"name", "parameters"} (optionally after <|python_tag|>), Mistral "[TOOL_CALLS] [{...}]".
-typedef enum { DS_TOOLS_NONE = 0, DS_TOOLS_HERMES, DS_TOOLS_LLAMA3, DS_TOOLS_MISTRAL } ds_tool_syntax;
+typedef enum { DS_TOOLS_NONE = 0, DS_TOOLS_HERMES, DS_TOOLS_LLAMA3, DS_TOOLS_MISTRAL, DS_TOOLS_GEMMA4 } ds_tool_syntax;
 ds_tool_syntax ds_chat_template_tool_syntax(const ds_chat_template *t); // DS_TOOLS_NONE for NULL
 const char *ds_tool_syntax_name(ds_tool_syntax s); // "none", "hermes", "llama3", "mistral"
 // Split a complete output into its content (the text outside tool calls, malloc'ed) and its calls

@@ -316,17 +316,112 @@ static ds_status check_tools(const cJSON *tools, const char **param) {
     return DS_OK;
 }
 
+// s as a GBNF string literal (quotes, backslashes and control bytes escaped).
+static void gbnf_literal(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\x%02X", (unsigned char)*s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+// The GBNF of one property's value in Gemma 4's syntax: a string enum as its quoted strings, number,
+// integer, boolean and string by type, anything else any value.
+static void gemma4_value_rule(FILE *f, const cJSON *schema) {
+    const cJSON *en = field(schema, "enum"), *ty = field(schema, "type");
+    int strings = cJSON_IsArray(en) && en->child;
+    for (const cJSON *e = strings ? en->child : NULL; e; e = e->next) strings &= cJSON_IsString(e) && !strchr(e->valuestring, '<');
+    if (strings) {
+        fprintf(f, "(");
+        for (const cJSON *e = en->child; e; e = e->next) {
+            fprintf(f, "%s\"<|\\\"|>\" ", e == en->child ? " " : " | ");
+            gbnf_literal(f, e->valuestring);
+            fprintf(f, " \"<|\\\"|>\"");
+        }
+        fprintf(f, " )");
+        return;
+    }
+    const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+    fprintf(f, "%s", !strcmp(t, "number") ? "number" : !strcmp(t, "integer") ? "integer"
+                     : !strcmp(t, "boolean") ? "( \"true\" | \"false\" )" : !strcmp(t, "string") ? "string" : "value");
+}
+
+// Gemma 4's forced calls: "<|tool_call>call:NAME{key:value,...}<tool_call|>" (one, or with
+// parallel_tool_calls one or more), NAME one of the offered functions, each call's keys its
+// `parameters` property names (any bare key when it lists none), each value in Gemma 4's own syntax
+// (tool_calls.c) of its property's type (gemma4_value_rule; the JSON Schema converter writes JSON, so
+// required keys, nested schemas and string lengths are not enforced here); a string holds no '<'
+// (so it cannot end early).
+static ds_status gemma4_tool_grammar(const cJSON *tools, const char *only, int parallel, char **gbnf) {
+    size_t len = 0;
+    FILE *f = open_memstream(gbnf, &len);
+    if (!f) return ds_fail(DS_ERR_NOMEM, "out of memory");
+    fprintf(f, "root ::= call%s\ncall ::= \"<|tool_call>call:\" (", parallel ? "+" : "");
+    int k = 0;
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        const cJSON *fn = field(t, "function"), *name = field(fn, "name");
+        if (only && strcmp(only, name->valuestring)) continue;
+        fprintf(f, "%s", k ? " | " : " ");
+        gbnf_literal(f, name->valuestring);
+        fprintf(f, " args-%d", k++);
+    }
+    fprintf(f, " ) \"<tool_call|>\"\n");
+    k = 0;
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        const cJSON *fn = field(t, "function"), *name = field(fn, "name");
+        const cJSON *props = field(field(fn, "parameters"), "properties");
+        if (only && strcmp(only, name->valuestring)) continue;
+        fprintf(f, "args-%d ::= \"{\" ( kv-%d ( \",\" kv-%d )* )? \"}\"\nkv-%d ::= ", k, k, k, k);
+        if (cJSON_IsObject(props) && props->child) {
+            for (const cJSON *p = props->child; p; p = p->next) {
+                fprintf(f, "%s", p == props->child ? "" : " | ");
+                gbnf_literal(f, p->string);
+                fprintf(f, " \":\" ");
+                gemma4_value_rule(f, p);
+            }
+            fprintf(f, "\n");
+        } else {
+            fprintf(f, "key \":\" value\n");
+        }
+        k++;
+    }
+    fprintf(f, "key ::= [^:{}<,\\[\\]\"\\x00-\\x20]+\n"
+               "value ::= string | object | array | number | \"true\" | \"false\" | \"null\"\n"
+               "object ::= \"{\" ( key \":\" value ( \",\" key \":\" value )* )? \"}\"\n"
+               "array ::= \"[\" ( value ( \",\" value )* )? \"]\"\n"
+               "string ::= \"<|\\\"|>\" [^<]* \"<|\\\"|>\"\n"
+               "number ::= integer ( \".\" [0-9]+ )? ( [eE] [+-]? [0-9]+ )?\n"
+               "integer ::= \"-\"? [0-9]+\n");
+    const int err = ferror(f);
+    if (fclose(f) || err) {
+        free(*gbnf);
+        *gbnf = NULL;
+        return ds_fail(DS_ERR_NOMEM, "out of memory");
+    }
+    return DS_OK;
+}
+
 // tool_choice "required" / a named function: the grammar that forces a call (or, with
 // parallel_tool_calls, one or more) in the template's syntax, each call's arguments constrained by
 // its tool's `parameters` schema (the JSON Schema subset of ds_json_schema_to_gbnf; a tool without
 // parameters takes any object). The calls' JSON is one schema, {"anyOf": [{name: const, arguments:
-// schema}, ...]}, converted once; its root rule becomes `call-json` and the syntax wraps it.
+// schema}, ...]}, converted once; its root rule becomes `call-json` and the syntax wraps it. Gemma 4
+// writes no JSON: gemma4_tool_grammar.
 static ds_status tool_grammar(const cJSON *tools, const char *only, ds_tool_syntax syn, int parallel, char **gbnf,
                               const char **param) {
     *gbnf = NULL;
     if (syn == DS_TOOLS_NONE)
-        return bad(param, "tool_choice", "'%s' needs a chat template with a known tool-call syntax (hermes, llama3, mistral)",
+        return bad(param, "tool_choice", "'%s' needs a chat template with a known tool-call syntax (hermes, llama3, mistral, gemma4)",
                    "tool_choice");
+    if (syn == DS_TOOLS_GEMMA4) {
+        int offered = 0;
+        for (const cJSON *t = tools->child; t; t = t->next)
+            offered |= !only || !strcmp(only, field(field(t, "function"), "name")->valuestring);
+        if (!offered) return bad(param, "tool_choice", "'%s' names a function that is not among the tools", "tool_choice");
+        return gemma4_tool_grammar(tools, only, parallel, gbnf);
+    }
     cJSON *schema = cJSON_CreateObject(), *any = cJSON_AddArrayToObject(schema, "anyOf");
     const char *args_key = syn == DS_TOOLS_LLAMA3 ? "parameters" : "arguments";
     for (const cJSON *t = tools->child; t; t = t->next) {

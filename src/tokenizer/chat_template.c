@@ -25,6 +25,7 @@ static ds_tool_syntax detect_syntax(const char *src) {
     if (strstr(src, "<function=")) return DS_TOOLS_NONE;
     if (strstr(src, "<tool_call>")) return DS_TOOLS_HERMES;
     if (strstr(src, "[TOOL_CALLS]")) return DS_TOOLS_MISTRAL;
+    if (strstr(src, "<|tool_call>call:")) return DS_TOOLS_GEMMA4;
     if (strstr(src, "<|python_tag|>") || (strstr(src, "<|start_header_id|>") && strstr(src, "\"parameters\"")))
         return DS_TOOLS_LLAMA3;
     return DS_TOOLS_NONE;

@@ -7,6 +7,11 @@
 //   mistral: "[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]" (or "[TOOL_CALLS]name[ARGS]{...}");
 //           the marker is a special token that the text output leaves out, so a reply that is such
 //           an array on its own counts too.
+//   gemma4  (Gemma 4): "<|tool_call>call:NAME{key:value,...}<tool_call|>", any number, anywhere; the
+//           values as its chat template's format_argument writes them (llama.cpp's gemma4 rules):
+//           strings between <|"|> quotes, {key:value} objects (keys bare or quoted), [v, ...] arrays,
+//           JSON numbers, true, false, null; whitespace after '{', '[', ',' and ':' and before the
+//           closing bracket. The arguments come back as the JSON object they spell.
 // Anything malformed stays content. Streaming: ds_tool_calls_safe says how much of the text so far
 // cannot be (the start of) a call.
 #include <cjson/cJSON.h>
@@ -21,6 +26,7 @@ const char *ds_tool_syntax_name(ds_tool_syntax s) {
     case DS_TOOLS_HERMES: return "hermes";
     case DS_TOOLS_LLAMA3: return "llama3";
     case DS_TOOLS_MISTRAL: return "mistral";
+    case DS_TOOLS_GEMMA4: return "gemma4";
     default: return "none";
     }
 }
@@ -140,6 +146,153 @@ static int parse_array(cJSON *calls, const char *s, size_t n) {
     return got;
 }
 
+// ---- Gemma 4's values ----------------------------------------------------------------------------
+
+#define G4_QUOTE "<|\"|>" // its string delimiter (one token)
+#define G4_DEPTH 64        // nesting beyond this is refused (hostile input cannot exhaust the stack)
+
+typedef struct {
+    const char *p, *end;
+} g4_in;
+
+static void g4_ws(g4_in *in) {
+    while (in->p < in->end && ws(*in->p)) in->p++;
+}
+
+static int g4_lit(g4_in *in, const char *s) {
+    const size_t k = strlen(s);
+    if ((size_t)(in->end - in->p) < k || memcmp(in->p, s, k)) return 0;
+    in->p += k;
+    return 1;
+}
+
+// The text up to the closing quote (after an opening one), as a NUL-terminated copy.
+static char *g4_quoted(g4_in *in) {
+    const char *e = find(in->p, (size_t)(in->end - in->p), G4_QUOTE);
+    if (!e) return NULL;
+    char *s = strndup(in->p, (size_t)(e - in->p));
+    in->p = e + strlen(G4_QUOTE);
+    return s;
+}
+
+// A JSON number: -?digits(.digits)?([eE][+-]?digits)?
+static cJSON *g4_number(g4_in *in) {
+    const char *s = in->p, *q = s;
+    if (q < in->end && *q == '-') q++;
+    const char *d = q;
+    while (q < in->end && *q >= '0' && *q <= '9') q++;
+    if (q == d) return NULL;
+    if (q < in->end && *q == '.') {
+        const char *f = ++q;
+        while (q < in->end && *q >= '0' && *q <= '9') q++;
+        if (q == f) return NULL;
+    }
+    if (q < in->end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < in->end && (*q == '+' || *q == '-')) q++;
+        const char *x = q;
+        while (q < in->end && *q >= '0' && *q <= '9') q++;
+        if (q == x) return NULL;
+    }
+    char *z = strndup(s, (size_t)(q - s));
+    cJSON *n = z ? cJSON_CreateNumber(strtod(z, NULL)) : NULL;
+    free(z);
+    in->p = q;
+    return n;
+}
+
+static cJSON *g4_value(g4_in *in, int depth);
+
+// {key:value, ...} after its '{' (close: '}') or [value, ...] after its '[' (close: ']').
+static cJSON *g4_container(g4_in *in, int depth, int object) {
+    cJSON *c = object ? cJSON_CreateObject() : cJSON_CreateArray();
+    const char close = object ? '}' : ']';
+    g4_ws(in);
+    if (!c || depth > G4_DEPTH) goto fail;
+    if (in->p < in->end && *in->p == close) {
+        in->p++;
+        return c;
+    }
+    for (;;) {
+        char *key = NULL;
+        if (object) {
+            if (g4_lit(in, G4_QUOTE)) key = g4_quoted(in);
+            else {
+                const char *k = in->p;
+                while (in->p < in->end && *in->p != ':' && *in->p != '}') in->p++;
+                if (in->p > k) key = strndup(k, (size_t)(in->p - k));
+            }
+            if (!key || !g4_lit(in, ":")) {
+                free(key);
+                goto fail;
+            }
+            g4_ws(in);
+        }
+        cJSON *v = g4_value(in, depth + 1);
+        if (!v) {
+            free(key);
+            goto fail;
+        }
+        if (object) cJSON_AddItemToObject(c, key, v);
+        else cJSON_AddItemToArray(c, v);
+        free(key);
+        g4_ws(in);
+        if (g4_lit(in, ",")) {
+            g4_ws(in);
+            continue;
+        }
+        if (in->p < in->end && *in->p == close) {
+            in->p++;
+            return c;
+        }
+        goto fail;
+    }
+fail:
+    cJSON_Delete(c);
+    return NULL;
+}
+
+static cJSON *g4_value(g4_in *in, int depth) {
+    if (g4_lit(in, G4_QUOTE)) {
+        char *s = g4_quoted(in);
+        cJSON *v = s ? cJSON_CreateString(s) : NULL;
+        free(s);
+        return v;
+    }
+    if (g4_lit(in, "{")) return g4_container(in, depth, 1);
+    if (g4_lit(in, "[")) return g4_container(in, depth, 0);
+    if (g4_lit(in, "true")) return cJSON_CreateTrue();
+    if (g4_lit(in, "false")) return cJSON_CreateFalse();
+    if (g4_lit(in, "null")) return cJSON_CreateNull();
+    return g4_number(in);
+}
+
+// One "call:NAME{...}" body (between the markers, s[0..n)): appends the call; 0 when malformed.
+static int g4_call(cJSON *calls, const char *s, size_t n) {
+    g4_in in = {s, s + n};
+    if (!g4_lit(&in, "call:")) return 0;
+    const char *name = in.p;
+    while (in.p < in.end && *in.p != '{' && !ws(*in.p) && *in.p != '<') in.p++;
+    const size_t name_n = (size_t)(in.p - name);
+    if (!name_n || !g4_lit(&in, "{")) return 0;
+    cJSON *args = g4_container(&in, 1, 1);
+    g4_ws(&in);
+    if (!args || in.p != in.end) return cJSON_Delete(args), 0;
+    cJSON *o = cJSON_CreateObject();
+    char *nm = strndup(name, name_n);
+    int r = -1;
+    if (o && nm) {
+        cJSON_AddStringToObject(o, "name", nm);
+        cJSON_AddItemToObject(o, "arguments", args);
+        args = NULL;
+        r = add_call(calls, o);
+    }
+    cJSON_Delete(args);
+    cJSON_Delete(o);
+    free(nm);
+    return r;
+}
+
 static void trim(const char **s, size_t *n) {
     while (*n && ws(**s)) (*s)++, (*n)--;
     while (*n && ws((*s)[*n - 1])) (*n)--;
@@ -153,30 +306,33 @@ ds_status ds_tool_calls_parse(ds_tool_syntax syn, const char *text, size_t n, ch
     buf b = {0};
     put(&b, "", 0);
     int oom = !calls;
-    if (!oom && syn == DS_TOOLS_HERMES) {
+    if (!oom && (syn == DS_TOOLS_HERMES || syn == DS_TOOLS_GEMMA4)) {
+        const int g4 = syn == DS_TOOLS_GEMMA4;
+        const char *open_m = g4 ? "<|tool_call>" : "<tool_call>", *close_m = g4 ? "<tool_call|>" : "</tool_call>";
+        const size_t open_n = strlen(open_m), close_n = strlen(close_m);
         const char *p = text, *end = text + n;
         for (;;) {
-            const char *open = find(p, (size_t)(end - p), "<tool_call>");
+            const char *open = find(p, (size_t)(end - p), open_m);
             if (!open) {
                 put(&b, p, (size_t)(end - p));
                 break;
             }
-            const char *body = open + 11, *close = find(body, (size_t)(end - body), "</tool_call>");
+            const char *body = open + open_n, *close = find(body, (size_t)(end - body), close_m);
             const char *body_end = close ? close : end;
             const int before = cJSON_GetArraySize(calls);
             const char *bs = body;
             size_t bn = (size_t)(body_end - body);
             trim(&bs, &bn);
-            int r = bn ? parse_objects(calls, bs, bn) : 0;
+            int r = !bn ? 0 : g4 ? g4_call(calls, bs, bn) : parse_objects(calls, bs, bn);
             if (r < 0) oom = 1;
             if (r != 1) { // not one well-formed call: the text stays content
                 while (cJSON_GetArraySize(calls) > before) cJSON_DeleteItemFromArray(calls, before);
-                put(&b, p, (size_t)((close ? close + 12 : end) - p));
+                put(&b, p, (size_t)((close ? close + close_n : end) - p));
             } else {
                 put(&b, p, (size_t)(open - p));
             }
             if (!close) break;
-            p = close + 12;
+            p = close + close_n;
         }
     } else if (!oom && (syn == DS_TOOLS_LLAMA3 || syn == DS_TOOLS_MISTRAL)) {
         const char *marker = syn == DS_TOOLS_LLAMA3 ? "<|python_tag|>" : "[TOOL_CALLS]";
@@ -234,9 +390,9 @@ ds_status ds_tool_calls_parse(ds_tool_syntax syn, const char *text, size_t n, ch
 
 size_t ds_tool_calls_safe(ds_tool_syntax syn, const char *text, size_t n) {
     const char *marker = syn == DS_TOOLS_HERMES ? "<tool_call>" : syn == DS_TOOLS_LLAMA3 ? "<|python_tag|>"
-                       : syn == DS_TOOLS_MISTRAL ? "[TOOL_CALLS]" : NULL;
+                       : syn == DS_TOOLS_MISTRAL ? "[TOOL_CALLS]" : syn == DS_TOOLS_GEMMA4 ? "<|tool_call>" : NULL;
     if (!marker) return n;
-    if (syn != DS_TOOLS_HERMES) { // a reply that opens with JSON may be a call as a whole
+    if (syn == DS_TOOLS_LLAMA3 || syn == DS_TOOLS_MISTRAL) { // a reply that opens with JSON may be a call as a whole
         size_t i = 0;
         while (i < n && ws(text[i])) i++;
         if (i == n) return 0;

@@ -14,7 +14,12 @@ template) against jinja2 run as transformers runs it (test_chat_template.make_en
     is a call in the template's syntax (Qwen3: <tool_call> JSON </tool_call>) whose arguments
     validate against the tool's parameters, returned as tool_calls with finish_reason
     "tool_calls" (greedy and sampled, streamed and not); "none" renders without tools;
-  - the openai npm SDK sends the same shapes and reads the replies (tests/node/tools_client.mjs).
+  - the openai npm SDK sends the same shapes and reads the replies (tests/node/tools_client.mjs);
+  - Gemma 4's template and tool-call syntax (the same tiny Llama with Gemma 3's real tokenizer and
+    Gemma 4's chat template from llama.cpp's models/templates): /apply-template equals jinja2, and a
+    named or required tool_choice makes the model write "<|tool_call>call:NAME{key:value}<tool_call|>"
+    in Gemma 4's value syntax, returned as tool_calls (name offered, keys its parameters', the
+    arguments a JSON object), streamed and not.
 
     test_serve_tools.py
 """
@@ -55,6 +60,70 @@ def as_template_sees(msgs):
             tc["function"]["arguments"] = json.loads(tc["function"]["arguments"])
         out.append(m)
     return out
+
+
+def post_to(port):
+    def post(path, body, stream=False):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        raw = r.read().decode()
+        c.close()
+        if stream:
+            return r.status, [json.loads(x[6:]) for x in raw.split("\n\n") if x.startswith("data: {")]
+        return r.status, json.loads(raw)
+    return post
+
+
+def check_gemma4(chk, tmp):
+    tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-gemma3", "models")
+    d = os.path.join(tmp, f"serve_tools_gemma4_{os.getpid()}")
+    common.run(["/usr/bin/python3", os.path.join(common.HERE, "make_hf_llama.py"), d, "--dim", "32", "--layers", "1",
+                "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--vocab", "262145", "--tied", "--dtype", "bf16"])
+    shutil.copy(os.path.join(tokdir, "tokenizer.json"), d)
+    cfg = json.load(open(os.path.join(tokdir, "tokenizer_config.json")))
+    with open(os.path.join(common.REPO, "tests", "fixtures", "templates", "google-gemma-4-31B-it.jinja")) as f:
+        cfg["chat_template"] = f.read()
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    tmpl = tct.make_env().from_string(cfg["chat_template"])
+    def typed(name, args):  # each value of its property's type (number; string; the unit's enum)
+        if name == "add":
+            return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in args.values())
+        return isinstance(args.get("city", ""), str) and args.get("unit", "celsius") in ("celsius", "fahrenheit")
+    props = {t["function"]["name"]: set(t["function"]["parameters"]["properties"]) for t in tct.TOOLS}
+    srv, port = common.start_server(["-m", d], os.path.join(tmp, f"serve_tools_gemma4_{os.getpid()}.log"))
+    try:
+        post = post_to(port)
+        st, o = post("/apply-template", {"messages": HISTORY, "tools": tct.TOOLS})
+        want = tmpl.render(messages=as_template_sees(HISTORY), tools=tct.TOOLS, documents=None, add_generation_prompt=True,
+                           bos_token=cfg.get("bos_token"), eos_token=cfg.get("eos_token"))
+        chk.equal("gemma4 /apply-template with tools", (st, o.get("prompt")), (200, want))
+        forced = [("named add, greedy", {"tool_choice": {"type": "function", "function": {"name": "add"}}, "temperature": 0}),
+                  ("required, sampled", {"tool_choice": "required", "temperature": 1.0, "seed": 5})]
+        for label, extra in forced:
+            fb = dict({"messages": HISTORY, "tools": tct.TOOLS, "max_tokens": 300, "parallel_tool_calls": False}, **extra)
+            st, o = post("/v1/chat/completions", fb)
+            ch = o["choices"][0] if st == 200 else {}
+            calls = ch.get("message", {}).get("tool_calls") or []
+            ok = st == 200 and ch.get("finish_reason") == "tool_calls" and len(calls) == 1
+            chk.equal(f"gemma4 tool_choice {label}: one call, finish_reason tool_calls ({st}, {o})", ok, True)
+            if not ok:
+                continue
+            name, args = calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"])
+            chk.equal(f"gemma4 tool_choice {label}: {name}({args}): an offered function, its parameters' keys and types",
+                      (name in props, isinstance(args, dict) and set(args) <= props.get(name, set()) and typed(name, args),
+                       label.startswith("named") <= (name == "add")), (True, True, True))
+            st, chunks = post("/v1/chat/completions", dict(fb, stream=True), stream=True)
+            deltas = [tc for c in chunks if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+            s_args = "".join(tc.get("function", {}).get("arguments") or "" for tc in deltas)
+            chk.equal(f"gemma4 tool_choice {label}, streamed: the same call",
+                      (st, deltas[0]["function"]["name"] if deltas else None, json.loads(s_args) if s_args else None,
+                       chunks[-1]["choices"][0]["finish_reason"] if chunks else None), (200, name, args, "tool_calls"))
+    finally:
+        srv.kill()
+        srv.wait()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def main():
@@ -153,6 +222,7 @@ def main():
         srv.kill()
         srv.wait()
     shutil.rmtree(d, ignore_errors=True)
+    check_gemma4(chk, tmp)
     chk.finish()
 
 

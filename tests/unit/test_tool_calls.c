@@ -65,6 +65,43 @@ static void test_llama3_mistral(void **state) {
     assert_string_equal(ds_tool_syntax_name(DS_TOOLS_HERMES), "hermes");
 }
 
+// Gemma 4: calls in its own value syntax (strings in <|"|> quotes, bare and quoted keys, nesting,
+// numbers, booleans, null), text around them, malformed calls staying content.
+static void test_gemma4(void **state) {
+    (void)state;
+#define Q "<|\"|>"
+    parse(DS_TOOLS_GEMMA4, "Checking.<|tool_call>call:get_weather{location:" Q "Paris, FR" Q "}<tool_call|>", "Checking.",
+          "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"location\\\":\\\"Paris, FR\\\"}\"}]");
+    // every kind of value, whitespace where the grammar allows it, a string holding the syntax's own
+    // characters and a JSON quote, a quoted key
+    parse(DS_TOOLS_GEMMA4,
+          "<|tool_call>call:f{a: 1, b:-2.5e3,c:true,d:false,e:null,f:[1, " Q "x}:" Q ", {g:[]}],h:{}," Q "q k" Q ":" Q "say \"hi\"" Q " }<tool_call|>",
+          "", "[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1,\\\"b\\\":-2500,\\\"c\\\":true,\\\"d\\\":false,"
+              "\\\"e\\\":null,\\\"f\\\":[1,\\\"x}:\\\",{\\\"g\\\":[]}],\\\"h\\\":{},"
+              "\\\"q k\\\":\\\"say \\\\\\\"hi\\\\\\\"\\\"}\"}]");
+    // two calls, no arguments
+    parse(DS_TOOLS_GEMMA4, "<|tool_call>call:a{}<tool_call|><|tool_call>call:b{n:3}<tool_call|>", "",
+          "[{\"name\":\"a\",\"arguments\":\"{}\"},{\"name\":\"b\",\"arguments\":\"{\\\"n\\\":3}\"}]");
+    // malformed: an unterminated string, a missing brace, trailing text, no name, a bad number: content
+    const char *bad[] = {"<|tool_call>call:f{a:" Q "x}<tool_call|>", "<|tool_call>call:f{a:1<tool_call|>",
+                         "<|tool_call>call:f{a:1} and more<tool_call|>", "<|tool_call>call:{a:1}<tool_call|>",
+                         "<|tool_call>call:f{a:1.}<tool_call|>", "<|tool_call>f{a:1}<tool_call|>"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) parse(DS_TOOLS_GEMMA4, bad[i], bad[i], NULL);
+    // well-formed nesting past the limit (64) is refused, not recursed into; within it, parsed
+    char deep[400] = "<|tool_call>call:f{a:";
+    for (int i = 0; i < 100; i++) strcat(deep, "[");
+    strcat(deep, "1");
+    for (int i = 0; i < 100; i++) strcat(deep, "]");
+    strcat(deep, "}<tool_call|>");
+    parse(DS_TOOLS_GEMMA4, deep, deep, NULL);
+    parse(DS_TOOLS_GEMMA4, "<|tool_call>call:f{a:[[[1]]]}<tool_call|>", "",
+          "[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":[[[1]]]}\"}]");
+    assert_string_equal(ds_tool_syntax_name(DS_TOOLS_GEMMA4), "gemma4");
+    assert_int_equal(ds_tool_calls_safe(DS_TOOLS_GEMMA4, "Sure.<|tool", 11), 5);
+    assert_int_equal(ds_tool_calls_safe(DS_TOOLS_GEMMA4, "{\"a\": 1}", 8), 8); // JSON is no call here
+#undef Q
+}
+
 // The safe prefix never reaches into a call, at every split of the text, and grows monotonically.
 static void test_streaming(void **state) {
     (void)state;
@@ -134,12 +171,16 @@ static void test_template_errors(void **state) {
     assert_int_equal(ds_chat_template_init("{{ '<tool_call>' }}", NULL, NULL, "t.jinja", &t), DS_OK);
     assert_int_equal(ds_chat_template_tool_syntax(t), DS_TOOLS_HERMES);
     ds_chat_template_free(t);
+    assert_int_equal(ds_chat_template_init("{{ '<|tool_call>call:' + name }}", NULL, NULL, "t.jinja", &t), DS_OK);
+    assert_int_equal(ds_chat_template_tool_syntax(t), DS_TOOLS_GEMMA4);
+    ds_chat_template_free(t);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hermes),
         cmocka_unit_test(test_llama3_mistral),
+        cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_template_errors),
     };
