@@ -458,7 +458,7 @@ static ds_status load_gemma4_experts(ds_model *m, const ds_gguf *g, const gguf_h
         if ((st = take_experts(g, name, n, 2 * I, D, E->gate))) return st;
         const ds_weight half = {.type = E->gate[0].type, .rows = I, .cols = D};
         for (int e = 0; e < n; e++) {
-            E->gate[e].rows = E->up[e].rows = I;
+            E->gate[e].rows = I;
             E->up[e] = E->gate[e];
             E->up[e].data = (const char *)E->gate[e].data + ds_weight_bytes(&half);
         }

@@ -18,6 +18,7 @@
 #include "quant/gguf_export.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -533,8 +534,84 @@ static const char *pre_name(const char *re) {
     return "default";
 }
 
-// A byte-level BPE tokenizer.json (+ tokenizer_config.json) as the converter stores it. *ok 0 when
-// the directory holds no tokenizer of that kind (the GGUF then has none: it runs on token ids).
+// The id of token text s in a tokenizer.json (its vocabulary or its added tokens), or -1.
+static int token_id(const cJSON *vocab, const cJSON *added, const char *s) {
+    const cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(vocab, s) : NULL, *it;
+    if (cJSON_IsNumber(v)) return v->valueint;
+    cJSON_ArrayForEach(it, added) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content"), *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        if (s && cJSON_IsString(c) && !strcmp(c->valuestring, s) && cJSON_IsNumber(id)) return id->valueint;
+    }
+    return -1;
+}
+
+// A special token's text in tokenizer_config.json: a string or {"content": string}.
+static const char *config_token(const cJSON *v) {
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static const char *const k_named[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                                      "mask_token"};
+
+// Gemma 4's token types as its converter gives them (gguf-py's LlamaHfVocab, Gemma4Model.set_vocab):
+// 1 normal, 3 control for the ids of transformers' all_special_ids (the named tokens of
+// tokenizer_config.json, additional_special_tokens, extra_special_tokens), 4 user-defined for the
+// other added tokens past the base vocabulary and for the tokens it always renders, 6 byte for the
+// base vocabulary's "<0xHH>".
+static void gemma4_types(const cJSON *vocab, const cJSON *added, const cJSON *tc, const char **tok, int n, int32_t *tt) {
+    static const char *const visible[] = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
+                                          "<tool_response|>", "<|\"|>"};
+    const int n_base = cJSON_GetArraySize(vocab);
+    for (int i = 0; i < n; i++) {
+        const char *t = tok[i];
+        const int byte = strlen(t) == 6 && !strncmp(t, "<0x", 3) && isxdigit((unsigned char)t[3]) &&
+                         isxdigit((unsigned char)t[4]) && t[5] == '>';
+        tt[i] = i >= n_base ? 4 : byte ? 6 : 1;
+    }
+    const cJSON *it;
+    for (size_t k = 0; k < sizeof k_named / sizeof *k_named; k++) {
+        const int id = token_id(vocab, added, config_token(cJSON_GetObjectItemCaseSensitive(tc, k_named[k])));
+        if (id >= 0 && id < n) tt[id] = 3;
+    }
+    const cJSON *lists[] = {cJSON_GetObjectItemCaseSensitive(tc, "additional_special_tokens"),
+                            cJSON_GetObjectItemCaseSensitive(tc, "extra_special_tokens")};
+    for (int l = 0; l < 2; l++)
+        cJSON_ArrayForEach(it, lists[l]) { // (an object's values or an array's items)
+            const int id = token_id(vocab, added, config_token(it));
+            if (id >= 0 && id < n) tt[id] = 3;
+        }
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < sizeof visible / sizeof *visible; k++)
+            if (!strcmp(tok[i], visible[k])) tt[i] = 4;
+}
+
+// Gemma 4's special-token keys: the named tokens' ids, add_eos_token (the post-processor's, then
+// tokenizer_config.json's), no space prefix, BOS always.
+static void gemma4_special(ds_gguf_writer *w, const cJSON *tj, const cJSON *vocab, const cJSON *added, const cJSON *tc) {
+    static const char *const keys[] = {"bos", "eos", "unknown", "seperator", "padding", NULL, "mask"}; // (gguf's spelling)
+    for (size_t k = 0; k < sizeof k_named / sizeof *k_named; k++) {
+        const int id = token_id(vocab, added, config_token(cJSON_GetObjectItemCaseSensitive(tc, k_named[k])));
+        char key[64];
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", keys[k] ? keys[k] : "cls"); // (no cls key is written)
+        if (keys[k] && id >= 0) ds_gguf_writer_u32(w, key, (uint32_t)id);
+    }
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "post_processor"), "single");
+    const cJSON *last = cJSON_GetArraySize(single) > 1 ? cJSON_GetArrayItem(single, cJSON_GetArraySize(single) - 1) : NULL;
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(last, "SpecialToken"), "id");
+    const char *eos = config_token(cJSON_GetObjectItemCaseSensitive(tc, "eos_token"));
+    int add_eos = -1;
+    if (cJSON_IsString(sp)) add_eos = eos && !strcmp(sp->valuestring, eos);
+    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token");
+    if (cJSON_IsBool(ae)) add_eos = cJSON_IsTrue(ae);
+    if (add_eos >= 0) ds_gguf_writer_bool(w, "tokenizer.ggml.add_eos_token", add_eos);
+    ds_gguf_writer_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+    ds_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", 1);
+}
+
+// A BPE tokenizer.json (+ tokenizer_config.json) as the converter stores it: byte-level as "gpt2";
+// for Gemma 4 (SentencePiece-style, whatever its decoder) as "gemma4". *ok 0 when the directory holds
+// no tokenizer of that kind (the GGUF then has none: it runs on token ids).
 static ds_status bpe_tokenizer(ds_gguf_writer *w, const ds_model *m, const char *dir, int *ok) {
     char path[4200];
     cJSON *tj = NULL, *tc = NULL;
@@ -548,10 +625,11 @@ static ds_status bpe_tokenizer(ds_gguf_writer *w, const ds_model *m, const char 
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "decoder"), "type");
+    const int g4 = is_gemma4(m);
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges) ||
-        !cJSON_IsString(dec) || strcmp(dec->valuestring, "ByteLevel")) {
+        (!g4 && (!cJSON_IsString(dec) || strcmp(dec->valuestring, "ByteLevel")))) {
         cJSON_Delete(tj);
-        return DS_OK; // (a SentencePiece-style tokenizer.json is not converted)
+        return DS_OK; // (a SentencePiece-style tokenizer.json is not converted but for Gemma 4)
     }
     int n = m->info.vocab_size; // ids must lie in the embedding's rows (the loader checks the same)
     const cJSON *it, *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
@@ -592,32 +670,49 @@ static ds_status bpe_tokenizer(ds_gguf_writer *w, const ds_model *m, const char 
         } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                    cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
             const char *a = cJSON_GetArrayItem(it, 0)->valuestring, *b = cJSON_GetArrayItem(it, 1)->valuestring;
-            char *s = malloc(strlen(a) + strlen(b) + 2);
+            char *s = malloc(2 * (strlen(a) + strlen(b)) + 2), *o = s;
             if (!s) {
                 st = ds_fail(DS_ERR_NOMEM, "out of memory");
                 goto done;
             }
-            sprintf(s, "%s %s", a, b);
+            for (int part = 0; part < 2; part++) { // a space inside a piece as "Ġ" (gguf-py's SpecialVocab)
+                for (const char *c = part ? b : a; *c; c++)
+                    if (*c == ' ') *o++ = '\xc4', *o++ = '\xa0';
+                    else *o++ = *c;
+                *o++ = part ? 0 : ' ';
+            }
             mg[k] = mg_owned[k] = s;
             k++;
         }
     }
-    static const char model_name[] = "gpt2";
-    ds_gguf_writer_str(w, "tokenizer.ggml.model", model_name, 4);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (is_file(path) && (st = ds_json_load(path, (size_t)64 << 20, &tc))) goto done;
+    if (g4) gemma4_types(vocab, added, tc, tok, n, tt);
+    ds_gguf_writer_str(w, "tokenizer.ggml.model", g4 ? "gemma4" : "gpt2", g4 ? 6 : 4);
     const char *pre = pre_name(split_regex(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer")));
-    ds_gguf_writer_str(w, "tokenizer.ggml.pre", pre, strlen(pre));
+    if (!g4) ds_gguf_writer_str(w, "tokenizer.ggml.pre", pre, strlen(pre));
     ds_gguf_writer_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)n, tok, NULL);
+    if (g4) { // every score -1000, as LlamaHfVocab gives a BPE vocabulary
+        float *sc = malloc(sizeof *sc * (size_t)n);
+        if (!sc) {
+            st = ds_fail(DS_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) sc[i] = -1000.0f;
+        ds_gguf_writer_arr(w, "tokenizer.ggml.scores", DS_GGUF_F32, (uint64_t)n, sc, 4);
+        free(sc);
+    }
     ds_gguf_writer_arr(w, "tokenizer.ggml.token_type", DS_GGUF_I32, (uint64_t)n, tt, 4);
     ds_gguf_writer_arr_str(w, "tokenizer.ggml.merges", (uint64_t)k, mg, NULL);
-    if (m->info.bos_id >= 0) ds_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)m->info.bos_id);
-    if (m->info.eos_id >= 0) ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)m->info.eos_id);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (is_file(path) && ds_json_load(path, (size_t)64 << 20, &tc) == DS_OK) {
-        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
-        ds_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(ab));
-        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
-        if (cJSON_IsString(ct)) ds_gguf_writer_str(w, "tokenizer.chat_template", ct->valuestring, strlen(ct->valuestring));
+    if (g4) {
+        gemma4_special(w, tj, vocab, added, tc);
+    } else {
+        if (m->info.bos_id >= 0) ds_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)m->info.bos_id);
+        if (m->info.eos_id >= 0) ds_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)m->info.eos_id);
+        if (tc) ds_gguf_writer_bool(w, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token")));
     }
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
+    if (cJSON_IsString(ct)) ds_gguf_writer_str(w, "tokenizer.chat_template", ct->valuestring, strlen(ct->valuestring));
     *ok = 1;
 done:
     for (int i = 0; mg_owned && i < n_merges; i++) free(mg_owned[i]);

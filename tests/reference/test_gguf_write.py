@@ -17,9 +17,11 @@
    HF directory -> BF16 gives the same greedy tokens (and logits to 1e-4: Q/K permuted heads sum
    in another order).
    Every architecture of test_gguf_archs.py (llama3, mistral, qwen2, qwen3, qwen2/3 MoE, gemma3,
-   gemma4 dense / E-series / MoE):
-   keys, tensor names / types / values equal hf_to_gguf.py's, logits equal the HF directory's, and
-   every name is one llama.cpp knows for the architecture (tests/fixtures/llama_cpp_tensor_names.json).
+   gemma4 dense / E-series / MoE): keys, tensor names / types / values equal hf_to_gguf.py's, logits
+   equal the HF directory's, and every name is one llama.cpp knows for the architecture
+   (tests/fixtures/llama_cpp_tensor_names.json). A Gemma 4 checkpoint's SentencePiece-style
+   tokenizer.json is written as llama.cpp's Gemma 4 converter writes it (every tokenizer.* key equal
+   gguf_tok_writer.py's).
 4. llama.cpp's gguf-py reader (DSPARK_LLAMA_CPP=<llama.cpp tree>) reads the files: types and shapes.
 5. Greedy speculative decoding on a Q4_K_M target written by quantize --gguf equals plain decoding
    (stories-inflated, the bigram drafter of test_spec_sampling.py, drafted tokens accepted).
@@ -248,6 +250,32 @@ def check_gemma4_sharing(chk, tmp):
     shutil.rmtree(hf, ignore_errors=True)
 
 
+def check_gemma4_tokenizer(chk, tmp):
+    """A Gemma 4 checkpoint with a SentencePiece-style tokenizer.json (Gemma 3's real one, 262,145
+    tokens) is written with the tokenizer llama.cpp's Gemma 4 converter writes: every tokenizer.* key
+    equals gguf_tok_writer.write_gemma4_from_hf's (written from the converter's facts), and the file
+    loads with it (quantize's own smoke test) and tokenizes text."""
+    import make_hf_models
+    tokdir = os.path.join(common.REPO, "tests", "node", "node_modules", "@lenml", "tokenizer-gemma3", "models")
+    hf = make_hf_models.make_hf_model(os.path.join(tmp, "g4_tok"), "gemma4", seed=77, dim=16, heads=2, kv_heads=1,
+                                      head_dim=8, ffn=32, layers=2, vocab=262145)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokdir, f), hf)
+    ref_path = os.path.join(tmp, "g4_tok_ref.gguf")
+    gguf_tok_writer.write_gemma4_from_hf(tokdir, ref_path)
+    mine = GGUFFile(quantize(hf, os.path.join(tmp, "g4_tok.gguf"), "F32")).metadata
+    ref = GGUFFile(ref_path).metadata
+    keys = sorted(k for k in set(ref) | set(mine) if k.startswith("tokenizer."))
+    chk.equal("gemma4 tokenizer: the converter's tokenizer keys", [k for k in keys if k in mine], [k for k in keys if k in ref])
+    for k in keys:
+        a, b = mine.get(k), ref.get(k)
+        chk.equal(f"gemma4 tokenizer: {k}", list(a) if isinstance(a, (list, tuple)) else a,
+                  list(b) if isinstance(b, (list, tuple)) else b)
+    got = common.run([common.tool("ds_ref_dump"), os.path.join(tmp, "g4_tok.gguf"), "--tokenize", "Hello world"]).strip()
+    chk.equal("gemma4 tokenizer: the written file tokenizes (BOS first)", got.split(",")[0], str(ref["tokenizer.ggml.bos_token_id"]))
+    shutil.rmtree(hf, ignore_errors=True)
+
+
 def check_round_trips(chk, tmp, hf):
     stories = common.stories_model()
     toks = [1, 403, 407, 261, 378, 8, 1237 % 512, 55]
@@ -381,6 +409,7 @@ def main():
     check_round_trips(chk, tmp, hf)
     check_archs(chk, tmp)
     check_gemma4_sharing(chk, tmp)
+    check_gemma4_tokenizer(chk, tmp)
     check_gguf_py(chk, tmp)
     check_spec(chk, tmp)
     check_inflate(chk, tmp)

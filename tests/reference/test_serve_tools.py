@@ -138,17 +138,7 @@ def main():
         common.fail(f"<tool_call> is not one token: {tool_call}")
     srv, port = common.start_server(["-m", d], os.path.join(tmp, f"serve_tools_{os.getpid()}.log"))
     try:
-
-        def post(path, body, stream=False):
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            raw = r.read().decode()
-            c.close()
-            if stream:
-                return r.status, [json.loads(x[6:]) for x in raw.split("\n\n") if x.startswith("data: {")]
-            return r.status, json.loads(raw)
-
+        post = post_to(port)
         for kw in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
             for gen in (True, False):
                 body = {"messages": HISTORY, "tools": tct.TOOLS, "add_generation_prompt": gen}
