@@ -29,6 +29,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import gguf_tok_writer  # noqa: E402
+import hf_to_gguf  # noqa: E402
 import make_deepspec  # noqa: E402
 import make_hf_llama  # noqa: E402
 import make_hf_models  # noqa: E402
@@ -304,6 +305,17 @@ def build(root):
         p = os.path.join(tmp, "tok.gguf")
         gguf_tok_writer.write_from_hf(os.path.join(fx, "chat_chatml"), p, "qwen2")
         seed("gguf", "tokenizer-bpe", open(p, "rb").read())
+        # Gemma 4 as llama.cpp's converter writes it (hf_to_gguf.py): the E-series (per-layer
+        # embeddings, KV sharing, per-layer widths) and the MoE (router scales, fused gate_up), and
+        # its tokenizer ("gemma4") over the gemma chat fixture's vocabulary.
+        for name, arch, layers in (("gemma4e", "gemma4e", 6), ("gemma4-moe", "gemma4_moe", 2)):
+            d = make_hf_models.make_hf_model(os.path.join(tmp, name), arch, seed=9, dim=16, layers=layers, heads=2,
+                                             kv_heads=1, head_dim=8, ffn=16, vocab=32)
+            p = hf_to_gguf.convert(d, os.path.join(tmp, name + ".gguf"), outtype="bf16")
+            seed("gguf", name, open(p, "rb").read())
+        p = os.path.join(tmp, "tok_gemma4.gguf")
+        gguf_tok_writer.write_gemma4_from_hf(os.path.join(fx, "chat_gemma"), p)
+        seed("gguf", "tokenizer-gemma4", open(p, "rb").read())
 
         # safetensors: the target's weights, a drafter's (F32), a file of every dtype with metadata.
         seed("safetensors", "target-bf16", open(os.path.join(target, "model.safetensors"), "rb").read())
@@ -398,7 +410,8 @@ def build(root):
             seed("request", name, bytes([chat]) + json.dumps(body, ensure_ascii=False).encode())
 
     # template: byte 0 even + a chat template (the real ones of tests/fixtures/templates), or byte 0
-    # odd (syntax in bits 1-2: 1 hermes, 2 llama3, 3 mistral) + model output for the tool-call parser.
+    # odd (syntax in bits 1-3, mod 5: 1 hermes, 2 llama3, 3 mistral, 4 gemma4) + model output for the
+    # tool-call parser.
     tdir = os.path.join(HERE, "..", "fixtures", "templates")
     for fn in sorted(os.listdir(tdir)):
         if fn.endswith(".jinja"):
@@ -415,6 +428,8 @@ def build(root):
     seed("template", "tc-mistral", bytes([1 | 3 << 1]) + b'[TOOL_CALLS] [{"name": "get", "arguments": {"q": "\\u00e9"}}, '
          b'{"name": "y", "arguments": "{}"}]')
     seed("template", "tc-mistral-args", bytes([1 | 3 << 1]) + b'[TOOL_CALLS]get[ARGS]{"q": 1}')
+    seed("template", "tc-gemma4", bytes([1 | 4 << 1]) + '<|tool_call>call:get{city:<|"|>Paris<|"|>,n:[1,-2.5e3,'
+         '{a:true,b:null}],<|"|>q k<|"|>:false}<tool_call|> then <|tool_call>call:x{y:<|"|>'.encode())
     return seeds
 
 
