@@ -75,6 +75,31 @@ def post_to(port):
     return post
 
 
+def check_forced(chk, post, prefix, forced, max_tokens, valid):
+    """Each (label, request fields) of `forced` (a tool_choice that forces a call): one call and
+    finish_reason "tool_calls", valid(name, arguments), a named choice calling "add"; streamed, the same
+    call."""
+    for label, extra in forced:
+        fb = dict({"messages": HISTORY, "tools": tct.TOOLS, "max_tokens": max_tokens, "parallel_tool_calls": False}, **extra)
+        st, o = post("/v1/chat/completions", fb)
+        ch = o["choices"][0] if st == 200 else {}
+        calls = ch.get("message", {}).get("tool_calls") or []
+        ok = st == 200 and ch.get("finish_reason") == "tool_calls" and len(calls) == 1
+        chk.equal(f"{prefix}tool_choice {label}: one call, finish_reason tool_calls ({st}, {ch.get('finish_reason')}, {calls})",
+                  ok, True)
+        if not ok:
+            continue
+        name, args = calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"])
+        chk.equal(f"{prefix}tool_choice {label}: {name}({args}) validates",
+                  (isinstance(args, dict) and valid(name, args), label.startswith("named") <= (name == "add")), (True, True))
+        st, chunks = post("/v1/chat/completions", dict(fb, stream=True), stream=True)
+        deltas = [tc for c in chunks if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+        s_args = "".join(tc.get("function", {}).get("arguments") or "" for tc in deltas)
+        chk.equal(f"{prefix}tool_choice {label}, streamed: the same call",
+                  (st, deltas[0]["function"]["name"] if deltas else None, json.loads(s_args) if s_args else None,
+                   chunks[-1]["choices"][0]["finish_reason"] if chunks else None), (200, name, args, "tool_calls"))
+
+
 def check_gemma4(chk, tmp):
     tokdir = os.path.join(NODE_DIR, "node_modules", "@lenml", "tokenizer-gemma3", "models")
     d = os.path.join(tmp, f"serve_tools_gemma4_{os.getpid()}")
@@ -101,25 +126,8 @@ def check_gemma4(chk, tmp):
         chk.equal("gemma4 /apply-template with tools", (st, o.get("prompt")), (200, want))
         forced = [("named add, greedy", {"tool_choice": {"type": "function", "function": {"name": "add"}}, "temperature": 0}),
                   ("required, sampled", {"tool_choice": "required", "temperature": 1.0, "seed": 5})]
-        for label, extra in forced:
-            fb = dict({"messages": HISTORY, "tools": tct.TOOLS, "max_tokens": 300, "parallel_tool_calls": False}, **extra)
-            st, o = post("/v1/chat/completions", fb)
-            ch = o["choices"][0] if st == 200 else {}
-            calls = ch.get("message", {}).get("tool_calls") or []
-            ok = st == 200 and ch.get("finish_reason") == "tool_calls" and len(calls) == 1
-            chk.equal(f"gemma4 tool_choice {label}: one call, finish_reason tool_calls ({st}, {o})", ok, True)
-            if not ok:
-                continue
-            name, args = calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"])
-            chk.equal(f"gemma4 tool_choice {label}: {name}({args}): an offered function, its parameters' keys and types",
-                      (name in props, isinstance(args, dict) and set(args) <= props.get(name, set()) and typed(name, args),
-                       label.startswith("named") <= (name == "add")), (True, True, True))
-            st, chunks = post("/v1/chat/completions", dict(fb, stream=True), stream=True)
-            deltas = [tc for c in chunks if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or []]
-            s_args = "".join(tc.get("function", {}).get("arguments") or "" for tc in deltas)
-            chk.equal(f"gemma4 tool_choice {label}, streamed: the same call",
-                      (st, deltas[0]["function"]["name"] if deltas else None, json.loads(s_args) if s_args else None,
-                       chunks[-1]["choices"][0]["finish_reason"] if chunks else None), (200, name, args, "tool_calls"))
+        check_forced(chk, post, "gemma4 ", forced, 300,
+                     lambda name, args: name in props and set(args) <= props[name] and typed(name, args))
     finally:
         srv.kill()
         srv.wait()
@@ -179,24 +187,7 @@ def main():
         forced = [("named add, greedy", {"tool_choice": {"type": "function", "function": {"name": "add"}}, "temperature": 0}),
                   ("required, sampled", {"tool_choice": "required", "temperature": 1.0, "seed": 3}),
                   ("required, sampled, seed 11", {"tool_choice": "required", "temperature": 1.0, "seed": 11})]
-        for label, extra in forced:
-            fb = dict({"messages": HISTORY, "tools": tct.TOOLS, "max_tokens": 400, "parallel_tool_calls": False}, **extra)
-            st, o = post("/v1/chat/completions", fb)
-            ch = o["choices"][0] if st == 200 else {}
-            calls = ch.get("message", {}).get("tool_calls") or []
-            ok = st == 200 and ch.get("finish_reason") == "tool_calls" and len(calls) == 1
-            args = json.loads(calls[0]["function"]["arguments"]) if ok else None
-            chk.equal(f"tool_choice {label}: one call, finish_reason tool_calls ({st}, {ch.get('finish_reason')}, {calls})", ok, True)
-            if ok:
-                name = calls[0]["function"]["name"]
-                chk.equal(f"tool_choice {label}: {name}({args}) validates", (name in ("add", "get_weather"), valid_args(name, args),
-                          label.startswith("named") <= (name == "add")), (True, True, True))
-            st, chunks = post("/v1/chat/completions", dict(fb, stream=True), stream=True)
-            deltas = [tc for c in chunks if c.get("choices") for tc in c["choices"][0]["delta"].get("tool_calls") or []]
-            s_args = "".join(tc.get("function", {}).get("arguments") or "" for tc in deltas)
-            chk.equal(f"tool_choice {label}, streamed: the same call", (st, calls[0]["function"]["name"] if calls else None,
-                      json.loads(s_args) if s_args else None, chunks[-1]["choices"][0]["finish_reason"] if chunks else None),
-                      (200, deltas[0]["function"]["name"] if deltas else None, args, "tool_calls"))
+        check_forced(chk, post, "", forced, 400, lambda name, args: name in ("add", "get_weather") and valid_args(name, args))
         st, o = post("/v1/chat/completions", dict(body, tool_choice="required", grammar='root ::= "x"'))
         chk.equal("tool_choice required with a grammar: a 400", (st, o.get("error", {}).get("param")), (400, "tool_choice"))
         st, o = post("/v1/chat/completions", dict(body, tool_choice={"type": "function", "function": {"name": "nope"}}))
