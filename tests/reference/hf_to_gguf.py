@@ -150,12 +150,6 @@ def gemma4_keys(w, c):
     w.add(A + "rope.freq_base_swa", float(rp["sliding_attention"]["rope_theta"]))
     w.add(A + "rope.dimension_count", ghd)
     w.add(A + "rope.dimension_count_swa", int(hd * rp.get("partial_rotary_factor", 1.0)))
-    if c.get("final_logit_softcapping"):
-        w.add(A + "final_logit_softcapping", float(c["final_logit_softcapping"]))
-    if c.get("enable_moe_block"):
-        w.add(A + "expert_count", c["num_experts"])
-        w.add(A + "expert_used_count", c["top_k_experts"])
-        w.add(A + "expert_feed_forward_length", c["moe_intermediate_size"])
 
 
 def gemma4_rope_freqs(c):
@@ -217,11 +211,11 @@ def convert(hf_dir, out_path, outtype=None, edit=None, permute_qk=True):
         if c.get("sliding_window_pattern", 6) != 6:
             raise ValueError(f"{hf_dir}: GGUF gemma3 has llama.cpp's fixed sliding window pattern 6")
         w.add(A + "attention.sliding_window", c.get("sliding_window", 4096))
-        if c.get("final_logit_softcapping"):
-            w.add(A + "final_logit_softcapping", float(c["final_logit_softcapping"]))
-    if arch.endswith("moe"):
+    if (gemma or g4) and c.get("final_logit_softcapping"):
+        w.add(A + "final_logit_softcapping", float(c["final_logit_softcapping"]))
+    if arch.endswith("moe") or c.get("enable_moe_block"):  # (Gemma 4 26B-A4B: top_k_experts)
         w.add(A + "expert_count", c["num_experts"])
-        w.add(A + "expert_used_count", c["num_experts_per_tok"])
+        w.add(A + "expert_used_count", c.get("num_experts_per_tok", c.get("top_k_experts")))
         w.add(A + "expert_feed_forward_length", c["moe_intermediate_size"])
         if c.get("shared_expert_intermediate_size"):
             w.add(A + "expert_shared_feed_forward_length", c["shared_expert_intermediate_size"])
